@@ -1,0 +1,103 @@
+// The job file (TOML) as a typed, validated JobConfig. Key names are a contract
+// (see DESIGN.md): extend, don't rename. Every error names the file, the key and what
+// was expected.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace shoal {
+
+// A free-form section ([algorithm], [optimizer]): known keys are typed by the code that
+// reads them; getters throw shoal::Error naming file, section, key and expectation.
+class ConfigSection {
+ public:
+  using Value = std::variant<bool, int64_t, double, std::string>;
+  ConfigSection() = default;
+  ConfigSection(std::string file, std::string section) : file_(std::move(file)), section_(std::move(section)) {}
+
+  bool Has(const std::string& key) const { return values_.count(key) > 0; }
+  double GetDouble(const std::string& key, double def) const;
+  int64_t GetInt(const std::string& key, int64_t def) const;
+  bool GetBool(const std::string& key, bool def) const;
+  std::string GetString(const std::string& key, const std::string& def) const;
+  // Range-checked variants: error when the value lies outside [lo, hi].
+  double GetDouble(const std::string& key, double def, double lo, double hi) const;
+  int64_t GetInt(const std::string& key, int64_t def, int64_t lo, int64_t hi) const;
+
+  void Set(const std::string& key, Value v) { values_[key] = std::move(v); }
+  const std::map<std::string, Value>& values() const { return values_; }
+  std::string Where(const std::string& key) const;  // "job.toml: [algorithm] key"
+
+ private:
+  std::string file_, section_;
+  std::map<std::string, Value> values_;
+};
+
+struct WorkerSpec {
+  std::string host = "127.0.0.1";
+  std::string device = "cpu";      // "cpu" | "cuda:N"
+  double slowdown = 0;             // sleep slowdown x compute time per step
+  double bandwidth_mbps = 0;       // 0 = unlimited; token bucket on sends
+};
+
+struct JobConfig {
+  std::string path;  // the file it came from
+
+  // [job]
+  std::string name;
+  uint64_t seed = 42;
+  std::string output_dir;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 0;  // 0 = only at the end
+
+  // [cluster]
+  std::vector<std::string> servers;  // "host:port"; shard k listens on servers[k]
+  std::vector<WorkerSpec> workers;
+  int64_t heartbeat_ms = 500;
+  int64_t heartbeat_timeout_ms = 5000;
+
+  // [security] CurveZMQ (Z85 keys, 40 chars); empty = plaintext.
+  std::string curve_server_public, curve_server_secret;
+  std::string curve_client_public, curve_client_secret;
+  bool curve_enabled() const { return !curve_server_public.empty(); }
+
+  // [model]
+  std::string model = "mlp";
+  bool zero_gamma_init = true;
+  double label_smoothing = 0.0;
+
+  // [data]
+  std::string data_format = "idx";  // idx | cifar | synthetic
+  std::string train_path, test_path;
+  int64_t batch_size = 64;          // per worker
+  int64_t synthetic_samples = 1024; // synthetic: samples per epoch per worker
+  int64_t synthetic_image_size = 224;
+  int64_t synthetic_classes = 1000;
+  int64_t max_train_samples = 0;    // 0 = all; a subset for quick runs
+  int64_t max_test_samples = 0;
+
+  // [algorithm], [optimizer]: name plus algorithm-specific keys
+  std::string algorithm = "local";
+  ConfigSection algorithm_opts;
+  std::string optimizer = "momentum";
+  ConfigSection optimizer_opts;
+
+  // [train]
+  int64_t epochs = 1;
+  double target_accuracy = 0;  // 0 = never stop early
+  int64_t max_steps = 0;       // 0 = no limit
+  int64_t threads = 0;         // 0 = all cores
+  int64_t log_every_steps = 50;
+
+  int world_size() const { return int(workers.size()); }
+};
+
+// Loads and validates; throws shoal::Error("FILE: [section] key: expected ..., got ...").
+JobConfig LoadJobConfig(const std::string& path);
+// Same, from text already in memory (name used in messages).
+JobConfig ParseJobConfig(const std::string& text, const std::string& name);
+
+}  // namespace shoal

@@ -1,0 +1,31 @@
+// Element types of tensors on the wire and in memory, and fp16/bf16 conversion.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace shoal {
+
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+const char* DTypeName(DType t);
+// Parses "fp32" | "fp16" | "bf16"; throws shoal::Error naming the bad value otherwise.
+DType ParseDType(const std::string& name);
+
+uint16_t FloatToHalf(float f);
+float HalfToFloat(uint16_t h);
+uint16_t FloatToBf16(float f);  // round to nearest even
+inline float Bf16ToFloat(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Converts n fp32 values to dst's type (dst holds n * DTypeSize(t) bytes) and back.
+void EncodeFloats(const float* src, size_t n, DType t, void* dst);
+void DecodeFloats(const void* src, size_t n, DType t, float* dst);
+
+}  // namespace shoal

@@ -1,0 +1,26 @@
+"""cuda_library: compiles .cu files with the toolkit's nvcc (sm_90 SASS + PTX) into a cc_library."""
+
+NVCC = "/usr/local/cuda/bin/nvcc"
+
+def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
+    objs = []
+    for src in srcs:
+        obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
+        native.genrule(
+            name = obj + "_nvcc",
+            srcs = [src] + hdrs + native.glob(["**/*.h"], allow_empty = True),
+            outs = [obj],
+            cmd = (NVCC + " -std=c++17 -O3 -Xcompiler -fPIC -I. -I$(GENDIR)" +
+                   " -gencode arch=compute_80,code=sm_80" +
+                   " -gencode arch=compute_90,code=sm_90" +
+                   " -gencode arch=compute_90,code=compute_90" +
+                   " -c $(location " + src + ") -o $@"),
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@cuda//:cuda_runtime"],
+        **kwargs
+    )
