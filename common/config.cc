@@ -1,0 +1,304 @@
+#include "common/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+std::string Describe(const toml::node* n) {
+  if (!n) return "nothing";
+  std::ostringstream os;
+  switch (n->type()) {
+    case toml::node_type::string: os << "string \"" << *n->value<std::string>() << "\""; break;
+    case toml::node_type::integer: os << "integer " << *n->value<int64_t>(); break;
+    case toml::node_type::floating_point: os << "float " << *n->value<double>(); break;
+    case toml::node_type::boolean: os << (*n->value<bool>() ? "true" : "false"); break;
+    case toml::node_type::table: os << "a table"; break;
+    case toml::node_type::array: os << "an array"; break;
+    default: os << "a date/time"; break;
+  }
+  return os.str();
+}
+
+// Reads one typed section, rejecting keys it does not know (typos must not pass silently).
+class SectionReader {
+ public:
+  SectionReader(const std::string& file, const toml::table& root, const std::string& name,
+                std::set<std::string> known)
+      : file_(file), name_(name), known_(std::move(known)) {
+    const toml::node* n = root.get(name);
+    if (n && !n->is_table()) Fail("", "expected a table [" + name + "], got " + Describe(n));
+    table_ = n ? n->as_table() : nullptr;
+    if (table_)
+      for (auto&& [k, v] : *table_)
+        if (!known_.count(std::string(k.str())))
+          Fail(std::string(k.str()), "unknown key (known: " + KnownList() + ")");
+  }
+  bool present() const { return table_ != nullptr; }
+  const toml::node* Get(const std::string& key) const { return table_ ? table_->get(key) : nullptr; }
+
+  std::string String(const std::string& key, const std::string& def, bool required = false) const {
+    const toml::node* n = Get(key);
+    if (!n) { if (required) Fail(key, "missing (expected a string)"); return def; }
+    if (!n->is_string()) Fail(key, "expected a string, got " + Describe(n));
+    return *n->value<std::string>();
+  }
+  int64_t Int(const std::string& key, int64_t def, int64_t lo, int64_t hi) const {
+    const toml::node* n = Get(key);
+    if (!n) return def;
+    if (!n->is_integer()) Fail(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + Describe(n));
+    int64_t v = *n->value<int64_t>();
+    if (v < lo || v > hi) Fail(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+    return v;
+  }
+  double Double(const std::string& key, double def, double lo, double hi) const {
+    const toml::node* n = Get(key);
+    if (!n) return def;
+    if (!n->is_number()) Fail(key, "expected a number, got " + Describe(n));
+    double v = *n->value<double>();
+    if (!(v >= lo && v <= hi)) {
+      std::ostringstream os;
+      os << "expected a number in [" << lo << ", " << hi << "], got " << v;
+      Fail(key, os.str());
+    }
+    return v;
+  }
+  bool Bool(const std::string& key, bool def) const {
+    const toml::node* n = Get(key);
+    if (!n) return def;
+    if (!n->is_boolean()) Fail(key, "expected true or false, got " + Describe(n));
+    return *n->value<bool>();
+  }
+  [[noreturn]] void Fail(const std::string& key, const std::string& what) const {
+    throw Error(file_ + ": [" + name_ + "]" + (key.empty() ? "" : " " + key) + ": " + what);
+  }
+  const toml::table* table() const { return table_; }
+
+ private:
+  std::string KnownList() const {
+    std::string s;
+    for (auto& k : known_) s += (s.empty() ? "" : ", ") + k;
+    return s;
+  }
+  std::string file_, name_;
+  std::set<std::string> known_;
+  const toml::table* table_ = nullptr;
+};
+
+// [algorithm] / [optimizer]: free-form scalars, typed later by the code that reads them.
+ConfigSection ReadFreeSection(const std::string& file, const toml::table& root, const std::string& name,
+                              std::string* out_name, const std::string& default_name) {
+  ConfigSection s(file, name);
+  const toml::node* n = root.get(name);
+  *out_name = default_name;
+  if (!n) return s;
+  if (!n->is_table()) throw Error(file + ": [" + name + "]: expected a table, got " + Describe(n));
+  for (auto&& [k, v] : *n->as_table()) {
+    std::string key(k.str());
+    if (key == "name") {
+      if (!v.is_string()) throw Error(file + ": [" + name + "] name: expected a string, got " + Describe(&v));
+      *out_name = *v.value<std::string>();
+      continue;
+    }
+    if (v.is_boolean()) s.Set(key, *v.value<bool>());
+    else if (v.is_integer()) s.Set(key, *v.value<int64_t>());
+    else if (v.is_floating_point()) s.Set(key, *v.value<double>());
+    else if (v.is_string()) s.Set(key, *v.value<std::string>());
+    else throw Error(file + ": [" + name + "] " + key + ": expected a string, number or boolean, got " + Describe(&v));
+  }
+  return s;
+}
+
+void CheckHostPort(const std::string& file, const std::string& where, const std::string& hp) {
+  auto colon = hp.rfind(':');
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < hp.size();
+  if (ok) {
+    for (size_t i = colon + 1; i < hp.size(); ++i) ok = ok && isdigit((unsigned char)hp[i]);
+    if (ok) {
+      long port = std::stol(hp.substr(colon + 1));
+      ok = port > 0 && port < 65536;
+    }
+  }
+  if (!ok) throw Error(file + ": " + where + ": expected \"host:port\" with port 1-65535, got \"" + hp + "\"");
+}
+
+}  // namespace
+
+std::string ConfigSection::Where(const std::string& key) const {
+  return file_ + ": [" + section_ + "] " + key;
+}
+
+double ConfigSection::GetDouble(const std::string& key, double def) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return def;
+  if (auto* d = std::get_if<double>(&it->second)) return *d;
+  if (auto* i = std::get_if<int64_t>(&it->second)) return double(*i);
+  throw Error(Where(key) + ": expected a number");
+}
+double ConfigSection::GetDouble(const std::string& key, double def, double lo, double hi) const {
+  double v = GetDouble(key, def);
+  if (!(v >= lo && v <= hi)) {
+    std::ostringstream os;
+    os << Where(key) << ": expected a number in [" << lo << ", " << hi << "], got " << v;
+    throw Error(os.str());
+  }
+  return v;
+}
+int64_t ConfigSection::GetInt(const std::string& key, int64_t def) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return def;
+  if (auto* i = std::get_if<int64_t>(&it->second)) return *i;
+  throw Error(Where(key) + ": expected an integer");
+}
+int64_t ConfigSection::GetInt(const std::string& key, int64_t def, int64_t lo, int64_t hi) const {
+  int64_t v = GetInt(key, def);
+  if (v < lo || v > hi)
+    throw Error(Where(key) + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+  return v;
+}
+bool ConfigSection::GetBool(const std::string& key, bool def) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return def;
+  if (auto* b = std::get_if<bool>(&it->second)) return *b;
+  throw Error(Where(key) + ": expected true or false");
+}
+std::string ConfigSection::GetString(const std::string& key, const std::string& def) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return def;
+  if (auto* s = std::get_if<std::string>(&it->second)) return *s;
+  throw Error(Where(key) + ": expected a string");
+}
+
+JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
+  toml::table root;
+  try {
+    root = toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << file << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: " << e.description();
+    throw Error(os.str());
+  }
+  static const std::set<std::string> kSections = {"job", "cluster", "security", "model", "data", "algorithm", "optimizer", "train"};
+  for (auto&& [k, v] : root)
+    if (!kSections.count(std::string(k.str())))
+      throw Error(file + ": unknown section [" + std::string(k.str()) + "] (known: algorithm, cluster, data, job, model, optimizer, security, train)");
+
+  JobConfig c;
+  c.path = file;
+
+  SectionReader job(file, root, "job", {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps"});
+  c.name = job.String("name", "", true);
+  if (c.name.empty() || c.name.find_first_of("/\\ \t\n\"") != std::string::npos)
+    job.Fail("name", "expected a non-empty name without slashes, spaces or quotes, got \"" + c.name + "\"");
+  c.seed = uint64_t(job.Int("seed", 42, 0, INT64_MAX));
+  c.output_dir = job.String("output_dir", "runs/" + c.name);
+  c.checkpoint_dir = job.String("checkpoint_dir", "");
+  c.checkpoint_every_steps = job.Int("checkpoint_every_steps", 0, 0, INT64_MAX);
+
+  SectionReader cl(file, root, "cluster", {"servers", "workers", "heartbeat_ms", "heartbeat_timeout_ms"});
+  if (const toml::node* s = cl.Get("servers")) {
+    if (!s->is_array()) cl.Fail("servers", "expected an array of \"host:port\" strings, got " + Describe(s));
+    int i = 0;
+    for (auto& e : *s->as_array()) {
+      std::string where = "[cluster] servers[" + std::to_string(i++) + "]";
+      if (!e.is_string()) throw Error(file + ": " + where + ": expected a \"host:port\" string, got " + Describe(&e));
+      CheckHostPort(file, where, *e.value<std::string>());
+      c.servers.push_back(*e.value<std::string>());
+    }
+    std::set<std::string> uniq(c.servers.begin(), c.servers.end());
+    if (uniq.size() != c.servers.size()) cl.Fail("servers", "the same address is listed twice");
+  }
+  if (const toml::node* w = cl.Get("workers")) {
+    if (w->is_integer()) {
+      int64_t n = *w->value<int64_t>();
+      if (n < 1 || n > 4096) cl.Fail("workers", "expected an integer in [1, 4096], got " + std::to_string(n));
+      c.workers.resize(size_t(n));
+    } else if (w->is_array()) {
+      int i = 0;
+      for (auto& e : *w->as_array()) {
+        std::string where = file + ": [cluster] workers[" + std::to_string(i++) + "]";
+        if (!e.is_table()) throw Error(where + ": expected a table {host, device, slowdown, bandwidth_mbps}, got " + Describe(&e));
+        WorkerSpec ws;
+        for (auto&& [k, v] : *e.as_table()) {
+          std::string key(k.str());
+          if (key == "host" && v.is_string()) ws.host = *v.value<std::string>();
+          else if (key == "device" && v.is_string()) ws.device = *v.value<std::string>();
+          else if (key == "slowdown" && v.is_number() && *v.value<double>() >= 0) ws.slowdown = *v.value<double>();
+          else if (key == "bandwidth_mbps" && v.is_number() && *v.value<double>() >= 0) ws.bandwidth_mbps = *v.value<double>();
+          else throw Error(where + " " + key + ": unexpected " + Describe(&v) + " (keys: host string, device \"cpu\"|\"cuda:N\", slowdown >= 0, bandwidth_mbps >= 0)");
+        }
+        if (!(ws.device == "cpu" || ws.device == "cuda" || ws.device.rfind("cuda:", 0) == 0))
+          throw Error(where + " device: expected \"cpu\" or \"cuda:N\", got \"" + ws.device + "\"");
+        c.workers.push_back(ws);
+      }
+      if (c.workers.empty()) cl.Fail("workers", "expected at least one worker");
+    } else {
+      cl.Fail("workers", "expected a count or an array of worker tables, got " + Describe(w));
+    }
+  }
+  if (c.workers.empty()) c.workers.resize(1);
+  c.heartbeat_ms = cl.Int("heartbeat_ms", 500, 10, 600000);
+  c.heartbeat_timeout_ms = cl.Int("heartbeat_timeout_ms", 5000, 50, 3600000);
+  if (c.heartbeat_timeout_ms <= c.heartbeat_ms)
+    cl.Fail("heartbeat_timeout_ms", "must be larger than heartbeat_ms (" + std::to_string(c.heartbeat_ms) + ")");
+
+  SectionReader sec(file, root, "security", {"server_public_key", "server_secret_key", "client_public_key", "client_secret_key"});
+  c.curve_server_public = sec.String("server_public_key", "");
+  c.curve_server_secret = sec.String("server_secret_key", "");
+  c.curve_client_public = sec.String("client_public_key", "");
+  c.curve_client_secret = sec.String("client_secret_key", "");
+  if (sec.present()) {
+    for (const char* k : {"server_public_key", "server_secret_key", "client_public_key", "client_secret_key"}) {
+      std::string v = sec.String(k, "");
+      if (v.size() != 40) sec.Fail(k, "expected a 40-character Z85 CurveZMQ key (make them with ./shoal keygen), got " + std::to_string(v.size()) + " characters");
+    }
+  }
+
+  SectionReader model(file, root, "model", {"name", "zero_gamma_init", "label_smoothing"});
+  c.model = model.String("name", "mlp");
+  static const std::set<std::string> kModels = {"mlp", "lenet", "resnet20", "resnet50"};
+  if (!kModels.count(c.model)) model.Fail("name", "unknown model \"" + c.model + "\" (known: lenet, mlp, resnet20, resnet50)");
+  c.zero_gamma_init = model.Bool("zero_gamma_init", true);
+  c.label_smoothing = model.Double("label_smoothing", 0.0, 0.0, 0.999);
+
+  SectionReader data(file, root, "data", {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes", "max_train_samples", "max_test_samples"});
+  c.data_format = data.String("format", "idx");
+  if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "synthetic")
+    data.Fail("format", "expected \"idx\", \"cifar\" or \"synthetic\", got \"" + c.data_format + "\"");
+  bool needs_files = c.data_format != "synthetic";
+  c.train_path = data.String("train", "", needs_files);
+  c.test_path = data.String("test", "", needs_files);
+  c.batch_size = data.Int("batch_size", 64, 1, 1 << 20);
+  c.synthetic_samples = data.Int("synthetic_samples", 1024, 1, INT64_MAX);
+  c.synthetic_image_size = data.Int("image_size", 224, 8, 4096);
+  c.synthetic_classes = data.Int("classes", 1000, 2, 1 << 20);
+  c.max_train_samples = data.Int("max_train_samples", 0, 0, INT64_MAX);
+  c.max_test_samples = data.Int("max_test_samples", 0, 0, INT64_MAX);
+
+  c.algorithm_opts = ReadFreeSection(file, root, "algorithm", &c.algorithm, "local");
+  c.optimizer_opts = ReadFreeSection(file, root, "optimizer", &c.optimizer, "momentum");
+
+  SectionReader train(file, root, "train", {"epochs", "target_accuracy", "max_steps", "threads", "log_every_steps"});
+  c.epochs = train.Int("epochs", 1, 1, 1000000);
+  c.target_accuracy = train.Double("target_accuracy", 0.0, 0.0, 1.0);
+  c.max_steps = train.Int("max_steps", 0, 0, INT64_MAX);
+  c.threads = train.Int("threads", 0, 0, 1024);
+  c.log_every_steps = train.Int("log_every_steps", 50, 1, INT64_MAX);
+  return c;
+}
+
+JobConfig LoadJobConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open job file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(path + ": cannot read job file");
+  return ParseJobConfig(ss.str(), path);
+}
+
+}  // namespace shoal

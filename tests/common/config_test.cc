@@ -1,0 +1,129 @@
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+const char* kGood = R"(
+[job]
+name = "fmnist-bmuf"
+seed = 7
+output_dir = "runs/x"
+checkpoint_every_steps = 500
+[cluster]
+servers = ["127.0.0.1:7701", "127.0.0.1:7702"]
+workers = 4
+[model]
+name = "lenet"
+[data]
+format = "idx"
+train = "/usr/share/datasets/fashion-mnist/train"
+test = "/usr/share/datasets/fashion-mnist/t10k"
+batch_size = 64
+[algorithm]
+name = "bmuf"
+block_steps = 8
+block_momentum = 0.9
+[optimizer]
+name = "momentum"
+lr = 0.05
+nesterov = true
+[train]
+epochs = 10
+target_accuracy = 0.90
+)";
+
+std::string ErrorOf(const std::string& text) {
+  try {
+    ParseJobConfig(text, "job.toml");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  auto p = s.find(from);
+  EXPECT_NE(p, std::string::npos) << from;
+  return s.replace(p, from.size(), to);
+}
+
+TEST(Config, ParsesTheDesignExample) {
+  JobConfig c = ParseJobConfig(kGood, "job.toml");
+  EXPECT_EQ(c.name, "fmnist-bmuf");
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.servers.size(), 2u);
+  EXPECT_EQ(c.world_size(), 4);
+  EXPECT_EQ(c.workers[3].device, "cpu");
+  EXPECT_EQ(c.model, "lenet");
+  EXPECT_EQ(c.batch_size, 64);
+  EXPECT_EQ(c.algorithm, "bmuf");
+  EXPECT_EQ(c.algorithm_opts.GetInt("block_steps", 1), 8);
+  EXPECT_DOUBLE_EQ(c.algorithm_opts.GetDouble("block_momentum", 0), 0.9);
+  EXPECT_TRUE(c.optimizer_opts.GetBool("nesterov", false));
+  EXPECT_DOUBLE_EQ(c.optimizer_opts.GetDouble("lr", 0), 0.05);
+  EXPECT_DOUBLE_EQ(c.target_accuracy, 0.9);
+}
+
+TEST(Config, WorkerTables) {
+  auto c = ParseJobConfig(Replace(kGood, "workers = 4",
+      "workers = [{device = \"cuda:1\", slowdown = 4.0}, {host = \"10.0.0.2\"}]"), "job.toml");
+  ASSERT_EQ(c.world_size(), 2);
+  EXPECT_EQ(c.workers[0].device, "cuda:1");
+  EXPECT_DOUBLE_EQ(c.workers[0].slowdown, 4.0);
+  EXPECT_EQ(c.workers[1].host, "10.0.0.2");
+}
+
+TEST(Config, ErrorsNameFileKeyAndExpectation) {
+  EXPECT_EQ(ErrorOf(Replace(kGood, "batch_size = 64", "batch_size = -3")),
+            "job.toml: [data] batch_size: expected an integer in [1, 1048576], got -3");
+  EXPECT_EQ(ErrorOf(Replace(kGood, "batch_size = 64", "batch_size = \"big\"")),
+            "job.toml: [data] batch_size: expected an integer in [1, 1048576], got string \"big\"");
+  EXPECT_NE(ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"vgg\"")).find("job.toml: [model] name: unknown model \"vgg\""), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "epochs = 10", "epochz = 10")).find("job.toml: [train] epochz: unknown key"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "127.0.0.1:7702", "127.0.0.1:99999")).find("job.toml: [cluster] servers[1]: expected \"host:port\""), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "format = \"idx\"", "format = \"csv\"")).find("[data] format"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "[job]", "[jobb]")).find("unknown section [jobb]"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "name = \"fmnist-bmuf\"", "")).find("[job] name: missing"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "target_accuracy = 0.90", "target_accuracy = 1.5")).find("[train] target_accuracy: expected a number in [0, 1], got 1.5"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "workers = 4", "workers = [{device = \"tpu\"}]")).find("workers[0] device"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "workers = 4", "workers = 0")).find("[cluster] workers"), std::string::npos);
+}
+
+TEST(Config, SyntaxErrorsGiveLineAndColumn) {
+  std::string e = ErrorOf("[job]\nname = \"x\"\nseed = = 3\n");
+  EXPECT_EQ(e.rfind("job.toml:3:", 0), 0u) << e;
+  EXPECT_NE(e.find("TOML syntax error"), std::string::npos);
+}
+
+TEST(Config, GarbageBytesAreAnErrorNotACrash) {
+  std::string junk;
+  for (int i = 0; i < 4096; ++i) junk += char((i * 131 + 7) % 256);
+  EXPECT_FALSE(ErrorOf(junk).empty());
+  EXPECT_FALSE(ErrorOf(std::string("\0\0\0", 3)).empty());
+}
+
+TEST(Config, MissingFile) {
+  try {
+    LoadJobConfig("/nonexistent/job.toml");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "/nonexistent/job.toml: cannot open job file");
+  }
+}
+
+TEST(Config, SectionGettersCheckTypesAndRanges) {
+  auto c = ParseJobConfig(kGood, "job.toml");
+  EXPECT_THROW(c.algorithm_opts.GetBool("block_steps", false), Error);
+  try {
+    c.algorithm_opts.GetDouble("block_momentum", 0, 0, 0.5);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "job.toml: [algorithm] block_momentum: expected a number in [0, 0.5], got 0.9");
+  }
+}
+
+}  // namespace
+}  // namespace shoal

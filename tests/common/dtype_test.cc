@@ -1,0 +1,62 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "common/dtype.h"
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+TEST(DType, HalfExactValuesRoundTrip) {
+  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 0.000060975552f, 5.9604645e-8f, 1024.0f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f) << f;
+  }
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);  // overflow -> inf
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(DType, HalfRoundsToNearestEven) {
+  // 1 + 2^-11 lies exactly between 1 and 1 + 2^-10: ties go to the even mantissa (1.0).
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1000, 1000);
+  for (int i = 0; i < 10000; ++i) {
+    float f = u(rng);
+    float back = HalfToFloat(FloatToHalf(f));
+    EXPECT_LE(std::fabs(back - f), std::fabs(f) * std::ldexp(1.0f, -11) + 1e-7f);
+  }
+}
+
+TEST(DType, Bf16) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1e6, 1e6);
+  for (int i = 0; i < 10000; ++i) {
+    float f = u(rng);
+    EXPECT_LE(std::fabs(Bf16ToFloat(FloatToBf16(f)) - f), std::fabs(f) * std::ldexp(1.0f, -8));
+  }
+}
+
+TEST(DType, EncodeDecodeAndNames) {
+  std::vector<float> v = {0.5f, -1.25f, 3.0f};
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<uint8_t> buf(v.size() * DTypeSize(t));
+    EncodeFloats(v.data(), v.size(), t, buf.data());
+    std::vector<float> out(v.size());
+    DecodeFloats(buf.data(), v.size(), t, out.data());
+    EXPECT_EQ(out, v) << DTypeName(t);
+    EXPECT_EQ(ParseDType(DTypeName(t)), t);
+  }
+  EXPECT_THROW(ParseDType("int8"), Error);
+}
+
+}  // namespace
+}  // namespace shoal
