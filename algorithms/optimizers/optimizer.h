@@ -1,0 +1,91 @@
+// Optimizers: one implementation each, applied per whole tensor (layer-wise methods such as
+// LARS and LAMB need the whole layer), used by servers (PS modes) and workers (collective
+// modes) alike. They work on host fp32 memory; GPU workers hand them host views.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+
+namespace shoal {
+
+// Per-tensor optimizer state (momentum, second moments, ...), checkpointed with the tensor.
+struct OptimizerState {
+  std::vector<std::vector<float>> slots;
+  int64_t steps = 0;  // updates applied to this tensor (bias correction)
+};
+
+struct StepContext {
+  float lr = 0;             // this step's learning rate from the schedule
+  int64_t step = 0;         // global step, 0-based
+  int64_t warmup_steps = 0; // for blends that move during warm-up (STiLL, rmsprop_sgd)
+};
+
+struct OptimizerHyper {
+  float momentum = 0.9f;
+  bool nesterov = false;
+  float weight_decay = 0;
+  float trust_coefficient = 0.001f;  // LARS eta
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f;  // LAMB / Adam family
+  float lamb_lr_ratio = 1.0f;        // STiLL: LAMB's LR = ratio x LARS's LR
+  float rms_decay = 0.99f;           // rmsprop_sgd
+  float rms_eps = 1e-8f;
+  float rms_lr_ratio = 0.01f;        // rmsprop_sgd: RMSprop's LR = ratio x SGD's LR
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string Name() const = 0;
+  // w -= update(g); `decay` false for bias and BN parameters (no weight decay).
+  virtual void Apply(float* w, const float* g, int64_t n, bool decay, const StepContext& ctx,
+                     OptimizerState* state) const = 0;
+  const OptimizerHyper& hyper() const { return h_; }
+
+ explicit Optimizer(const OptimizerHyper& h) : h_(h) {}
+
+ protected:
+  OptimizerHyper h_;
+};
+
+// Registry: sgd | momentum | lars | lamb | still | rmsprop_sgd. Unknown names get an
+// error listing the known ones; hyper-parameters come from the [optimizer] section.
+std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const ConfigSection& opts);
+std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const OptimizerHyper& h);
+std::vector<std::string> OptimizerNames();
+
+// Learning rate over steps: linear scaling with global batch, linear warm-up, then
+// constant | poly | cosine | step decay.
+struct LrScheduleOptions {
+  double base_lr = 0.1;         // [optimizer] lr, for base_batch_size samples
+  int64_t base_batch_size = 0;  // 0: no linear scaling
+  int64_t global_batch = 1;
+  int64_t warmup_steps = 0;
+  double warmup_start_ratio = 0.0;  // lr at step 0 = ratio x peak
+  int64_t total_steps = 1;
+  std::string kind = "constant";
+  double poly_power = 2.0;
+  double min_lr = 0;
+  int64_t step_every = 1;   // step: decay every N steps by gamma
+  double step_gamma = 0.1;
+};
+
+class LrSchedule {
+ public:
+  explicit LrSchedule(const LrScheduleOptions& o);
+  // From [optimizer]: lr, base_batch_size, warmup_epochs, schedule, poly_power, min_lr,
+  // step_epochs, step_gamma (epoch keys turned into steps with steps_per_epoch).
+  static LrSchedule FromConfig(const ConfigSection& opts, int64_t global_batch, int64_t steps_per_epoch,
+                               int64_t total_steps);
+  double peak_lr() const { return peak_; }
+  double At(int64_t step) const;
+  const LrScheduleOptions& options() const { return o_; }
+
+ private:
+  LrScheduleOptions o_;
+  double peak_;
+};
+
+}  // namespace shoal
