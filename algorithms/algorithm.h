@@ -1,0 +1,88 @@
+// Algorithm: how workers agree on the model. One per job, chosen by [algorithm] name.
+// The trainer computes gradients and calls Step once per step; the algorithm leaves the
+// weights to use for the next step in ParamView::w (applying an optimizer locally,
+// pushing to servers, all-reducing, gossiping...). Adding one = a header + a source in
+// algorithms/ + one RegisterAlgorithm line.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/optimizers/optimizer.h"
+#include "common/config.h"
+#include "common/metrics.h"
+
+namespace shoal {
+
+// One model tensor as host fp32 memory: weights and this step's gradient.
+struct ParamView {
+  std::string name;
+  float* w = nullptr;
+  float* g = nullptr;
+  int64_t n = 0;
+  bool no_weight_decay = false;
+};
+
+struct StepInfo {
+  int64_t step = 0;   // global step, 0-based
+  int64_t epoch = 0;
+  double loss = 0;
+};
+
+// What an algorithm may use: the job, this worker's place in it, the optimizer and
+// schedule built from [optimizer], and the metrics sink.
+struct AlgorithmEnv {
+  const JobConfig* config = nullptr;
+  int rank = 0;
+  int world = 1;
+  int64_t steps_per_epoch = 1;
+  int64_t total_steps = 1;
+  std::shared_ptr<Optimizer> optimizer;
+  std::shared_ptr<LrSchedule> schedule;
+  MetricsWriter* metrics = nullptr;
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual std::string Name() const = 0;
+  // Called once with freshly initialized weights (same seed on every worker); may replace
+  // them (e.g. pull from servers, broadcast from rank 0, restore a checkpoint).
+  virtual void Init(const std::vector<ParamView>& params) { (void)params; }
+  virtual void Step(const std::vector<ParamView>& params, const StepInfo& info) = 0;
+  // Training ended (normally or early): flush, final sync, leave the final weights in w.
+  virtual void Finish(const std::vector<ParamView>& params) { (void)params; }
+  // Extra figures for progress lines and metrics (bytes_sent, staleness, ...).
+  virtual int64_t bytes_sent() const { return 0; }
+  virtual void AddMetrics(JsonObject* out) const { (void)out; }
+  // Rank 0 of a collective job stops everyone at the target: all ranks must agree when to
+  // stop, so algorithms that synchronize decide it together.
+  virtual bool AgreeToStop(bool mine) { return mine; }
+};
+
+using AlgorithmFactory = std::function<std::unique_ptr<Algorithm>(const AlgorithmEnv&)>;
+
+// Registration from static initializers; `needs_servers` tells the launcher to start the
+// job's parameter servers.
+bool RegisterAlgorithm(const std::string& name, bool needs_servers, AlgorithmFactory f);
+// Throws shoal::Error "unknown algorithm "x" (known: ...)" for names not registered.
+std::unique_ptr<Algorithm> MakeAlgorithm(const std::string& name, const AlgorithmEnv& env);
+bool AlgorithmNeedsServers(const std::string& name);
+std::vector<std::string> AlgorithmNames();
+
+// Applies env.optimizer to every tensor with this step's LR (shared by algorithms that
+// update locally). States are kept per tensor index.
+class LocalUpdater {
+ public:
+  explicit LocalUpdater(const AlgorithmEnv& env) : env_(env) {}
+  void Apply(const std::vector<ParamView>& params, int64_t step);
+  std::vector<OptimizerState>& states() { return states_; }
+
+ private:
+  AlgorithmEnv env_;
+  std::vector<OptimizerState> states_;
+};
+
+}  // namespace shoal

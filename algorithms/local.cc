@@ -1,0 +1,24 @@
+// "local": one worker, no communication; the optimizer runs in place. The baseline every
+// distributed algorithm is compared against.
+#include "algorithms/algorithm.h"
+
+namespace shoal {
+namespace {
+
+class Local : public Algorithm {
+ public:
+  explicit Local(const AlgorithmEnv& env) : updater_(env) {}
+  std::string Name() const override { return "local"; }
+  void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    updater_.Apply(params, info.step);
+  }
+
+ private:
+  LocalUpdater updater_;
+};
+
+const bool kRegistered = RegisterAlgorithm("local", /*needs_servers=*/false,
+    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Local(env)); });
+
+}  // namespace
+}  // namespace shoal
