@@ -3,7 +3,12 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "common/error.h"
 
@@ -80,22 +85,34 @@ void MakeDirs(const std::string& path) {
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw Error(path + ": not a directory");
 }
 
+static double UnixNow() {
+  struct timeval tv;
+  gettimeofday(&tv, nullptr);
+  return double(tv.tv_sec) + 1e-6 * double(tv.tv_usec);
+}
+
+MetricsWriter::MetricsWriter() : start_unix_(UnixNow()) {
+  if (const char* s = getenv("SHOAL_JOB_START")) {
+    char* end = nullptr;
+    double v = strtod(s, &end);
+    if (end != s && v > 0 && v <= start_unix_) start_unix_ = v;
+  }
+}
+
 MetricsWriter::~MetricsWriter() {
-  if (file_) fclose(file_);
+  if (fd_ >= 0) close(fd_);
 }
 
 void MetricsWriter::Open(const std::string& path, bool append) {
   auto slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) MakeDirs(path.substr(0, slash));
   std::lock_guard<std::mutex> lock(mu_);
-  if (file_) fclose(file_);
-  file_ = fopen(path.c_str(), append ? "a" : "w");
-  if (!file_) throw Error(path + ": cannot open metrics file: " + strerror(errno));
+  if (fd_ >= 0) close(fd_);
+  fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
+  if (fd_ < 0) throw Error(path + ": cannot open metrics file: " + strerror(errno));
 }
 
-double MetricsWriter::wall_s() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-}
+double MetricsWriter::wall_s() const { return UnixNow() - start_unix_; }
 
 void MetricsWriter::Write(const std::string& event, int64_t step, const JsonObject& fields) {
   JsonObject head;
@@ -103,11 +120,16 @@ void MetricsWriter::Write(const std::string& event, int64_t step, const JsonObje
   std::string rest = fields.str();
   std::string line = head.str();
   if (rest.size() > 2) line = line.substr(0, line.size() - 1) + "," + rest.substr(1);
+  line += '\n';
   std::lock_guard<std::mutex> lock(mu_);
-  if (!file_) return;
-  fputs(line.c_str(), file_);
-  fputc('\n', file_);
-  fflush(file_);
+  if (fd_ < 0) return;
+  size_t off = 0;
+  while (off < line.size()) {
+    ssize_t n = write(fd_, line.data() + off, line.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // disk full: metrics are best-effort, training goes on
+    off += size_t(n);
+  }
 }
 
 }  // namespace shoal

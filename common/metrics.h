@@ -1,6 +1,5 @@
 // Metrics as JSON lines: one object per line, each with event, step and wall_s.
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -28,23 +27,25 @@ class JsonObject {
 
 std::string JsonEscape(const std::string& s);
 
-// Appends JSON lines to <output_dir>/metrics.jsonl (or any path); thread-safe, flushed
-// per line so a killed process loses at most the line being written.
+// Appends JSON lines to <output_dir>/metrics.jsonl (or any path); thread-safe. Each line
+// is one write() on an O_APPEND descriptor, so the job's processes can share one file
+// without interleaving, and a killed process loses at most the line being written.
 class MetricsWriter {
  public:
-  MetricsWriter() = default;
+  MetricsWriter();
   ~MetricsWriter();
   // Creates parent directories; throws shoal::Error naming the path on failure.
   void Open(const std::string& path, bool append = true);
-  bool is_open() const { return file_ != nullptr; }
+  bool is_open() const { return fd_ >= 0; }
   // Adds "event", "step" and "wall_s" (seconds since this writer was created) first.
   void Write(const std::string& event, int64_t step, const JsonObject& fields);
   double wall_s() const;
 
  private:
   std::mutex mu_;
-  FILE* file_ = nullptr;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  int fd_ = -1;
+  double start_unix_;  // the job's start (SHOAL_JOB_START from the launcher) or ours
+
 };
 
 // mkdir -p; throws shoal::Error naming the path.
