@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/json_fields.h"
 #include "common/metrics.h"
+#include "tools/launcher/plot.h"
 #include "tools/launcher/process_group.h"
 
 DEFINE_string(bin_dir, "bazel-bin", "where shoal-server and shoal-worker were built");
@@ -65,6 +66,7 @@ struct Progress {
   double epoch = 0, step = 0, loss = NAN, acc = NAN, sps = 0, staleness = NAN;
   std::map<int, double> worker_sps;
   std::map<int, std::string> end_lines;
+  PlotSeries loss_plot{"loss", {}}, acc_plot{"test accuracy", {}};
   double max_acc = NAN;
 };
 
@@ -158,10 +160,12 @@ int Run(const std::string& job_path) {
         p.epoch = JsonNumber(line, "epoch").value_or(p.epoch);
         p.step = std::max(p.step, JsonNumber(line, "step").value_or(0));
         p.loss = JsonNumber(line, "loss").value_or(p.loss);
+        if (rank == 0) p.loss_plot.points.emplace_back(JsonNumber(line, "wall_s").value_or(0), p.loss);
         p.worker_sps[rank] = JsonNumber(line, "samples_per_s").value_or(0);
         p.staleness = JsonNumber(line, "staleness").value_or(p.staleness);
       } else if (*ev == "eval") {
         p.acc = JsonNumber(line, "test_accuracy").value_or(p.acc);
+        if (rank == 0) p.acc_plot.points.emplace_back(JsonNumber(line, "wall_s").value_or(0), p.acc);
         if (!std::isnan(p.acc) && (std::isnan(p.max_acc) || p.acc > p.max_acc)) p.max_acc = p.acc;
         if (!tty) last_print = 0;  // print every evaluation when not on a terminal
       } else if (*ev == "end") {
@@ -214,6 +218,11 @@ int Run(const std::string& job_path) {
   fields.Add("wall_s", wall).Add("samples_per_s", sps).Add("bytes_sent", int64_t(bytes)).Add("workers", cfg.world_size());
   if (workers_failed) fields.Add("workers_failed", workers_failed);
   metrics.Write("done", int64_t(steps), fields);
+  try {
+    WritePlotPng(cfg.output_dir + "/plot.png", {p.loss_plot, p.acc_plot});
+  } catch (const Error& e) {
+    fprintf(stderr, "shoal: %s\n", e.what());
+  }
   JsonObject done;
   done.Add("event", "done");
   std::string body = fields.str();
