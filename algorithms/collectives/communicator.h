@@ -1,0 +1,30 @@
+// Communicator: collectives among the workers of a job. Implementations: a ZeroMQ ring
+// (CPUs, across hosts), NCCL (GPUs). Buffers are host fp32 unless an implementation says
+// otherwise; `wire` picks the dtype on the wire (fp16/bf16 halves the bytes; the result
+// is still identical on every rank).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "common/dtype.h"
+
+namespace shoal {
+
+enum class ReduceOp { kSum, kMean };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string Name() const = 0;
+  // In place; every rank ends with the same values, bit for bit.
+  virtual void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) = 0;
+  // Each rank contributes `bytes` bytes; out gets size() * bytes, rank order.
+  virtual void AllGather(const void* in, int64_t bytes, void* out) = 0;
+  virtual void Broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual void Barrier() = 0;
+  virtual int64_t bytes_sent() const = 0;
+};
+
+}  // namespace shoal

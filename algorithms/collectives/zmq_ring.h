@@ -1,0 +1,62 @@
+// Bandwidth-optimal ring all-reduce over ZeroMQ (reduce-scatter then all-gather, as in
+// Baidu's ring and gloo's allreduce_ring): each rank sends 2(N-1)/N of the data whatever
+// N is. Each rank binds one PULL socket (from its left neighbour) and connects one PUSH
+// socket (to its right); segments are pipelined so adding one overlaps receiving the next.
+// A neighbour that disconnects mid-collective, or silence past the timeout, is an error
+// naming the rank, never a hang.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/collectives/communicator.h"
+#include "algorithms/collectives/store.h"
+
+namespace shoal {
+
+struct RingOptions {
+  std::string bind_host = "127.0.0.1";
+  int timeout_ms = 60000;            // no progress for this long = error
+  int64_t segment_bytes = 1 << 20;   // pipelining unit
+  std::string prefix = "ring";       // store key prefix (one ring per prefix)
+  int rendezvous_timeout_ms = 60000;
+};
+
+class ZmqRing : public Communicator {
+ public:
+  // Binds, publishes "<prefix>-<rank>" in the store, reads every peer's endpoint and
+  // connects; returns once the ring is wired.
+  ZmqRing(int rank, int size, Store& store, const RingOptions& opts = RingOptions());
+  ~ZmqRing() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string Name() const override { return "zmq-ring"; }
+  void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) override;
+  void AllGather(const void* in, int64_t bytes, void* out) override;
+  void Broadcast(void* data, int64_t bytes, int root) override;
+  void Barrier() override;
+  int64_t bytes_sent() const override { return bytes_sent_; }
+
+ private:
+  struct Msg;
+  void Send(const void* header_payload, size_t bytes, const void* extra, size_t extra_bytes);
+  // Receives one message from the left neighbour into `msg` (bounded wait).
+  void Recv(Msg* msg, const char* what);
+  bool TryRecv(Msg* msg, const char* what);
+  void CheckMonitors(const char* what);
+
+  int rank_, size_;
+  RingOptions opts_;
+  void* ctx_ = nullptr;
+  void* pull_ = nullptr;
+  void* push_ = nullptr;
+  void* mon_pull_ = nullptr;
+  bool left_connected_ = false;
+  bool left_gone_ = false;
+  uint32_t seq_ = 0;  // collective sequence number, checked on every message
+  int64_t bytes_sent_ = 0;
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,202 @@
+// The ZeroMQ ring among real processes on loopback: exact sums for many sizes and rank
+// counts, fp16 wire, all-gather, broadcast, and a rank dying mid-collective.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+#include "algorithms/collectives/zmq_ring.h"
+#include "common/error.h"
+#include <zmq.h>
+#include <cstring>
+
+namespace shoal {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  static int counter = 0;
+  std::string d = ::testing::TempDir() + "/ring_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  return d;
+}
+
+// Runs body(rank) in `size` child processes; returns their exit codes (bounded wait, kills
+// stragglers so no process outlives the test).
+std::vector<int> RunRanks(int size, const std::function<int(int)>& body, int timeout_s = 60) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < size; ++r) {
+    pid_t p = fork();
+    if (p == 0) {
+      int rc = 99;
+      try {
+        rc = body(r);
+      } catch (const std::exception& e) {
+        fprintf(stderr, "rank %d: %s\n", r, e.what());
+        rc = 42;
+      }
+      _exit(rc);
+    }
+    pids.push_back(p);
+  }
+  std::vector<int> codes(size, -1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int left = size;
+  while (left > 0) {
+    for (int r = 0; r < size; ++r) {
+      if (codes[r] != -1) continue;
+      int st;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        --left;
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < size; ++r)
+        if (codes[r] == -1) { kill(pids[r], SIGKILL); waitpid(pids[r], nullptr, 0); codes[r] = 255; }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return codes;
+}
+
+float Value(int rank, int64_t i) { return float((rank * 7 + i * 3) % 23) - 11.0f; }
+
+TEST(ZmqRing, AllReduceExactForManySizesAndRankCounts) {
+  for (int size : {1, 2, 3, 4, 5, 8}) {
+    std::string dir = FreshDir("sum");
+    auto codes = RunRanks(size, [&](int rank) {
+      FileStore store(dir);
+      RingOptions o;
+      o.segment_bytes = 4096;  // many segments: exercises pipelining
+      ZmqRing ring(rank, size, store, o);
+      for (int64_t n : {int64_t(0), int64_t(1), int64_t(3), int64_t(7), int64_t(1000), int64_t(4099), int64_t(100003)}) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = Value(rank, i);
+        ring.AllReduce(v.data(), n, ReduceOp::kSum);
+        for (int64_t i = 0; i < n; ++i) {
+          float want = 0;
+          for (int r = 0; r < size; ++r) want += Value(r, i);
+          if (v[size_t(i)] != want) {
+            fprintf(stderr, "size %d n %lld i %lld: got %g want %g\n", size, (long long)n, (long long)i, v[size_t(i)], want);
+            return 1;
+          }
+        }
+      }
+      return 0;
+    });
+    for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "size " << size << " rank " << r;
+  }
+}
+
+TEST(ZmqRing, MeanAndHalfPrecisionWireAreIdenticalOnEveryRank) {
+  const int size = 4;
+  const int64_t n = 5001;
+  std::string dir = FreshDir("fp16");
+  std::string out = dir + "-out";
+  auto codes = RunRanks(size, [&](int rank) {
+    FileStore store(dir);
+    ZmqRing ring(rank, size, store);
+    for (DType wire : {DType::kF16, DType::kBF16}) {
+      std::vector<float> v(n);
+      for (int64_t i = 0; i < n; ++i) v[size_t(i)] = Value(rank, i) * 0.37f + 0.001f * float(rank);
+      ring.AllReduce(v.data(), n, ReduceOp::kMean, wire);
+      // Close to the exact mean, and identical everywhere (checked via all-gather of a hash).
+      double max_err = 0;
+      uint64_t h = 1469598103934665603ull;
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0;
+        for (int r = 0; r < size; ++r) want += Value(r, i) * 0.37f + 0.001f * float(r);
+        want /= size;
+        max_err = std::max(max_err, std::fabs(v[size_t(i)] - want));
+        uint32_t bits;
+        memcpy(&bits, &v[size_t(i)], 4);
+        h = (h ^ bits) * 1099511628211ull;
+      }
+      double tol = wire == DType::kF16 ? 0.02 : 0.1;
+      if (max_err > tol) { fprintf(stderr, "%s max_err %g\n", DTypeName(wire), max_err); return 1; }
+      std::vector<uint64_t> all(size);
+      ring.AllGather(&h, sizeof h, all.data());
+      for (int r = 0; r < size; ++r) if (all[size_t(r)] != h) { fprintf(stderr, "rank %d differs\n", r); return 2; }
+    }
+    return 0;
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(ZmqRing, BroadcastFromEveryRoot) {
+  const int size = 3;
+  std::string dir = FreshDir("bcast");
+  auto codes = RunRanks(size, [&](int rank) {
+    FileStore store(dir);
+    ZmqRing ring(rank, size, store);
+    for (int root = 0; root < size; ++root) {
+      std::vector<int32_t> v(777, rank == root ? root * 100 + 5 : -1);
+      ring.Broadcast(v.data(), int64_t(v.size() * 4), root);
+      for (int32_t x : v) if (x != root * 100 + 5) return 1;
+    }
+    return 0;
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(ZmqRing, RankDyingMidCollectiveFailsTheOthersFast) {
+  const int size = 4;
+  std::string dir = FreshDir("die");
+  auto t0 = std::chrono::steady_clock::now();
+  auto codes = RunRanks(size, [&](int rank) {
+    FileStore store(dir);
+    RingOptions o;
+    o.timeout_ms = 20000;  // the failure must be found long before this
+    ZmqRing ring(rank, size, store, o);
+    std::vector<float> v(1 << 16, 1.0f);
+    for (int it = 0; it < 1000; ++it) {
+      if (rank == 2 && it == 3) raise(SIGKILL);
+      ring.AllReduce(v.data(), int64_t(v.size()), ReduceOp::kMean);
+    }
+    return 0;
+  });
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(codes[2], 128 + SIGKILL);
+  for (int r : {0, 1, 3}) EXPECT_EQ(codes[r], 42) << "rank " << r << " should fail with an error";
+  EXPECT_LT(secs, 15.0) << "failure detection relied on the timeout";
+}
+
+TEST(ZmqRing, GarbageOnTheRingPortIsAClearError) {
+  const int size = 2;
+  std::string dir = FreshDir("junk");
+  auto codes = RunRanks(size, [&](int rank) {
+    FileStore store(dir);
+    ZmqRing ring(rank, size, store);
+    if (rank == 0) {
+      // A stray PUSH peer sends junk to rank 1's port.
+      std::string ep = store.Get("ring-1", 1000);
+      void* ctx = zmq_ctx_new();
+      void* s = zmq_socket(ctx, ZMQ_PUSH);
+      zmq_connect(s, ep.c_str());
+      zmq_send(s, "garbage!", 8, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      zmq_close(s);
+      zmq_ctx_term(ctx);
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::vector<float> v(10, 1.0f);
+    try {
+      ring.AllReduce(v.data(), 10, ReduceOp::kSum);
+    } catch (const Error& e) {
+      return std::string(e.what()).find("malformed message") != std::string::npos ? 7 : 8;
+    }
+    return 9;
+  }, 30);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 7);
+}
+
+}  // namespace
+}  // namespace shoal
