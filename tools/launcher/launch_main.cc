@@ -109,6 +109,8 @@ int Run(const std::string& job_path) {
   }
   double start = UnixNow();
   setenv("SHOAL_JOB_START", std::to_string(start).c_str(), 1);
+  // Keys this run's rendezvous so files of an earlier run are never read.
+  setenv("SHOAL_RUN_ID", (std::to_string((long long)start) + "-" + std::to_string(getpid())).c_str(), 1);
 
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);

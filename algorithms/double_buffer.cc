@@ -1,0 +1,88 @@
+// "double_buffer" (ChainerMN, seed 002): step t's gradients are averaged on a background
+// thread while step t+1 computes; the update at step t+1 uses that 1-step-stale average.
+// Exchange time hides behind compute; all workers still apply identical updates.
+#include <future>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/collectives/factory.h"
+#include "algorithms/collectives/fusion.h"
+
+namespace shoal {
+namespace {
+
+class DoubleBuffer : public Algorithm {
+ public:
+  explicit DoubleBuffer(const AlgorithmEnv& env)
+      : env_(env),
+        updater_(env),
+        fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)),
+        wire_(ParseDType(env.config->algorithm_opts.GetString("wire_dtype", "fp32"))) {
+    comm_ = MakeWorkerCommunicator(env, "double_buffer");
+  }
+  ~DoubleBuffer() override {
+    if (pending_.valid()) pending_.wait();
+  }
+  std::string Name() const override { return "double_buffer"; }
+
+  void Init(const std::vector<ParamView>& params) override {
+    for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
+  }
+  void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    bool have_stale = Wait();  // the exchange of step t-1 has finished
+    if (have_stale) {
+      stale_.swap(fusion_.buffer());
+    }
+    fusion_.Pack(params);  // step t's gradients, exchanged while step t+1 computes
+    pending_ = std::async(std::launch::async, [this] { fusion_.Run(*comm_, wire_); });
+    if (have_stale) {
+      Unpack(stale_, params);
+      updater_.Apply(params, stale_step_);
+    }
+    stale_step_ = info.step;
+  }
+  void Finish(const std::vector<ParamView>& params) override {
+    if (Wait()) {  // the last step's gradients still have to be applied
+      Unpack(fusion_.buffer(), params);
+      updater_.Apply(params, stale_step_);
+    }
+  }
+  bool AgreeToStop(bool mine) override {
+    // The ring carries one collective at a time: settle the exchange in flight first.
+    bool had = Wait();
+    float v = mine ? 1.f : 0.f;
+    comm_->AllReduce(&v, 1, ReduceOp::kSum);
+    if (had) pending_ = std::async(std::launch::deferred, [] {});  // keep the result for the next Step
+    return v > 0;
+  }
+  int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+
+ private:
+  // Waits for the exchange in flight; true if there was one (its result is in fusion_).
+  bool Wait() {
+    if (!pending_.valid()) return false;
+    pending_.get();  // rethrows a failed exchange (e.g. a peer died)
+    return true;
+  }
+  static void Unpack(const std::vector<float>& buf, const std::vector<ParamView>& params) {
+    int64_t off = 0;
+    for (auto& p : params) {
+      std::copy(buf.begin() + off, buf.begin() + off + p.n, p.g);
+      off += p.n;
+    }
+  }
+
+  AlgorithmEnv env_;
+  LocalUpdater updater_;
+  FusedAllReduce fusion_;
+  DType wire_;
+  std::unique_ptr<Communicator> comm_;
+  std::future<void> pending_;
+  std::vector<float> stale_;
+  int64_t stale_step_ = 0;
+};
+
+const bool kRegistered = RegisterAlgorithm("double_buffer", false,
+    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new DoubleBuffer(env)); });
+
+}  // namespace
+}  // namespace shoal
