@@ -1,0 +1,76 @@
+#include "algorithms/compressors/dgc_compressor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "algorithms/compressors/topk.h"
+#include "common/error.h"
+
+namespace shoal {
+
+double DgcCompressor::SparsityAt(double epoch) const {
+  if (epoch >= o_.warmup_epochs) return o_.sparsity;
+  double s = 1.0 - std::pow(0.25, std::floor(epoch) + 1);  // 0.75, 0.9375, 0.984, ...
+  return std::min(s, o_.sparsity);
+}
+
+int64_t DgcCompressor::KFor(int64_t n, double sparsity) {
+  // The epsilon keeps 1000 x (1 - 0.999) = 1.0000000000000009 at 1.
+  return std::max<int64_t>(1, int64_t(std::ceil(double(n) * (1.0 - sparsity) - 1e-9)));
+}
+
+SparseGrad DgcCompressor::Compress(const std::vector<ParamView>& params, const std::vector<size_t>& which, double epoch,
+                                   int world) {
+  if (u_.size() != which.size()) {
+    u_.resize(which.size());
+    v_.resize(which.size());
+    for (size_t j = 0; j < which.size(); ++j) {
+      u_[j].assign(size_t(params[which[j]].n), 0.f);
+      v_[j].assign(size_t(params[which[j]].n), 0.f);
+    }
+  }
+  // Local clipping on the global norm of the local gradient, threshold / sqrt(N).
+  float scale = 1.f;
+  if (o_.clip_norm > 0) {
+    double ss = 0;
+    for (size_t j : which)
+      for (int64_t i = 0; i < params[j].n; ++i) ss += double(params[j].g[i]) * params[j].g[i];
+    double bound = o_.clip_norm / std::sqrt(double(world));
+    double norm = std::sqrt(ss);
+    if (norm > bound) scale = float(bound / norm);
+  }
+  double sparsity = SparsityAt(epoch);
+  SparseGrad out;
+  int64_t base = 0;
+  for (size_t j = 0; j < which.size(); ++j) {
+    const ParamView& p = params[which[j]];
+    auto& u = u_[j];
+    auto& v = v_[j];
+    float wd = p.no_weight_decay ? 0.f : float(o_.weight_decay), m = float(o_.momentum);
+    for (int64_t i = 0; i < p.n; ++i) {
+      float g = scale * p.g[i] + wd * p.w[i];
+      u[size_t(i)] = m * u[size_t(i)] + g;  // momentum correction
+      v[size_t(i)] += u[size_t(i)];
+    }
+    size_t first = out.idx.size();
+    SampledTopK(v.data(), p.n, KFor(p.n, sparsity), base, rng_, &out.idx, &out.val);
+    for (size_t t = first; t < out.idx.size(); ++t) {  // momentum factor masking
+      int64_t i = out.idx[t] - base;
+      v[size_t(i)] = 0.f;
+      u[size_t(i)] = 0.f;
+    }
+    base += p.n;
+  }
+  return out;
+}
+
+void DgcCompressor::Decode(const SparseGrad& s, float* out, int64_t out_n) {
+  for (size_t t = 0; t < s.idx.size(); ++t) {
+    int32_t i = s.idx[t];
+    if (i < 0) continue;  // padding
+    if (i >= out_n) throw Error("dgc: index " + std::to_string(i) + " outside " + std::to_string(out_n) + " elements");
+    out[i] += s.val[t];
+  }
+}
+
+}  // namespace shoal

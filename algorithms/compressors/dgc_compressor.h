@@ -1,0 +1,48 @@
+// Deep Gradient Compression's worker side (Lin et al. 2018): local gradient clipping,
+// momentum correction (accumulate velocity, not raw gradients), top-k of the accumulated
+// velocity, momentum factor masking (sent entries leave both accumulators), and the
+// exponential sparsity warm-up. Decoding is exact: sum of everyone's (index, value) pairs.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+
+namespace shoal {
+
+struct DgcOptions {
+  double sparsity = 0.999;      // final fraction NOT sent
+  double warmup_epochs = 4;     // sparsity 75%, 93.75%, 98.4%, 99.6%, ... up to `sparsity`
+  double momentum = 0.9;
+  double clip_norm = 0;         // 0: no clipping; else global norm bound (scaled by 1/sqrt(N))
+  double weight_decay = 0;
+  int64_t min_compress = 1024;  // smaller tensors go dense
+};
+
+struct SparseGrad {
+  std::vector<int32_t> idx;  // offsets into the concatenation of compressed tensors
+  std::vector<float> val;
+};
+
+class DgcCompressor {
+ public:
+  DgcCompressor(const DgcOptions& o, uint64_t seed) : o_(o), rng_(seed) {}
+  // Sparsity for an epoch (fractional epochs allowed) under the warm-up schedule.
+  double SparsityAt(double epoch) const;
+  // Fixed per-step count of pairs for tensor of n elements at this sparsity (>= 1).
+  static int64_t KFor(int64_t n, double sparsity);
+  // Consumes this step's local gradients of the compressed tensors (indices `which` into
+  // params) and returns exactly sum(KFor) pairs; `world` scales the clipping threshold.
+  SparseGrad Compress(const std::vector<ParamView>& params, const std::vector<size_t>& which, double epoch, int world);
+  // Decodes pairs into a dense buffer (adds; out must be zeroed by the caller).
+  static void Decode(const SparseGrad& s, float* out, int64_t out_n);
+  const std::vector<std::vector<float>>& residual() const { return v_; }  // accumulated velocity
+
+ private:
+  DgcOptions o_;
+  std::mt19937_64 rng_;
+  std::vector<std::vector<float>> u_, v_;  // momentum and accumulated velocity per tensor
+};
+
+}  // namespace shoal

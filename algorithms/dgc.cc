@@ -1,0 +1,115 @@
+// "dgc": Deep Gradient Compression over the ring. Large tensors send only the top-k of
+// their momentum-corrected accumulated gradient as (index, value) pairs, all-gathered and
+// decoded exactly; small tensors (biases, BN) go dense. Every worker decodes the same
+// pairs and applies the same update, so weights stay identical.
+#include <cmath>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/collectives/factory.h"
+#include "algorithms/collectives/fusion.h"
+#include "algorithms/compressors/dgc_compressor.h"
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+class Dgc : public Algorithm {
+ public:
+  explicit Dgc(const AlgorithmEnv& env) : env_(env), fusion_(int64_t(64) << 20) {
+    const JobConfig& c = *env.config;
+    if (c.optimizer != "momentum" && c.optimizer != "sgd")
+      throw Error(c.path + ": [optimizer] name: dgc applies its own momentum correction; use \"momentum\" or \"sgd\", not \"" + c.optimizer + "\"");
+    const ConfigSection& a = c.algorithm_opts;
+    const ConfigSection& o = c.optimizer_opts;
+    DgcOptions d;
+    d.sparsity = a.GetDouble("sparsity", 0.999, 0, 0.999999);
+    d.warmup_epochs = a.GetDouble("sparsity_warmup_epochs", 4, 0, 1e6);
+    d.momentum = c.optimizer == "sgd" ? 0.0 : o.GetDouble("momentum", 0.9, 0, 0.99999);
+    d.clip_norm = a.GetDouble("clip_norm", 0, 0, 1e9);
+    d.weight_decay = o.GetDouble("weight_decay", 0, 0, 1);
+    d.min_compress = a.GetInt("min_compress_elements", 1024, 1, int64_t(1) << 40);
+    opts_ = d;
+    comp_.reset(new DgcCompressor(d, c.seed * 7919 + uint64_t(env.rank)));
+    comm_ = MakeWorkerCommunicator(env, "dgc");
+  }
+  std::string Name() const override { return "dgc"; }
+
+  void Init(const std::vector<ParamView>& params) override {
+    for (size_t i = 0; i < params.size(); ++i) {
+      (params[i].n >= opts_.min_compress ? sparse_ : dense_).push_back(i);
+      if (params[i].n >= opts_.min_compress) sparse_total_ += params[i].n;
+    }
+    dense_v_.resize(dense_.size());
+    for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
+  }
+
+  void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    float lr = float(env_.schedule->At(info.step));
+    double epoch = double(info.step) / double(std::max<int64_t>(1, env_.steps_per_epoch));
+    const int N = comm_->size();
+    // Sparse part: fixed-size pair lists, so one all-gather carries everyone's.
+    SparseGrad mine = comp_->Compress(params, sparse_, epoch, N);
+    int64_t k = int64_t(mine.idx.size());
+    std::vector<int32_t> all_idx(size_t(k) * N);
+    std::vector<float> all_val(size_t(k) * N);
+    comm_->AllGather(mine.idx.data(), k * 4, all_idx.data());
+    comm_->AllGather(mine.val.data(), k * 4, all_val.data());
+    dense_sum_.assign(size_t(sparse_total_), 0.f);
+    SparseGrad all{std::move(all_idx), std::move(all_val)};
+    DgcCompressor::Decode(all, dense_sum_.data(), sparse_total_);
+    int64_t off = 0;
+    for (size_t j : sparse_) {
+      const ParamView& p = params[j];
+      for (int64_t i = 0; i < p.n; ++i) p.w[i] -= lr * dense_sum_[size_t(off + i)] / float(N);
+      off += p.n;
+    }
+    sent_pairs_ += k;
+    dense_elems_ += sparse_total_;
+    // Dense part: plain averaged momentum SGD.
+    std::vector<ParamView> dense;
+    for (size_t j : dense_) dense.push_back(params[j]);
+    fusion_.Pack(dense);
+    fusion_.Run(*comm_, DType::kF32);
+    fusion_.UnpackInto(dense);
+    for (size_t d = 0; d < dense.size(); ++d) {
+      const ParamView& p = dense[d];
+      auto& v = dense_v_[d];
+      v.resize(size_t(p.n), 0.f);
+      float wd = p.no_weight_decay ? 0.f : float(opts_.weight_decay), m = float(opts_.momentum);
+      for (int64_t i = 0; i < p.n; ++i) {
+        v[size_t(i)] = m * v[size_t(i)] + p.g[i] + wd * p.w[i];
+        p.w[i] -= lr * v[size_t(i)];
+      }
+    }
+    sparsity_now_ = comp_->SparsityAt(epoch);
+  }
+  bool AgreeToStop(bool mine) override {
+    float v = mine ? 1.f : 0.f;
+    comm_->AllReduce(&v, 1, ReduceOp::kSum);
+    return v > 0;
+  }
+  int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  void AddMetrics(JsonObject* out) const override {
+    out->Add("sparsity", sparsity_now_);
+    out->Add("compression_ratio", sent_pairs_ > 0 ? double(dense_elems_) / double(sent_pairs_ * 2) : 0.0);
+  }
+
+ private:
+  AlgorithmEnv env_;
+  DgcOptions opts_;
+  std::unique_ptr<DgcCompressor> comp_;
+  std::unique_ptr<Communicator> comm_;
+  FusedAllReduce fusion_;
+  std::vector<size_t> sparse_, dense_;
+  int64_t sparse_total_ = 0;
+  std::vector<float> dense_sum_;
+  std::vector<std::vector<float>> dense_v_;
+  int64_t sent_pairs_ = 0, dense_elems_ = 0;
+  double sparsity_now_ = 0;
+};
+
+const bool kRegistered = RegisterAlgorithm("dgc", false,
+    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Dgc(env)); });
+
+}  // namespace
+}  // namespace shoal
