@@ -6,19 +6,14 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <thread>
+#include <unistd.h>
 
 #include "common/error.h"
 
 namespace shoal {
 namespace {
 
-// Every ring message starts with this header; the payload follows in the same frame.
-struct Header {
-  uint32_t magic;  // kMagic: rejects stray bytes from anything that is not our left neighbour
-  uint32_t seq;    // collective sequence number: both sides must be in the same collective
-  uint32_t step;   // ring step within the collective
-  uint32_t segment;
-};
 constexpr uint32_t kMagic = 0x53484c52;  // "SHLR"
 
 void ZmqCheck(int rc, const std::string& what) {
@@ -58,14 +53,25 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
+// One ring message: a header frame and a payload frame (sent without copying).
 struct ZmqRing::Msg {
-  zmq_msg_t m;
-  Msg() { zmq_msg_init(&m); }
-  ~Msg() { zmq_msg_close(&m); }
-  const Header& header() const { return *static_cast<const Header*>(zmq_msg_data(const_cast<zmq_msg_t*>(&m))); }
-  const uint8_t* payload() const { return static_cast<const uint8_t*>(zmq_msg_data(const_cast<zmq_msg_t*>(&m))) + sizeof(Header); }
-  size_t payload_size() const { return zmq_msg_size(const_cast<zmq_msg_t*>(&m)) - sizeof(Header); }
+  zmq_msg_t head, body;
+  Msg() { zmq_msg_init(&head); zmq_msg_init(&body); }
+  ~Msg() { zmq_msg_close(&head); zmq_msg_close(&body); }
+  const Header& header() const { return *static_cast<const Header*>(zmq_msg_data(const_cast<zmq_msg_t*>(&head))); }
+  const uint8_t* payload() const { return static_cast<const uint8_t*>(zmq_msg_data(const_cast<zmq_msg_t*>(&body))); }
+  size_t payload_size() const { return zmq_msg_size(const_cast<zmq_msg_t*>(&body)); }
 };
+
+namespace {
+void ReleaseSent(void*, void* hint) { static_cast<std::atomic<int64_t>*>(hint)->fetch_sub(1); }
+
+std::string HostName() {
+  char h[256] = {0};
+  gethostname(h, sizeof h - 1);
+  return h;
+}
+}  // namespace
 
 ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts) : rank_(rank), size_(size), opts_(opts) {
   if (size < 1 || rank < 0 || rank >= size) throw Error("ring: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
@@ -90,16 +96,32 @@ ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts) : ra
   char ep[256];
   size_t len = sizeof ep;
   ZmqCheck(zmq_getsockopt(pull_, ZMQ_LAST_ENDPOINT, ep, &len), "ZMQ_LAST_ENDPOINT");
-  std::string id = opts_.prefix + "-" + std::to_string(rank) + "-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  std::string id = opts_.prefix + "-" + std::to_string(rank) + "-" + std::to_string(getpid()) + "-" +
+                   std::to_string(reinterpret_cast<uintptr_t>(this));
+  // Peers on this host connect over a Unix socket: faster than TCP loopback.
+  ipc_path_ = "/tmp/shoal-" + id;
+  std::string ipc = "ipc://" + ipc_path_;
+  ZmqCheck(zmq_bind(pull_, ipc.c_str()), "ring rank " + std::to_string(rank) + ": bind " + ipc);
   mon_pull_ = MonitorSocket(ctx_, pull_, id + "-pull");
-  store.Set(opts_.prefix + "-" + std::to_string(rank), ep);
+  store.Set(opts_.prefix + "-" + std::to_string(rank), std::string(ep) + " " + ipc + " " + HostName());
   int right = (rank + 1) % size;
-  std::string right_ep = store.Get(opts_.prefix + "-" + std::to_string(right), opts_.rendezvous_timeout_ms);
+  std::string published = store.Get(opts_.prefix + "-" + std::to_string(right), opts_.rendezvous_timeout_ms);
+  std::string right_ep = published, right_ipc, right_host;
+  {
+    size_t a = published.find(' '), b = a == std::string::npos ? a : published.find(' ', a + 1);
+    if (b != std::string::npos) {
+      right_ep = published.substr(0, a);
+      right_ipc = published.substr(a + 1, b - a - 1);
+      right_host = published.substr(b + 1);
+    }
+    if (!right_ipc.empty() && right_host == HostName() && !opts_.tcp_only) right_ep = right_ipc;
+  }
   ZmqCheck(zmq_connect(push_, right_ep.c_str()), "ring rank " + std::to_string(rank) + ": connect to rank " + std::to_string(right) + " at " + right_ep);
   Barrier();  // the ring is wired once a token has gone round
 }
 
 ZmqRing::~ZmqRing() {
+  WaitSendsReleased();
   // Unwinding from a failed collective: what is still queued for a dead ring is moot.
   if (std::uncaught_exceptions() > 0 && push_) {
     int linger = 0;
@@ -108,6 +130,15 @@ ZmqRing::~ZmqRing() {
   for (void* s : {mon_pull_, pull_, push_})
     if (s) zmq_close(s);
   if (ctx_) zmq_ctx_term(ctx_);
+  if (!ipc_path_.empty()) unlink(ipc_path_.c_str());
+}
+
+void ZmqRing::WaitSendsReleased() {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
+  while (inflight_.load() > 0) {
+    if (std::chrono::steady_clock::now() > deadline || std::uncaught_exceptions() > 0) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 void ZmqRing::CheckMonitors(const char* what) {
@@ -119,25 +150,50 @@ void ZmqRing::CheckMonitors(const char* what) {
   }
 }
 
-void ZmqRing::Send(const void* header, size_t hbytes, const void* payload, size_t pbytes) {
+void ZmqRing::Send(const Header& h, const void* payload, size_t bytes, bool zero_copy) {
+  while (zmq_send(push_, &h, sizeof h, ZMQ_SNDMORE) < 0)
+    if (zmq_errno() != EINTR) throw Error(std::string("ring send: ") + zmq_strerror(zmq_errno()));
   zmq_msg_t m;
-  zmq_msg_init_size(&m, hbytes + pbytes);
-  memcpy(zmq_msg_data(&m), header, hbytes);
-  if (pbytes) memcpy(static_cast<uint8_t*>(zmq_msg_data(&m)) + hbytes, payload, pbytes);
+  if (zero_copy && bytes > 0) {
+    // The caller's buffer goes to the wire as is; ReleaseSent tells us when ZeroMQ is done.
+    inflight_.fetch_add(1);
+    zmq_msg_init_data(&m, const_cast<void*>(payload), bytes, ReleaseSent, &inflight_);
+  } else {
+    zmq_msg_init_size(&m, bytes);
+    if (bytes) memcpy(zmq_msg_data(&m), payload, bytes);
+  }
   while (zmq_msg_send(&m, push_, 0) < 0) {
     if (zmq_errno() != EINTR) {
       zmq_msg_close(&m);
       throw Error(std::string("ring send: ") + zmq_strerror(zmq_errno()));
     }
   }
-  bytes_sent_ += int64_t(hbytes + pbytes);
+  bytes_sent_ += int64_t(sizeof h + bytes);
 }
 
 bool ZmqRing::TryRecv(Msg* msg, const char* what) {
-  if (zmq_msg_recv(&msg->m, pull_, ZMQ_DONTWAIT) < 0) return false;
-  if (zmq_msg_size(&msg->m) < sizeof(Header) || msg->header().magic != kMagic)
-    throw Error(std::string("ring ") + what + ": malformed message from the left neighbour (" +
-                std::to_string(zmq_msg_size(&msg->m)) + " bytes, bad header)");
+  if (zmq_msg_recv(&msg->head, pull_, ZMQ_DONTWAIT) < 0) return false;
+  int more = 0;
+  size_t ml = sizeof more;
+  zmq_getsockopt(pull_, ZMQ_RCVMORE, &more, &ml);
+  bool ok = zmq_msg_size(&msg->head) == sizeof(Header) && msg->header().magic == kMagic && more;
+  if (ok) {
+    zmq_msg_recv(&msg->body, pull_, 0);  // multipart messages arrive whole
+    zmq_getsockopt(pull_, ZMQ_RCVMORE, &more, &ml);
+    ok = !more;
+  }
+  if (!ok) {
+    size_t first = zmq_msg_size(&msg->head);
+    while (more) {  // drop the rest of the bad message
+      zmq_msg_t junk;
+      zmq_msg_init(&junk);
+      zmq_msg_recv(&junk, pull_, 0);
+      zmq_msg_close(&junk);
+      zmq_getsockopt(pull_, ZMQ_RCVMORE, &more, &ml);
+    }
+    throw Error(std::string("ring ") + what + ": malformed message from the left neighbour (first frame " +
+                std::to_string(first) + " bytes, bad header or framing)");
+  }
   if (msg->header().seq != seq_)
     throw Error(std::string("ring ") + what + ": out-of-step message (collective " + std::to_string(msg->header().seq) +
                 ", expected " + std::to_string(seq_) + "): ranks called different collectives");
@@ -180,11 +236,11 @@ void ZmqRing::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
         Header h{kMagic, seq_, step, s};
         int64_t cnt = std::max<int64_t>(0, se - sb);
         if (wire == DType::kF32) {
-          Send(&h, sizeof h, data + sb, size_t(cnt) * 4);
+          Send(h, data + sb, size_t(cnt) * 4, /*zero_copy=*/true);
         } else {
           scratch_.resize(size_t(cnt) * es);
           EncodeFloats(data + sb, size_t(cnt), wire, scratch_.data());
-          Send(&h, sizeof h, scratch_.data(), scratch_.size());
+          Send(h, scratch_.data(), scratch_.size(), false);
         }
         ++s;
       } while (b + int64_t(s) * seg_elems < e);
@@ -235,6 +291,7 @@ void ZmqRing::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
       send_chunk(Mod(rank_ + 1 - step, N), uint32_t(N + step));
       recv_chunk(Mod(rank_ - step, N), uint32_t(N + step), false, "all-reduce");
     }
+    WaitSendsReleased();  // the caller may overwrite `data` once we return
   }
 }
 
@@ -246,7 +303,7 @@ void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
   for (int step = 0; step < size_ - 1; ++step) {
     int send_c = Mod(rank_ - step, size_), recv_c = Mod(rank_ - step - 1, size_);
     Header h{kMagic, seq_, uint32_t(step), 0};
-    Send(&h, sizeof h, o + bytes * send_c, size_t(bytes));
+    Send(h, o + bytes * send_c, size_t(bytes), false);
     Msg m;
     Recv(&m, "all-gather");
     if (m.header().step != uint32_t(step) || m.payload_size() != size_t(bytes))
@@ -269,7 +326,7 @@ void ZmqRing::Broadcast(void* data, int64_t bytes, int root) {
       throw Error("ring broadcast: " + std::to_string(m.payload_size()) + " bytes, expected " + std::to_string(bytes));
     memcpy(data, m.payload(), size_t(bytes));
   }
-  if (dist != size_ - 1) Send(&h, sizeof h, data, size_t(bytes));
+  if (dist != size_ - 1) Send(h, data, size_t(bytes), false);
 }
 
 void ZmqRing::Barrier() {

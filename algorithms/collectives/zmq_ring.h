@@ -5,6 +5,7 @@
 // A neighbour that disconnects mid-collective, or silence past the timeout, is an error
 // naming the rank, never a hang.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct RingOptions {
   int64_t segment_bytes = 1 << 20;   // pipelining unit
   std::string prefix = "ring";       // store key prefix (one ring per prefix)
   int rendezvous_timeout_ms = 60000;
+  bool tcp_only = false;             // else same-host neighbours use a Unix socket
 };
 
 class ZmqRing : public Communicator {
@@ -39,8 +41,16 @@ class ZmqRing : public Communicator {
   int64_t bytes_sent() const override { return bytes_sent_; }
 
  private:
+  // Every ring message: this header frame, then the payload frame.
+  struct Header {
+    uint32_t magic;    // rejects stray bytes from anything that is not our left neighbour
+    uint32_t seq;      // collective sequence number: both sides must be in the same collective
+    uint32_t step;     // ring step within the collective
+    uint32_t segment;
+  };
   struct Msg;
-  void Send(const void* header_payload, size_t bytes, const void* extra, size_t extra_bytes);
+  void Send(const Header& h, const void* payload, size_t bytes, bool zero_copy);
+  void WaitSendsReleased();
   // Receives one message from the left neighbour into `msg` (bounded wait).
   void Recv(Msg* msg, const char* what);
   bool TryRecv(Msg* msg, const char* what);
@@ -57,6 +67,8 @@ class ZmqRing : public Communicator {
   uint32_t seq_ = 0;  // collective sequence number, checked on every message
   int64_t bytes_sent_ = 0;
   std::vector<uint8_t> scratch_;
+  std::atomic<int64_t> inflight_{0};  // zero-copy sends ZeroMQ has not released yet
+  std::string ipc_path_;
 };
 
 }  // namespace shoal
