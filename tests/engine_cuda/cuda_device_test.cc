@@ -1,0 +1,49 @@
+// The CUDA backend on a machine without a usable device: a clear shoal::Error naming the
+// driver's reason, never a crash. Needs no CPU engine, so it runs on every build machine.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "worker/engine/backend.h"
+
+namespace shoal {
+namespace {
+
+TEST(CudaDevice, MissingDeviceIsReportedNotFatal) {
+  std::string why;
+  const int n = CudaDeviceCount(&why);
+  if (n > 0) GTEST_SKIP() << "a CUDA device is present (" << why << ")";
+  EXPECT_FALSE(why.empty());
+  try {
+    MakeCudaBackend(0);
+    FAIL() << "MakeCudaBackend succeeded without a device";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find("no CUDA device"), 0u) << msg;
+    EXPECT_NE(msg.find(why), std::string::npos) << msg;
+  }
+}
+
+TEST(CudaDevice, BadIndexThrows) {
+  EXPECT_THROW(MakeCudaBackend(-1), Error);
+  EXPECT_THROW(MakeCudaBackend(1 << 20), Error);
+}
+
+TEST(CudaDevice, MemoryRoundTripWhenPresent) {
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  auto b = MakeCudaBackend(0);
+  EXPECT_EQ(b->Name().rfind("cuda:0/", 0), 0u) << b->Name();
+  Tensor t = b->Empty({3, 5});
+  b->Fill(t, 2.f);
+  b->Scale(1.5f, t);
+  std::vector<float> h(15, 0.f);
+  b->CopyToHost(t, h.data());
+  EXPECT_EQ(h, std::vector<float>(15, 3.f));
+  EXPECT_DOUBLE_EQ(b->SumSquares(t), 135.0);
+}
+
+}  // namespace
+}  // namespace shoal

@@ -1,0 +1,21 @@
+// cuBLAS behind a plain header. cublas_v2.h pulls in cuda_fp16.h, which includes the
+// extension-less <nv/target> that the @cuda header glob does not carry, so only code
+// compiled by nvcc (kernels.cu) includes it.
+#pragma once
+#include <cuda_runtime_api.h>
+
+namespace shoal {
+namespace blas {
+
+using Handle = void*;
+
+// Each call returns nullptr on success, else cuBLAS's message for the failure.
+// Scalars are host values; math is true fp32 unless allow_tf32.
+const char* Create(Handle* h, cudaStream_t s, bool allow_tf32);
+void Destroy(Handle h);
+// Column-major C[m, n] = alpha op(A) op(B) + beta C, op = transpose when trans_*.
+const char* Sgemm(Handle h, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                  const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
+
+}  // namespace blas
+}  // namespace shoal

@@ -1,0 +1,129 @@
+// CudaBackend: the Backend interface on one CUDA device, with cuDNN for convolution,
+// batch norm and max pooling, cuBLAS for the fully connected layer, and own kernels
+// (kernels.cu) for the rest. All work goes on one stream owned by the backend.
+//
+// fp32 results are computed in true fp32 by default (no TF32 tensor-core math), so they
+// match the CPU backend to ~1e-5 relative; Options::allow_tf32 trades that for speed.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "worker/engine/backend.h"
+#include "worker/engine/cuda/cuda_alloc.h"
+#include "worker/engine/cuda/cuda_util.h"
+
+namespace shoal {
+
+// Descriptors and chosen algorithms for one convolution shape, built on first use.
+struct CudaConvPlan {
+  cudautil::TensorDesc x, y;
+  cudautil::FilterDesc w;
+  cudautil::ConvDesc conv;
+  int64_t n = 0, o = 0, ho = 0, wo = 0;  // output dims
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  cudnnMathType_t fwd_math{}, bwd_data_math{}, bwd_filter_math{};
+  size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+  bool has_fwd = false, has_bwd = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  struct Options {
+    bool allow_tf32 = false;
+    size_t max_workspace_bytes = size_t(1) << 30;  // per convolution algorithm
+  };
+  // Throws shoal::Error when the device cannot be used.
+  CudaBackend(int index, Options options);
+  explicit CudaBackend(int index) : CudaBackend(index, Options()) {}
+  ~CudaBackend() override;
+
+  Device device() const override { return {DeviceKind::kCuda, index_}; }
+  std::string Name() const override { return name_; }
+  cudaStream_t stream() const { return stream_; }
+
+  Tensor Empty(const Shape& shape, DType dtype = DType::kF32) override;
+  void Fill(Tensor& t, float value) override;
+  void CopyFromHost(Tensor& dst, const void* src) override;
+  void CopyToHost(const Tensor& src, void* dst) override;
+  // Same dtype: a device copy; different dtypes: an elementwise conversion.
+  void Copy(const Tensor& src, Tensor& dst) override;
+  void Synchronize() override;
+
+  void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
+                   Tensor& y) override;
+  void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p,
+                    Tensor* dx, Tensor& dw, Tensor* db) override;
+
+  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                             float momentum, Tensor& running_mean, Tensor& running_var,
+                             Tensor& save_mean, Tensor& save_invstd, Tensor& y) override;
+  void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& running_mean, const Tensor& running_var, float eps,
+                                 Tensor& y) override;
+  void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                         const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                         Tensor& dgamma, Tensor& dbeta) override;
+
+  void ReluForward(const Tensor& x, Tensor& y) override;
+  void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void Add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void Axpy(float alpha, const Tensor& x, Tensor& y) override;
+  void Scale(float alpha, Tensor& x) override;
+
+  // cuDNN max pooling recomputes the argmax from x and y, so `workspace` stays untouched.
+  void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& workspace) override;
+  void MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p,
+                       const Tensor& workspace, Tensor& dx) override;
+  void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
+  void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
+
+  void LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
+  void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                      Tensor* db) override;
+
+  float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing,
+                            Tensor* dlogits, int64_t* correct) override;
+  double SumSquares(const Tensor& x) override;
+
+ private:
+  using ConvKey = std::array<int64_t, 10>;
+
+  // Makes this backend's device current for the calling thread.
+  void Activate() const;
+  // Throws unless t is defined, on this device, of dtype dt.
+  void Expect(const Tensor& t, const char* op, const char* name, DType dt = DType::kF32) const;
+  void ExpectShape(const Tensor& t, const Shape& s, const char* op, const char* name) const;
+  std::string Where(const char* op) const;
+  // A cached NCHW fp32 descriptor of the given dims.
+  cudnnTensorDescriptor_t Desc4d(int64_t n, int64_t c, int64_t h, int64_t w);
+  // Descriptors for batch norm over x ([N,C,H,W] or [N,C]) and its per-channel tensors.
+  void BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor_t* xd,
+               cudnnTensorDescriptor_t* pd, int64_t* c, int64_t* hw);
+  // Device scratch of at least `bytes`, reused across calls (stream-ordered).
+  void* Scratch(size_t bytes);
+  void* Workspace(size_t bytes);
+  CudaConvPlan& PlanFor(const Tensor& x, const Tensor& w, const ConvParams& p, const char* op);
+  void ChooseForwardAlgo(CudaConvPlan& plan);
+  void ChooseBackwardAlgos(CudaConvPlan& plan);
+
+  const int index_;
+  const Options options_;
+  std::string name_;
+  std::shared_ptr<CudaAllocator> alloc_;
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  void* cublas_ = nullptr;  // blas::Handle
+  std::shared_ptr<void> scratch_, workspace_;
+  size_t scratch_bytes_ = 0, workspace_bytes_ = 0;
+  std::map<std::array<int64_t, 4>, std::unique_ptr<cudautil::TensorDesc>> descs_;
+  std::map<ConvKey, std::unique_ptr<CudaConvPlan>> plans_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,181 @@
+// Batch normalization and max pooling on cuDNN.
+#include "common/error.h"
+#include "worker/engine/cuda/cuda_backend.h"
+
+namespace shoal {
+
+using cudautil::Check;
+
+namespace {
+
+std::string Dims(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// cuDNN documents that backward must get the forward's epsilon, but with the saved mean and
+// inverse std passed in it does not read it; any valid value serves.
+constexpr double kBackwardEps = 1e-5;
+
+}  // namespace
+
+void CudaBackend::BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor_t* xd,
+                          cudnnTensorDescriptor_t* pd, int64_t* c, int64_t* hw) {
+  SHOAL_CHECK(x.ndim() == 4 || x.ndim() == 2,
+              Where(op) + ": x must be [N,C,H,W] or [N,C], got " + Dims(x.shape()));
+  // [N,C] is batch norm with H = W = 1: per-channel statistics over the batch.
+  const int64_t h = x.ndim() == 4 ? x.dim(2) : 1, w = x.ndim() == 4 ? x.dim(3) : 1;
+  *c = x.dim(1);
+  *hw = h * w;
+  *xd = Desc4d(x.dim(0), *c, h, w);
+  *pd = Desc4d(1, *c, 1, 1);
+}
+
+void CudaBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                        float eps, float momentum, Tensor& running_mean,
+                                        Tensor& running_var, Tensor& save_mean,
+                                        Tensor& save_invstd, Tensor& y) {
+  const char* op = "BatchNormForwardTrain";
+  Expect(x, op, "x");
+  Activate();
+  cudnnTensorDescriptor_t xd, pd;
+  int64_t bn_c, bn_hw;
+  BnDescs(x, op, &xd, &pd, &bn_c, &bn_hw);
+  SHOAL_CHECK(x.dim(0) * bn_hw > 1, Where(op) + ": " + Dims(x.shape()) +
+                                        " has one value per channel; the unbiased variance needs two");
+  SHOAL_CHECK(eps > 0.f, Where(op) + ": eps must be positive, got " + std::to_string(eps));
+  SHOAL_CHECK(momentum >= 0.f && momentum <= 1.f,
+              Where(op) + ": momentum " + std::to_string(momentum) + " outside [0, 1]");
+  const Shape c{bn_c};
+  const Tensor* params[] = {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd};
+  const char* names[] = {"gamma", "beta", "running_mean", "running_var", "save_mean", "save_invstd"};
+  for (int i = 0; i < 6; ++i) {
+    Expect(*params[i], op, names[i]);
+    ExpectShape(*params[i], c, op, names[i]);
+  }
+  Expect(y, op, "y");
+  ExpectShape(y, x.shape(), op, "y");
+  const float one = 1.f, zero = 0.f;
+  // cuDNN's update is running = (1 - factor) running + factor batch, with the unbiased
+  // variance for running_var, and it saves 1/sqrt(var + eps): the Backend contract exactly.
+  Check(cudnnBatchNormalizationForwardTraining(
+            cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x.raw(), xd, y.raw(), pd,
+            gamma.raw(), beta.raw(), double(momentum), running_mean.raw(), running_var.raw(),
+            double(eps), save_mean.raw(), save_invstd.raw()),
+        Where("cudnnBatchNormalizationForwardTraining") + " " + Dims(x.shape()));
+}
+
+void CudaBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma,
+                                            const Tensor& beta, const Tensor& running_mean,
+                                            const Tensor& running_var, float eps, Tensor& y) {
+  const char* op = "BatchNormForwardInference";
+  Expect(x, op, "x");
+  Activate();
+  cudnnTensorDescriptor_t xd, pd;
+  int64_t bn_c, bn_hw;
+  BnDescs(x, op, &xd, &pd, &bn_c, &bn_hw);
+  SHOAL_CHECK(eps > 0.f, Where(op) + ": eps must be positive, got " + std::to_string(eps));
+  const Shape c{bn_c};
+  const Tensor* params[] = {&gamma, &beta, &running_mean, &running_var};
+  const char* names[] = {"gamma", "beta", "running_mean", "running_var"};
+  for (int i = 0; i < 4; ++i) {
+    Expect(*params[i], op, names[i]);
+    ExpectShape(*params[i], c, op, names[i]);
+  }
+  Expect(y, op, "y");
+  ExpectShape(y, x.shape(), op, "y");
+  const float one = 1.f, zero = 0.f;
+  Check(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd,
+                                                x.raw(), xd, y.raw(), pd, gamma.raw(), beta.raw(),
+                                                running_mean.raw(), running_var.raw(), double(eps)),
+        Where("cudnnBatchNormalizationForwardInference") + " " + Dims(x.shape()));
+}
+
+void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                    const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                                    Tensor& dgamma, Tensor& dbeta) {
+  const char* op = "BatchNormBackward";
+  Expect(x, op, "x");
+  Activate();
+  cudnnTensorDescriptor_t xd, pd;
+  int64_t bn_c, bn_hw;
+  BnDescs(x, op, &xd, &pd, &bn_c, &bn_hw);
+  const Shape c{bn_c};
+  const Tensor* params[] = {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta};
+  const char* names[] = {"gamma", "save_mean", "save_invstd", "dgamma", "dbeta"};
+  for (int i = 0; i < 5; ++i) {
+    Expect(*params[i], op, names[i]);
+    ExpectShape(*params[i], c, op, names[i]);
+  }
+  Expect(dy, op, "dy");
+  ExpectShape(dy, x.shape(), op, "dy");
+  Expect(dx, op, "dx");
+  ExpectShape(dx, x.shape(), op, "dx");
+  const float one = 1.f, zero = 0.f;
+  // Data gradient overwrites (beta 0); parameter gradients accumulate (beta 1).
+  Check(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &one,
+                                        xd, x.raw(), xd, dy.raw(), xd, dx.raw(), pd, gamma.raw(),
+                                        dgamma.raw(), dbeta.raw(), kBackwardEps, save_mean.raw(),
+                                        save_invstd.raw()),
+        Where("cudnnBatchNormalizationBackward") + " " + Dims(x.shape()));
+}
+
+namespace {
+
+void SetPool(cudnnPoolingDescriptor_t d, const PoolParams& p, const std::string& where) {
+  SHOAL_CHECK(p.kernel >= 1 && p.stride >= 1 && p.pad >= 0 && p.pad < p.kernel,
+              where + ": bad pooling kernel " + std::to_string(p.kernel) + " stride " +
+                  std::to_string(p.stride) + " pad " + std::to_string(p.pad));
+  Check(cudnnSetPooling2dDescriptor(d, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
+                                    p.kernel, p.kernel, p.pad, p.pad, p.stride, p.stride),
+        where + " cudnnSetPooling2dDescriptor");
+}
+
+}  // namespace
+
+void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y,
+                                 Tensor& /*workspace*/) {
+  const char* op = "MaxPoolForward";
+  Expect(x, op, "x");
+  Expect(y, op, "y");
+  SHOAL_CHECK(x.ndim() == 4, Where(op) + ": x must be [N,C,H,W], got " + Dims(x.shape()));
+  Activate();
+  cudautil::PoolDesc pool;
+  SetPool(pool.get(), p, Where(op));
+  cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+  int n = 0, c = 0, h = 0, w = 0;
+  Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
+  SHOAL_CHECK(h > 0 && w > 0, Where(op) + ": window larger than the padded input " + Dims(x.shape()));
+  ExpectShape(y, {n, c, h, w}, op, "y");
+  cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w);
+  const float one = 1.f, zero = 0.f;
+  Check(cudnnPoolingForward(cudnn_, pool.get(), &one, xd, x.raw(), &zero, yd, y.raw()),
+        Where("cudnnPoolingForward"));
+}
+
+void CudaBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                  const PoolParams& p, const Tensor& /*workspace*/, Tensor& dx) {
+  const char* op = "MaxPoolBackward";
+  Expect(x, op, "x");
+  Expect(y, op, "y");
+  Expect(dy, op, "dy");
+  Expect(dx, op, "dx");
+  SHOAL_CHECK(x.ndim() == 4, Where(op) + ": x must be [N,C,H,W], got " + Dims(x.shape()));
+  ExpectShape(dx, x.shape(), op, "dx");
+  Activate();
+  cudautil::PoolDesc pool;
+  SetPool(pool.get(), p, Where(op));
+  cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+  int n = 0, c = 0, h = 0, w = 0;
+  Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
+  ExpectShape(y, {n, c, h, w}, op, "y");
+  ExpectShape(dy, {n, c, h, w}, op, "dy");
+  cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w);
+  const float one = 1.f, zero = 0.f;
+  Check(cudnnPoolingBackward(cudnn_, pool.get(), &one, yd, y.raw(), yd, dy.raw(), xd, x.raw(), &zero,
+                             xd, dx.raw()),
+        Where("cudnnPoolingBackward"));
+}
+
+}  // namespace shoal
