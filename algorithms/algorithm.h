@@ -54,6 +54,8 @@ class Algorithm {
   virtual void Step(const std::vector<ParamView>& params, const StepInfo& info) = 0;
   // Training ended (normally or early): flush, final sync, leave the final weights in w.
   virtual void Finish(const std::vector<ParamView>& params) { (void)params; }
+  // True when Finish replaced the weights (e.g. a final average): evaluate again.
+  virtual bool ModelChangedAtFinish() const { return false; }
   // Extra figures for progress lines and metrics (bytes_sent, staleness, ...).
   virtual int64_t bytes_sent() const { return 0; }
   virtual void AddMetrics(JsonObject* out) const { (void)out; }

@@ -149,3 +149,46 @@ TEST(LrSchedule, LinearScalingWarmupAndDecay) {
 
 }  // namespace
 }  // namespace shoal
+
+#include "algorithms/block_momentum.h"
+
+namespace shoal {
+namespace {
+
+// Seed 003 Algorithm 1 by hand: eta_B = 0.5, eps_B = 2, two blocks.
+TEST(BlockMomentum, MatchesTheFormula) {
+  BlockMomentumParams p;
+  p.momentum = 0.5f;
+  p.lr = 2.0f;
+  p.nesterov = true;
+  float global[2] = {1.0f, -1.0f}, v[2] = {0, 0}, start[2];
+  float delta1[2] = {0.2f, -0.4f};  // mean over workers of (start - end)
+  ApplyBlockMomentum(p, delta1, 2, global, v, start);
+  // v = 0.5*0 + 0.5*2*[0.2,-0.4] = [0.2,-0.4]; w = [0.8,-0.6]; start = w - 0.5 v = [0.7,-0.4]
+  EXPECT_FLOAT_EQ(v[0], 0.2f);
+  EXPECT_FLOAT_EQ(global[0], 0.8f);
+  EXPECT_FLOAT_EQ(global[1], -0.6f);
+  EXPECT_FLOAT_EQ(start[0], 0.7f);
+  EXPECT_FLOAT_EQ(start[1], -0.4f);
+  float delta2[2] = {0.1f, 0.0f};
+  ApplyBlockMomentum(p, delta2, 2, global, v, start);
+  // v = 0.5*[0.2,-0.4] + 0.5*2*[0.1,0] = [0.2,-0.2]; w = [0.6,-0.4]; start = [0.5,-0.3]
+  EXPECT_FLOAT_EQ(v[1], -0.2f);
+  EXPECT_FLOAT_EQ(global[0], 0.6f);
+  EXPECT_FLOAT_EQ(start[1], -0.3f);
+}
+
+TEST(BlockMomentum, ZeroMomentumUnitLrIsModelAveraging) {
+  BlockMomentumParams p;
+  p.momentum = 0;
+  p.lr = 1;
+  p.nesterov = false;
+  // Workers ended at 0.5 and 1.5 from a start of 2: mean delta = 2 - 1 = 1.
+  float global[1] = {2}, v[1] = {0}, start[1], delta[1] = {1};
+  ApplyBlockMomentum(p, delta, 1, global, v, start);
+  EXPECT_FLOAT_EQ(global[0], 1.0f);
+  EXPECT_FLOAT_EQ(start[0], 1.0f);
+}
+
+}  // namespace
+}  // namespace shoal

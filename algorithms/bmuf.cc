@@ -1,0 +1,101 @@
+// "bmuf": blockwise model-update filtering. Workers run block_steps local optimizer steps
+// from the block's start, then average their block deltas (one fused ring all-reduce) and
+// every worker applies the same block momentum (block_momentum, block_lr, Nesterov), so
+// all start the next block from the same point. The seeds' post-local SGD is this after
+// sync_warmup_epochs of synchronous SGD (gradients all-reduced every step).
+#include <cstring>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/block_momentum.h"
+#include "algorithms/collectives/factory.h"
+#include "algorithms/collectives/fusion.h"
+
+namespace shoal {
+namespace {
+
+class Bmuf : public Algorithm {
+ public:
+  explicit Bmuf(const AlgorithmEnv& env)
+      : env_(env), updater_(env), fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)) {
+    const ConfigSection& a = env.config->algorithm_opts;
+    block_steps_ = a.GetInt("block_steps", 8, 1, 1 << 30);
+    bp_.momentum = float(a.GetDouble("block_momentum", 0.9, 0, 0.9999));
+    bp_.lr = float(a.GetDouble("block_lr", 1.0, 0, 1000));
+    bp_.nesterov = a.GetBool("nesterov", true);
+    warmup_steps_ = int64_t(a.GetDouble("sync_warmup_epochs", 0, 0, 1e6) * double(env.steps_per_epoch));
+    comm_ = MakeWorkerCommunicator(env, "bmuf");
+  }
+  std::string Name() const override { return "bmuf"; }
+
+  void Init(const std::vector<ParamView>& params) override {
+    for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
+    for (auto& p : params) total_ += p.n;
+    global_.resize(size_t(total_));
+    start_.resize(size_t(total_));
+    v_.assign(size_t(total_), 0.f);
+    Gather(params, global_.data());
+    start_ = global_;
+  }
+
+  void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    if (info.step < warmup_steps_) {  // synchronous SGD
+      fusion_.Pack(params);
+      fusion_.Run(*comm_, DType::kF32);
+      fusion_.UnpackInto(params);
+      updater_.Apply(params, info.step);
+      Gather(params, global_.data());
+      start_ = global_;
+      return;
+    }
+    updater_.Apply(params, info.step);
+    if (++in_block_ == block_steps_) SyncBlock(params);
+  }
+
+  void Finish(const std::vector<ParamView>& params) override {
+    if (in_block_ > 0) SyncBlock(params);  // every worker ends on the same model
+  }
+  bool ModelChangedAtFinish() const override { return true; }
+  bool AgreeToStop(bool mine) override {
+    float v = mine ? 1.f : 0.f;
+    comm_->AllReduce(&v, 1, ReduceOp::kSum);
+    return v > 0;
+  }
+  int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  void AddMetrics(JsonObject* out) const override { out->Add("blocks", blocks_); }
+
+ private:
+  static void Gather(const std::vector<ParamView>& params, float* out) {
+    for (auto& p : params) { memcpy(out, p.w, size_t(p.n) * 4); out += p.n; }
+  }
+  void SyncBlock(const std::vector<ParamView>& params) {
+    std::vector<float> delta(size_t(total_));
+    int64_t off = 0;
+    for (auto& p : params) {
+      for (int64_t i = 0; i < p.n; ++i) delta[size_t(off + i)] = start_[size_t(off + i)] - p.w[i];
+      off += p.n;
+    }
+    comm_->AllReduce(delta.data(), total_, ReduceOp::kMean);
+    ApplyBlockMomentum(bp_, delta.data(), total_, global_.data(), v_.data(), start_.data());
+    off = 0;
+    for (auto& p : params) {
+      memcpy(p.w, start_.data() + off, size_t(p.n) * 4);
+      off += p.n;
+    }
+    in_block_ = 0;
+    ++blocks_;
+  }
+
+  AlgorithmEnv env_;
+  LocalUpdater updater_;
+  FusedAllReduce fusion_;
+  std::unique_ptr<Communicator> comm_;
+  BlockMomentumParams bp_;
+  int64_t block_steps_ = 8, warmup_steps_ = 0, in_block_ = 0, blocks_ = 0, total_ = 0;
+  std::vector<float> global_, start_, v_;
+};
+
+const bool kRegistered = RegisterAlgorithm("bmuf", false,
+    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Bmuf(env)); });
+
+}  // namespace
+}  // namespace shoal
