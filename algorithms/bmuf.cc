@@ -68,7 +68,7 @@ class Bmuf : public Algorithm {
     for (auto& p : params) { memcpy(out, p.w, size_t(p.n) * 4); out += p.n; }
   }
   void SyncBlock(const std::vector<ParamView>& params) {
-    std::vector<float> delta(size_t(total_));
+    std::vector<float> delta(static_cast<size_t>(total_));
     int64_t off = 0;
     for (auto& p : params) {
       for (int64_t i = 0; i < p.n; ++i) delta[size_t(off + i)] = start_[size_t(off + i)] - p.w[i];
