@@ -1,6 +1,8 @@
-// CPU (oneDNN) vs CUDA (cuDNN/cuBLAS/own kernels) agreement for every Backend operation,
-// forward and backward, on random inputs. Skips with the driver's reason where no CUDA
-// device is present (cuda_device_test covers the no-device behaviour).
+// CUDA (cuDNN/cuBLAS/own kernels) against a reference backend for every Backend operation,
+// forward and backward, on random inputs. Built twice: against the CPU engine (oneDNN) when
+// SHOAL_TEST_AGAINST_CPU_ENGINE is defined, else against the naive host reference in
+// reference_backend.cc. Skips with the driver's reason where no CUDA device is present
+// (cuda_device_test covers the no-device behaviour).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,26 +15,38 @@
 #include "common/error.h"
 #include "worker/engine/backend.h"
 
+#ifndef SHOAL_TEST_AGAINST_CPU_ENGINE
+#include "tests/engine_cuda/reference_backend.h"
+#endif
+
 namespace shoal {
 namespace {
 
+std::unique_ptr<Backend> MakeReference() {
+#ifdef SHOAL_TEST_AGAINST_CPU_ENGINE
+  return MakeCpuBackend(2);
+#else
+  return MakeHostReferenceBackend();
+#endif
+}
+
 // The same logical tensor on both backends.
 struct Pair {
-  Tensor cpu, gpu;
+  Tensor ref, gpu;
 };
 
-class CudaVsCpu : public ::testing::Test {
+class CudaVsReference : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
     if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
-    cpu_ = MakeCpuBackend(2);
+    ref_ = MakeReference();
     gpu_ = MakeCudaBackend(0);
   }
 
   Pair FromHost(const Shape& s, const std::vector<float>& v) {
-    Pair p{cpu_->Empty(s), gpu_->Empty(s)};
-    cpu_->CopyFromHost(p.cpu, v.data());
+    Pair p{ref_->Empty(s), gpu_->Empty(s)};
+    ref_->CopyFromHost(p.ref, v.data());
     gpu_->CopyFromHost(p.gpu, v.data());
     return p;
   }
@@ -52,11 +66,11 @@ class CudaVsCpu : public ::testing::Test {
     return v;
   }
 
-  // |gpu - cpu| <= rtol * (|cpu| + max|cpu|) elementwise: relative, with an absolute floor
+  // |gpu - ref| <= rtol * (|ref| + max|ref|) elementwise: relative, with an absolute floor
   // scaled to the tensor so sums that cancel to ~0 do not fail on rounding order.
   void ExpectClose(const Pair& p, const std::string& what, double rtol = 1e-4) {
-    ASSERT_EQ(p.cpu.shape(), p.gpu.shape()) << what;
-    std::vector<float> c = Host(*cpu_, p.cpu), g = Host(*gpu_, p.gpu);
+    ASSERT_EQ(p.ref.shape(), p.gpu.shape()) << what;
+    std::vector<float> c = Host(*ref_, p.ref), g = Host(*gpu_, p.gpu);
     double scale = 0;
     for (float x : c) scale = std::max(scale, double(std::fabs(x)));
     int64_t bad = 0, first = -1;
@@ -69,13 +83,13 @@ class CudaVsCpu : public ::testing::Test {
       worst = std::max(worst, err);
     }
     EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << c.size() << " elements differ; first at "
-                      << first << " cpu=" << (first >= 0 ? c[first] : 0.f)
+                      << first << " ref=" << (first >= 0 ? c[first] : 0.f)
                       << " cuda=" << (first >= 0 ? g[first] : 0.f) << "; max |diff| " << worst
-                      << ", max |cpu| " << scale;
+                      << ", max |ref| " << scale;
   }
 
   std::mt19937 rng_{20261123};
-  std::unique_ptr<Backend> cpu_, gpu_;
+  std::unique_ptr<Backend> ref_, gpu_;
 };
 
 struct ConvCase {
@@ -84,7 +98,7 @@ struct ConvCase {
   bool bias;
 };
 
-TEST_F(CudaVsCpu, ConvolutionForwardAndBackward) {
+TEST_F(CudaVsReference, ConvolutionForwardAndBackward) {
   const ConvCase cases[] = {{2, 3, 9, 9, 4, 3, 1, 1, true},
                             {3, 2, 12, 10, 5, 5, 2, 0, true},
                             {2, 4, 8, 8, 6, 1, 1, 0, false},
@@ -101,16 +115,16 @@ TEST_F(CudaVsCpu, ConvolutionForwardAndBackward) {
     Pair w = Random({cc.o, cc.c, cc.k, cc.k}, -0.5f, 0.5f);
     Pair b = cc.bias ? Random({cc.o}) : Pair{};
     Pair y = Empty({cc.n, cc.o, ho, wo});
-    cpu_->ConvForward(x.cpu, w.cpu, b.cpu, p, y.cpu);
+    ref_->ConvForward(x.ref, w.ref, b.ref, p, y.ref);
     gpu_->ConvForward(x.gpu, w.gpu, b.gpu, p, y.gpu);
     ExpectClose(y, tag + " y");
 
     // Parameter gradients start non-zero: both backends must accumulate into them.
     Pair dy = Random({cc.n, cc.o, ho, wo});
-    Pair dx = Empty(x.cpu.shape());
-    Pair dw = Random(w.cpu.shape());
+    Pair dx = Empty(x.ref.shape());
+    Pair dw = Random(w.ref.shape());
     Pair db = Random({cc.o});
-    cpu_->ConvBackward(x.cpu, w.cpu, dy.cpu, p, &dx.cpu, dw.cpu, cc.bias ? &db.cpu : nullptr);
+    ref_->ConvBackward(x.ref, w.ref, dy.ref, p, &dx.ref, dw.ref, cc.bias ? &db.ref : nullptr);
     gpu_->ConvBackward(x.gpu, w.gpu, dy.gpu, p, &dx.gpu, dw.gpu, cc.bias ? &db.gpu : nullptr);
     ExpectClose(dx, tag + " dx");
     ExpectClose(dw, tag + " dw");
@@ -118,26 +132,26 @@ TEST_F(CudaVsCpu, ConvolutionForwardAndBackward) {
   }
 }
 
-TEST_F(CudaVsCpu, ConvolutionBackwardWithoutInputGradient) {
+TEST_F(CudaVsReference, ConvolutionBackwardWithoutInputGradient) {
   ConvParams p;
   p.pad = 1;
   Pair x = Random({2, 1, 6, 6});
   Pair w = Random({3, 1, 3, 3});
   Pair dy = Random({2, 3, 6, 6});
   Pair dw = Random({3, 1, 3, 3});
-  cpu_->ConvBackward(x.cpu, w.cpu, dy.cpu, p, nullptr, dw.cpu, nullptr);
+  ref_->ConvBackward(x.ref, w.ref, dy.ref, p, nullptr, dw.ref, nullptr);
   gpu_->ConvBackward(x.gpu, w.gpu, dy.gpu, p, nullptr, dw.gpu, nullptr);
   ExpectClose(dw, "first-layer dw");
 }
 
-TEST_F(CudaVsCpu, BatchNormSpatial) {
+TEST_F(CudaVsReference, BatchNormSpatial) {
   const int64_t c = 5;
   Pair x = Random({4, c, 6, 6}, -1.f, 3.f);
   Pair gamma = Random({c}, 0.5f, 1.5f), beta = Random({c});
   Pair rmean = Random({c}), rvar = Random({c}, 0.5f, 1.5f);
-  Pair smean = Empty({c}), sinv = Empty({c}), y = Empty(x.cpu.shape());
-  cpu_->BatchNormForwardTrain(x.cpu, gamma.cpu, beta.cpu, 1e-5f, 0.1f, rmean.cpu, rvar.cpu,
-                              smean.cpu, sinv.cpu, y.cpu);
+  Pair smean = Empty({c}), sinv = Empty({c}), y = Empty(x.ref.shape());
+  ref_->BatchNormForwardTrain(x.ref, gamma.ref, beta.ref, 1e-5f, 0.1f, rmean.ref, rvar.ref,
+                              smean.ref, sinv.ref, y.ref);
   gpu_->BatchNormForwardTrain(x.gpu, gamma.gpu, beta.gpu, 1e-5f, 0.1f, rmean.gpu, rvar.gpu,
                               smean.gpu, sinv.gpu, y.gpu);
   ExpectClose(y, "bn y");
@@ -146,68 +160,68 @@ TEST_F(CudaVsCpu, BatchNormSpatial) {
   ExpectClose(smean, "bn save_mean");
   ExpectClose(sinv, "bn save_invstd");
 
-  Pair dy = Random(x.cpu.shape());
-  Pair dx = Empty(x.cpu.shape());
+  Pair dy = Random(x.ref.shape());
+  Pair dx = Empty(x.ref.shape());
   Pair dgamma = Random({c}), dbeta = Random({c});
-  cpu_->BatchNormBackward(x.cpu, dy.cpu, gamma.cpu, smean.cpu, sinv.cpu, dx.cpu, dgamma.cpu, dbeta.cpu);
+  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, dx.ref, dgamma.ref, dbeta.ref);
   gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, dgamma.gpu, dbeta.gpu);
   ExpectClose(dx, "bn dx");
   ExpectClose(dgamma, "bn dgamma");
   ExpectClose(dbeta, "bn dbeta");
 
-  Pair yi = Empty(x.cpu.shape());
-  cpu_->BatchNormForwardInference(x.cpu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu, 1e-5f, yi.cpu);
+  Pair yi = Empty(x.ref.shape());
+  ref_->BatchNormForwardInference(x.ref, gamma.ref, beta.ref, rmean.ref, rvar.ref, 1e-5f, yi.ref);
   gpu_->BatchNormForwardInference(x.gpu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, 1e-5f, yi.gpu);
   ExpectClose(yi, "bn inference y");
 }
 
-TEST_F(CudaVsCpu, BatchNormOverFeatures) {
+TEST_F(CudaVsReference, BatchNormOverFeatures) {
   const int64_t c = 7;
   Pair x = Random({8, c}, -2.f, 2.f);
   Pair gamma = Random({c}, 0.5f, 1.5f), beta = Random({c});
   Pair rmean = Random({c}), rvar = Random({c}, 0.5f, 1.5f);
-  Pair smean = Empty({c}), sinv = Empty({c}), y = Empty(x.cpu.shape());
-  cpu_->BatchNormForwardTrain(x.cpu, gamma.cpu, beta.cpu, 1e-3f, 0.25f, rmean.cpu, rvar.cpu,
-                              smean.cpu, sinv.cpu, y.cpu);
+  Pair smean = Empty({c}), sinv = Empty({c}), y = Empty(x.ref.shape());
+  ref_->BatchNormForwardTrain(x.ref, gamma.ref, beta.ref, 1e-3f, 0.25f, rmean.ref, rvar.ref,
+                              smean.ref, sinv.ref, y.ref);
   gpu_->BatchNormForwardTrain(x.gpu, gamma.gpu, beta.gpu, 1e-3f, 0.25f, rmean.gpu, rvar.gpu,
                               smean.gpu, sinv.gpu, y.gpu);
   ExpectClose(y, "bn2d y");
   ExpectClose(rmean, "bn2d running_mean");
   ExpectClose(rvar, "bn2d running_var");
   ExpectClose(sinv, "bn2d save_invstd");
-  Pair dy = Random(x.cpu.shape()), dx = Empty(x.cpu.shape());
+  Pair dy = Random(x.ref.shape()), dx = Empty(x.ref.shape());
   Pair dgamma = Random({c}), dbeta = Random({c});
-  cpu_->BatchNormBackward(x.cpu, dy.cpu, gamma.cpu, smean.cpu, sinv.cpu, dx.cpu, dgamma.cpu, dbeta.cpu);
+  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, dx.ref, dgamma.ref, dbeta.ref);
   gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, dgamma.gpu, dbeta.gpu);
   ExpectClose(dx, "bn2d dx");
   ExpectClose(dgamma, "bn2d dgamma");
   ExpectClose(dbeta, "bn2d dbeta");
 }
 
-TEST_F(CudaVsCpu, ReluAddAxpyScale) {
+TEST_F(CudaVsReference, ReluAddAxpyScale) {
   const Shape s{3, 4, 5, 6};
   Pair x = Random(s), y = Empty(s);
-  cpu_->ReluForward(x.cpu, y.cpu);
+  ref_->ReluForward(x.ref, y.ref);
   gpu_->ReluForward(x.gpu, y.gpu);
   ExpectClose(y, "relu y", 0);
   Pair dy = Random(s), dx = Empty(s);
-  cpu_->ReluBackward(y.cpu, dy.cpu, dx.cpu);
+  ref_->ReluBackward(y.ref, dy.ref, dx.ref);
   gpu_->ReluBackward(y.gpu, dy.gpu, dx.gpu);
   ExpectClose(dx, "relu dx", 0);
 
   Pair a = Random(s), b = Random(s), sum = Empty(s);
-  cpu_->Add(a.cpu, b.cpu, sum.cpu);
+  ref_->Add(a.ref, b.ref, sum.ref);
   gpu_->Add(a.gpu, b.gpu, sum.gpu);
   ExpectClose(sum, "add");
-  cpu_->Axpy(-0.75f, a.cpu, b.cpu);
+  ref_->Axpy(-0.75f, a.ref, b.ref);
   gpu_->Axpy(-0.75f, a.gpu, b.gpu);
   ExpectClose(b, "axpy");
-  cpu_->Scale(1.5f, a.cpu);
+  ref_->Scale(1.5f, a.ref);
   gpu_->Scale(1.5f, a.gpu);
   ExpectClose(a, "scale");
 }
 
-TEST_F(CudaVsCpu, MaxPool) {
+TEST_F(CudaVsReference, MaxPool) {
   struct Case { Shape x; int k, s, p; };
   const Case cases[] = {{{2, 3, 8, 8}, 2, 2, 0}, {{2, 3, 9, 9}, 3, 2, 1}, {{1, 2, 7, 5}, 3, 1, 1}};
   for (const Case& c : cases) {
@@ -219,38 +233,38 @@ TEST_F(CudaVsCpu, MaxPool) {
                             " p" + std::to_string(c.p);
     const int64_t ho = (c.x[2] + 2 * c.p - c.k) / c.s + 1, wo = (c.x[3] + 2 * c.p - c.k) / c.s + 1;
     Pair x = Random(c.x), y = Empty({c.x[0], c.x[1], ho, wo});
-    Tensor ws_cpu, ws_gpu;
-    cpu_->MaxPoolForward(x.cpu, p, y.cpu, ws_cpu);
+    Tensor ws_ref, ws_gpu;
+    ref_->MaxPoolForward(x.ref, p, y.ref, ws_ref);
     gpu_->MaxPoolForward(x.gpu, p, y.gpu, ws_gpu);
     ExpectClose(y, tag + " y", 0);
-    Pair dy = Random(y.cpu.shape()), dx = Empty(c.x);
-    cpu_->MaxPoolBackward(x.cpu, y.cpu, dy.cpu, p, ws_cpu, dx.cpu);
+    Pair dy = Random(y.ref.shape()), dx = Empty(c.x);
+    ref_->MaxPoolBackward(x.ref, y.ref, dy.ref, p, ws_ref, dx.ref);
     gpu_->MaxPoolBackward(x.gpu, y.gpu, dy.gpu, p, ws_gpu, dx.gpu);
     ExpectClose(dx, tag + " dx");
   }
 }
 
-TEST_F(CudaVsCpu, GlobalAvgPool) {
+TEST_F(CudaVsReference, GlobalAvgPool) {
   Pair x = Random({3, 4, 5, 5}), y = Empty({3, 4});
-  cpu_->GlobalAvgPoolForward(x.cpu, y.cpu);
+  ref_->GlobalAvgPoolForward(x.ref, y.ref);
   gpu_->GlobalAvgPoolForward(x.gpu, y.gpu);
   ExpectClose(y, "avgpool y");
   Pair dy = Random({3, 4}), dx = Empty({3, 4, 5, 5});
-  cpu_->GlobalAvgPoolBackward(dy.cpu, dx.cpu);
+  ref_->GlobalAvgPoolBackward(dy.ref, dx.ref);
   gpu_->GlobalAvgPoolBackward(dy.gpu, dx.gpu);
   ExpectClose(dx, "avgpool dx");
 }
 
-TEST_F(CudaVsCpu, Linear) {
+TEST_F(CudaVsReference, Linear) {
   for (bool bias : {true, false}) {
     const std::string tag = bias ? "linear" : "linear (no bias)";
     Pair x = Random({5, 7}), w = Random({3, 7}), b = bias ? Random({3}) : Pair{};
     Pair y = Empty({5, 3});
-    cpu_->LinearForward(x.cpu, w.cpu, b.cpu, y.cpu);
+    ref_->LinearForward(x.ref, w.ref, b.ref, y.ref);
     gpu_->LinearForward(x.gpu, w.gpu, b.gpu, y.gpu);
     ExpectClose(y, tag + " y");
     Pair dy = Random({5, 3}), dx = Empty({5, 7}), dw = Random({3, 7}), db = Random({3});
-    cpu_->LinearBackward(x.cpu, w.cpu, dy.cpu, &dx.cpu, dw.cpu, bias ? &db.cpu : nullptr);
+    ref_->LinearBackward(x.ref, w.ref, dy.ref, &dx.ref, dw.ref, bias ? &db.ref : nullptr);
     gpu_->LinearBackward(x.gpu, w.gpu, dy.gpu, &dx.gpu, dw.gpu, bias ? &db.gpu : nullptr);
     ExpectClose(dx, tag + " dx");
     ExpectClose(dw, tag + " dw");
@@ -258,30 +272,30 @@ TEST_F(CudaVsCpu, Linear) {
   }
 }
 
-TEST_F(CudaVsCpu, SoftmaxCrossEntropyWithLabelSmoothing) {
+TEST_F(CudaVsReference, SoftmaxCrossEntropyWithLabelSmoothing) {
   const int64_t n = 9, k = 10;
   std::vector<int32_t> labels(n);
   std::uniform_int_distribution<int32_t> pick(0, int32_t(k) - 1);
   for (auto& l : labels) l = pick(rng_);
   for (float eps : {0.f, 0.1f}) {
     Pair logits = Random({n, k}, -3.f, 3.f), d = Empty({n, k});
-    int64_t hits_cpu = -1, hits_gpu = -1;
-    float loss_cpu = cpu_->SoftmaxCrossEntropy(logits.cpu, labels.data(), eps, &d.cpu, &hits_cpu);
+    int64_t hits_ref = -1, hits_gpu = -1;
+    float loss_ref = ref_->SoftmaxCrossEntropy(logits.ref, labels.data(), eps, &d.ref, &hits_ref);
     float loss_gpu = gpu_->SoftmaxCrossEntropy(logits.gpu, labels.data(), eps, &d.gpu, &hits_gpu);
-    EXPECT_NEAR(loss_gpu, loss_cpu, 1e-5 * std::fabs(loss_cpu) + 1e-6) << "eps " << eps;
-    EXPECT_EQ(hits_gpu, hits_cpu) << "eps " << eps;
+    EXPECT_NEAR(loss_gpu, loss_ref, 1e-5 * std::fabs(loss_ref) + 1e-6) << "eps " << eps;
+    EXPECT_EQ(hits_gpu, hits_ref) << "eps " << eps;
     ExpectClose(d, "dlogits eps " + std::to_string(eps));
   }
 }
 
-TEST_F(CudaVsCpu, SumSquares) {
+TEST_F(CudaVsReference, SumSquares) {
   Pair x = Random({1000, 3});
-  double c = cpu_->SumSquares(x.cpu), g = gpu_->SumSquares(x.gpu);
+  double c = ref_->SumSquares(x.ref), g = gpu_->SumSquares(x.gpu);
   EXPECT_NEAR(g, c, 1e-6 * c);
 }
 
 // CUDA-only checks against host arithmetic.
-TEST_F(CudaVsCpu, FillAndDtypeConversionMatchHost) {
+TEST_F(CudaVsReference, FillAndDtypeConversionMatchHost) {
   const int64_t n = 1000;
   std::vector<float> v(n);
   std::uniform_real_distribution<float> u(-100.f, 100.f);
@@ -313,7 +327,7 @@ TEST_F(CudaVsCpu, FillAndDtypeConversionMatchHost) {
   EXPECT_EQ(f, std::vector<float>(n, -2.5f));
 }
 
-TEST_F(CudaVsCpu, BadInputGetsAnErrorNotACrash) {
+TEST_F(CudaVsReference, BadInputGetsAnErrorNotACrash) {
   Tensor x = gpu_->Empty({2, 3, 8, 8}), w = gpu_->Empty({4, 2, 3, 3}), y = gpu_->Empty({2, 4, 8, 8});
   try {
     gpu_->ConvForward(x, w, Tensor(), ConvParams{}, y);
@@ -330,7 +344,7 @@ TEST_F(CudaVsCpu, BadInputGetsAnErrorNotACrash) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("label[1] = 3"), std::string::npos) << e.what();
   }
-  Tensor host_side = cpu_->Empty({2, 3});
+  Tensor host_side = ref_->Empty({2, 3});
   EXPECT_THROW(gpu_->Scale(2.f, host_side), Error);
 }
 

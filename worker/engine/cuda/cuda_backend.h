@@ -2,6 +2,9 @@
 // batch norm and max pooling, cuBLAS for the fully connected layer, and own kernels
 // (kernels.cu) for the rest. All work goes on one stream owned by the backend.
 //
+// One backend serves one thread at a time (its descriptor caches are unguarded); tensors it
+// allocates may be released from any thread.
+//
 // fp32 results are computed in true fp32 by default (no TF32 tensor-core math), so they
 // match the CPU backend to ~1e-5 relative; Options::allow_tf32 trades that for speed.
 #pragma once

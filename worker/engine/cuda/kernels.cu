@@ -140,6 +140,8 @@ __global__ void SoftmaxXentKernel(const float* logits, const int32_t* labels, in
   }
   const float zmax = buf[0];
   const int64_t argmax = ibuf[0];
+  // Read before any thread writes dlogits, which may alias logits.
+  const float z_label = z[label];
   __syncthreads();
 
   float se = 0.f, sz = 0.f;
@@ -155,7 +157,7 @@ __global__ void SoftmaxXentKernel(const float* logits, const int32_t* labels, in
 
   if (threadIdx.x == 0) {
     // -sum_j t_j (z_j - lse) = lse - sum_j t_j z_j, since the targets sum to 1.
-    row_loss[r] = lse - ((1.f - eps) * z[label] + off * sum_z);
+    row_loss[r] = lse - ((1.f - eps) * z_label + off * sum_z);
     row_correct[r] = argmax == label ? 1 : 0;
   }
   if (dlogits != nullptr) {
