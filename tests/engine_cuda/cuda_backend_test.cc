@@ -70,7 +70,12 @@ class CudaVsReference : public ::testing::Test {
   // scaled to the tensor so sums that cancel to ~0 do not fail on rounding order.
   void ExpectClose(const Pair& p, const std::string& what, double rtol = 1e-4) {
     ASSERT_EQ(p.ref.shape(), p.gpu.shape()) << what;
-    std::vector<float> c = Host(*ref_, p.ref), g = Host(*gpu_, p.gpu);
+    Tensor g32 = p.gpu;
+    if (p.gpu.dtype() != DType::kF32) {  // mixed-precision results: widen on the device
+      g32 = gpu_->Empty(p.gpu.shape());
+      gpu_->Copy(p.gpu, g32);
+    }
+    std::vector<float> c = Host(*ref_, p.ref), g = Host(*gpu_, g32);
     double scale = 0;
     for (float x : c) scale = std::max(scale, double(std::fabs(x)));
     int64_t bad = 0, first = -1;
@@ -86,6 +91,28 @@ class CudaVsReference : public ::testing::Test {
                       << first << " ref=" << (first >= 0 ? c[first] : 0.f)
                       << " cuda=" << (first >= 0 ? g[first] : 0.f) << "; max |diff| " << worst
                       << ", max |ref| " << scale;
+  }
+
+  // The same values, stored as `dt` on the device; the reference gets them already rounded to
+  // dt so only the operation's own error is compared.
+  Pair RandomAs(DType dt, const Shape& s, float lo = -1.f, float hi = 1.f) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(size_t(NumElements(s)));
+    for (float& x : v) x = u(rng_);
+    std::vector<uint16_t> narrow(v.size());
+    EncodeFloats(v.data(), v.size(), dt, narrow.data());
+    DecodeFloats(narrow.data(), v.size(), dt, v.data());
+    Pair p = FromHost(s, v);
+    Tensor g = gpu_->Empty(s, dt);
+    gpu_->Copy(p.gpu, g);
+    p.gpu = g;
+    return p;
+  }
+  Pair EmptyAs(DType dt, const Shape& s) {
+    Pair p = Empty(s);
+    p.gpu = gpu_->Empty(s, dt);
+    gpu_->Fill(p.gpu, std::nanf(""));
+    return p;
   }
 
   std::mt19937 rng_{20261123};
@@ -293,6 +320,97 @@ TEST_F(CudaVsReference, SumSquares) {
   double c = ref_->SumSquares(x.ref), g = gpu_->SumSquares(x.gpu);
   EXPECT_NEAR(g, c, 1e-6 * c);
 }
+
+// fp16 / bf16 activations (fp32 accumulation) against the fp32 reference on the same
+// rounded inputs; the tolerance covers rounding of the outputs to the narrow type.
+class CudaMixedPrecision : public CudaVsReference, public ::testing::WithParamInterface<DType> {
+ protected:
+  double Tol() const { return GetParam() == DType::kF16 ? 5e-3 : 3e-2; }
+};
+
+TEST_P(CudaMixedPrecision, LayerOps) {
+  const DType dt = GetParam();
+  const std::string tag = DTypeName(dt);
+  ConvParams cp;
+  cp.pad = 1;
+  Pair x = RandomAs(dt, {2, 8, 6, 6}), w = RandomAs(dt, {8, 8, 3, 3}, -0.3f, 0.3f);
+  Pair b = RandomAs(dt, {8}), y = EmptyAs(dt, {2, 8, 6, 6});
+  ref_->ConvForward(x.ref, w.ref, b.ref, cp, y.ref);
+  gpu_->ConvForward(x.gpu, w.gpu, b.gpu, cp, y.gpu);
+  ExpectClose(y, tag + " conv y", Tol());
+  Pair dy = RandomAs(dt, y.ref.shape()), dx = EmptyAs(dt, x.ref.shape());
+  Pair dw = RandomAs(dt, w.ref.shape()), db = RandomAs(dt, {8});
+  ref_->ConvBackward(x.ref, w.ref, dy.ref, cp, &dx.ref, dw.ref, &db.ref);
+  gpu_->ConvBackward(x.gpu, w.gpu, dy.gpu, cp, &dx.gpu, dw.gpu, &db.gpu);
+  ExpectClose(dx, tag + " conv dx", Tol());
+  ExpectClose(dw, tag + " conv dw", Tol());
+  ExpectClose(db, tag + " conv db", Tol());
+
+  // Batch norm: narrow activations, fp32 parameters and statistics.
+  Pair gamma = Random({8}, 0.5f, 1.5f), beta = Random({8}), rm = Random({8});
+  Pair rv = Random({8}, 0.5f, 1.5f), sm = Empty({8}), si = Empty({8});
+  Pair bn = EmptyAs(dt, x.ref.shape());
+  ref_->BatchNormForwardTrain(x.ref, gamma.ref, beta.ref, 1e-5f, 0.1f, rm.ref, rv.ref, sm.ref, si.ref, bn.ref);
+  gpu_->BatchNormForwardTrain(x.gpu, gamma.gpu, beta.gpu, 1e-5f, 0.1f, rm.gpu, rv.gpu, sm.gpu, si.gpu, bn.gpu);
+  ExpectClose(bn, tag + " bn y", Tol());
+  ExpectClose(rv, tag + " bn running_var", 1e-4);
+  ExpectClose(si, tag + " bn save_invstd", 1e-4);
+  Pair bdx = EmptyAs(dt, x.ref.shape()), dg = Random({8}), dbe = Random({8});
+  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, sm.ref, si.ref, bdx.ref, dg.ref, dbe.ref);
+  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, sm.gpu, si.gpu, bdx.gpu, dg.gpu, dbe.gpu);
+  ExpectClose(bdx, tag + " bn dx", Tol());
+  ExpectClose(dg, tag + " bn dgamma", 1e-3);
+  ExpectClose(dbe, tag + " bn dbeta", 1e-3);
+
+  Pair r = EmptyAs(dt, x.ref.shape()), rdx = EmptyAs(dt, x.ref.shape());
+  ref_->ReluForward(x.ref, r.ref);
+  gpu_->ReluForward(x.gpu, r.gpu);
+  ExpectClose(r, tag + " relu y", 0);
+  ref_->ReluBackward(r.ref, dy.ref, rdx.ref);
+  gpu_->ReluBackward(r.gpu, dy.gpu, rdx.gpu);
+  ExpectClose(rdx, tag + " relu dx", 0);
+
+  PoolParams pp;
+  Pair mp = EmptyAs(dt, {2, 8, 3, 3}), mdy = RandomAs(dt, {2, 8, 3, 3}), mdx = EmptyAs(dt, x.ref.shape());
+  Tensor ws_ref, ws_gpu;
+  ref_->MaxPoolForward(x.ref, pp, mp.ref, ws_ref);
+  gpu_->MaxPoolForward(x.gpu, pp, mp.gpu, ws_gpu);
+  ExpectClose(mp, tag + " maxpool y", 0);
+  ref_->MaxPoolBackward(x.ref, mp.ref, mdy.ref, pp, ws_ref, mdx.ref);
+  gpu_->MaxPoolBackward(x.gpu, mp.gpu, mdy.gpu, pp, ws_gpu, mdx.gpu);
+  ExpectClose(mdx, tag + " maxpool dx", 0);
+
+  Pair ap = EmptyAs(dt, {2, 8}), ady = RandomAs(dt, {2, 8}), adx = EmptyAs(dt, x.ref.shape());
+  ref_->GlobalAvgPoolForward(x.ref, ap.ref);
+  gpu_->GlobalAvgPoolForward(x.gpu, ap.gpu);
+  ExpectClose(ap, tag + " avgpool y", Tol());
+  ref_->GlobalAvgPoolBackward(ady.ref, adx.ref);
+  gpu_->GlobalAvgPoolBackward(ady.gpu, adx.gpu);
+  ExpectClose(adx, tag + " avgpool dx", Tol());
+
+  Pair a = RandomAs(dt, {16, 32}), lw = RandomAs(dt, {24, 32}), lb = RandomAs(dt, {24});
+  Pair ly = EmptyAs(dt, {16, 24});
+  ref_->LinearForward(a.ref, lw.ref, lb.ref, ly.ref);
+  gpu_->LinearForward(a.gpu, lw.gpu, lb.gpu, ly.gpu);
+  ExpectClose(ly, tag + " linear y", Tol());
+  Pair ldy = RandomAs(dt, {16, 24}), ldx = EmptyAs(dt, {16, 32});
+  Pair ldw = RandomAs(dt, {24, 32}), ldb = RandomAs(dt, {24});
+  ref_->LinearBackward(a.ref, lw.ref, ldy.ref, &ldx.ref, ldw.ref, &ldb.ref);
+  gpu_->LinearBackward(a.gpu, lw.gpu, ldy.gpu, &ldx.gpu, ldw.gpu, &ldb.gpu);
+  ExpectClose(ldx, tag + " linear dx", Tol());
+  ExpectClose(ldw, tag + " linear dw", Tol());
+  ExpectClose(ldb, tag + " linear db", Tol());
+
+  Pair sum = EmptyAs(dt, a.ref.shape()), a2 = RandomAs(dt, a.ref.shape());
+  ref_->Add(a.ref, a2.ref, sum.ref);
+  gpu_->Add(a.gpu, a2.gpu, sum.gpu);
+  ExpectClose(sum, tag + " add", Tol());
+}
+
+INSTANTIATE_TEST_SUITE_P(Narrow, CudaMixedPrecision, ::testing::Values(DType::kF16, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           return std::string(DTypeName(i.param));
+                         });
 
 // CUDA-only checks against host arithmetic.
 TEST_F(CudaVsReference, FillAndDtypeConversionMatchHost) {

@@ -11,6 +11,7 @@
 namespace shoal {
 
 using cudautil::Check;
+using cudautil::ElemType;
 
 namespace {
 
@@ -18,15 +19,6 @@ std::string Dims(const Shape& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
   return r + "]";
-}
-
-int ElemType(DType t) {
-  switch (t) {
-    case DType::kF32: return cudak::kF32;
-    case DType::kF16: return cudak::kF16;
-    case DType::kBF16: return cudak::kBF16;
-  }
-  return -1;
 }
 
 int AsInt(int64_t v, const std::string& what) {
@@ -90,15 +82,15 @@ void CudaBackend::ExpectShape(const Tensor& t, const Shape& s, const char* op,
                                   ", expected " + Dims(s));
 }
 
-cudnnTensorDescriptor_t CudaBackend::Desc4d(int64_t n, int64_t c, int64_t h, int64_t w) {
-  std::array<int64_t, 4> key{n, c, h, w};
+cudnnTensorDescriptor_t CudaBackend::Desc4d(int64_t n, int64_t c, int64_t h, int64_t w, DType dt) {
+  std::array<int64_t, 5> key{n, c, h, w, int64_t(dt)};
   auto it = descs_.find(key);
   if (it != descs_.end()) return it->second->get();
   SHOAL_CHECK(n * c * h * w <= INT_MAX, Where("cuDNN") + ": tensor " + Dims({n, c, h, w}) +
                                             " has more than 2^31-1 elements");
   auto d = std::make_unique<cudautil::TensorDesc>();
-  Check(cudnnSetTensor4dDescriptor(d->get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, AsInt(n, "N"),
-                                   AsInt(c, "C"), AsInt(h, "H"), AsInt(w, "W")),
+  Check(cudnnSetTensor4dDescriptor(d->get(), CUDNN_TENSOR_NCHW, cudautil::CudnnType(dt),
+                                   AsInt(n, "N"), AsInt(c, "C"), AsInt(h, "H"), AsInt(w, "W")),
         Where("cudnnSetTensor4dDescriptor") + " " + Dims({n, c, h, w}));
   cudnnTensorDescriptor_t raw = d->get();
   descs_.emplace(key, std::move(d));
@@ -179,74 +171,80 @@ void CudaBackend::Synchronize() {
   Check(cudaStreamSynchronize(stream_), Where("Synchronize"));
 }
 
-// ---- elementwise
+// ---- elementwise (any one element type per call)
 
 void CudaBackend::ReluForward(const Tensor& x, Tensor& y) {
-  Expect(x, "ReluForward", "x");
-  Expect(y, "ReluForward", "y");
+  const DType dt = x.dtype();
+  Expect(x, "ReluForward", "x", dt);
+  Expect(y, "ReluForward", "y", dt);
   ExpectShape(y, x.shape(), "ReluForward", "y");
   Activate();
-  Check(cudak::ReluForward(x.data<float>(), y.data<float>(), x.numel(), stream_), Where("ReluForward"));
+  Check(cudak::ReluForward(ElemType(dt), x.raw(), y.raw(), x.numel(), stream_), Where("ReluForward"));
 }
 
 void CudaBackend::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  Expect(y, "ReluBackward", "y");
-  Expect(dy, "ReluBackward", "dy");
-  Expect(dx, "ReluBackward", "dx");
+  const DType dt = y.dtype();
+  Expect(y, "ReluBackward", "y", dt);
+  Expect(dy, "ReluBackward", "dy", dt);
+  Expect(dx, "ReluBackward", "dx", dt);
   ExpectShape(dy, y.shape(), "ReluBackward", "dy");
   ExpectShape(dx, y.shape(), "ReluBackward", "dx");
   Activate();
-  Check(cudak::ReluBackward(y.data<float>(), dy.data<float>(), dx.data<float>(), y.numel(), stream_),
+  Check(cudak::ReluBackward(ElemType(dt), y.raw(), dy.raw(), dx.raw(), y.numel(), stream_),
         Where("ReluBackward"));
 }
 
 void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& y) {
-  Expect(a, "Add", "a");
-  Expect(b, "Add", "b");
-  Expect(y, "Add", "y");
+  const DType dt = a.dtype();
+  Expect(a, "Add", "a", dt);
+  Expect(b, "Add", "b", dt);
+  Expect(y, "Add", "y", dt);
   ExpectShape(b, a.shape(), "Add", "b");
   ExpectShape(y, a.shape(), "Add", "y");
   Activate();
-  Check(cudak::Add(a.data<float>(), b.data<float>(), y.data<float>(), a.numel(), stream_), Where("Add"));
+  Check(cudak::Add(ElemType(dt), a.raw(), b.raw(), y.raw(), a.numel(), stream_), Where("Add"));
 }
 
 void CudaBackend::Axpy(float alpha, const Tensor& x, Tensor& y) {
-  Expect(x, "Axpy", "x");
-  Expect(y, "Axpy", "y");
+  const DType dt = x.dtype();
+  Expect(x, "Axpy", "x", dt);
+  Expect(y, "Axpy", "y", dt);
   SHOAL_CHECK(x.numel() == y.numel(), Where("Axpy") + ": x " + Dims(x.shape()) + " and y " +
                                           Dims(y.shape()) + " differ in element count");
   Activate();
-  Check(cudak::Axpy(alpha, x.data<float>(), y.data<float>(), x.numel(), stream_), Where("Axpy"));
+  Check(cudak::Axpy(ElemType(dt), alpha, x.raw(), y.raw(), x.numel(), stream_), Where("Axpy"));
 }
 
 void CudaBackend::Scale(float alpha, Tensor& x) {
-  Expect(x, "Scale", "x");
+  Expect(x, "Scale", "x", x.dtype());
   Activate();
-  Check(cudak::Scale(alpha, x.data<float>(), x.numel(), stream_), Where("Scale"));
+  Check(cudak::Scale(ElemType(x.dtype()), alpha, x.raw(), x.numel(), stream_), Where("Scale"));
 }
 
 // ---- global average pooling
 
 void CudaBackend::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
-  Expect(x, "GlobalAvgPoolForward", "x");
-  Expect(y, "GlobalAvgPoolForward", "y");
+  const DType dt = x.dtype();
+  Expect(x, "GlobalAvgPoolForward", "x", dt);
+  Expect(y, "GlobalAvgPoolForward", "y", dt);
   SHOAL_CHECK(x.ndim() == 4, Where("GlobalAvgPoolForward") + ": x must be [N,C,H,W], got " + Dims(x.shape()));
   ExpectShape(y, {x.dim(0), x.dim(1)}, "GlobalAvgPoolForward", "y");
   SHOAL_CHECK(x.dim(2) * x.dim(3) > 0, Where("GlobalAvgPoolForward") + ": empty spatial extent " + Dims(x.shape()));
   Activate();
-  Check(cudak::GlobalAvgPoolForward(x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1),
+  Check(cudak::GlobalAvgPoolForward(ElemType(dt), x.raw(), y.raw(), x.dim(0) * x.dim(1),
                                     x.dim(2) * x.dim(3), stream_),
         Where("GlobalAvgPoolForward"));
 }
 
 void CudaBackend::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
-  Expect(dy, "GlobalAvgPoolBackward", "dy");
-  Expect(dx, "GlobalAvgPoolBackward", "dx");
+  const DType dt = dx.dtype();
+  Expect(dy, "GlobalAvgPoolBackward", "dy", dt);
+  Expect(dx, "GlobalAvgPoolBackward", "dx", dt);
   SHOAL_CHECK(dx.ndim() == 4, Where("GlobalAvgPoolBackward") + ": dx must be [N,C,H,W], got " + Dims(dx.shape()));
   ExpectShape(dy, {dx.dim(0), dx.dim(1)}, "GlobalAvgPoolBackward", "dy");
   SHOAL_CHECK(dx.dim(2) * dx.dim(3) > 0, Where("GlobalAvgPoolBackward") + ": empty spatial extent " + Dims(dx.shape()));
   Activate();
-  Check(cudak::GlobalAvgPoolBackward(dy.data<float>(), dx.data<float>(), dx.dim(0) * dx.dim(1),
+  Check(cudak::GlobalAvgPoolBackward(ElemType(dt), dy.raw(), dx.raw(), dx.dim(0) * dx.dim(1),
                                      dx.dim(2) * dx.dim(3), stream_),
         Where("GlobalAvgPoolBackward"));
 }
@@ -255,10 +253,22 @@ void CudaBackend::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
 // [c, r] with leading dimension c, so y = x w^T is computed as y^T = w x^T, i.e.
 // gemm(T, N) of the column-major views w^T [I, O] and x^T [I, N].
 
+void CudaBackend::Gemm(DType dt, bool ta, bool tb, int m, int n, int k, float alpha, const void* a,
+                       int lda, const void* b, int ldb, float beta, void* c, int ldc,
+                       const char* what) {
+  const char* err =
+      dt == DType::kF32
+          ? blas::Sgemm(cublas_, ta, tb, m, n, k, alpha, static_cast<const float*>(a), lda,
+                        static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc)
+          : blas::GemmHalf(cublas_, ElemType(dt), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  cudautil::CheckBlas(err, Where(what));
+}
+
 void CudaBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
-  Expect(x, "LinearForward", "x");
-  Expect(w, "LinearForward", "w");
-  Expect(y, "LinearForward", "y");
+  const DType dt = x.dtype();
+  Expect(x, "LinearForward", "x", dt);
+  Expect(w, "LinearForward", "w", dt);
+  Expect(y, "LinearForward", "y", dt);
   SHOAL_CHECK(x.ndim() == 2 && w.ndim() == 2, Where("LinearForward") + ": x " + Dims(x.shape()) +
                                                   " and w " + Dims(w.shape()) + " must be 2-D");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
@@ -266,24 +276,23 @@ void CudaBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& 
                                   " does not match x " + Dims(x.shape()));
   ExpectShape(y, {n, out}, "LinearForward", "y");
   if (b.defined()) {
-    Expect(b, "LinearForward", "b");
+    Expect(b, "LinearForward", "b", dt);
     ExpectShape(b, {out}, "LinearForward", "b");
   }
   Activate();
-  cudautil::CheckBlas(blas::Sgemm(cublas_, true, false, AsInt(out, "O"), AsInt(n, "N"),
-                                  AsInt(in, "I"), 1.f, w.data<float>(), int(in), x.data<float>(),
-                                  int(in), 0.f, y.data<float>(), int(out)),
-                      Where("LinearForward cublasSgemm"));
+  Gemm(dt, true, false, AsInt(out, "O"), AsInt(n, "N"), AsInt(in, "I"), 1.f, w.raw(), int(in),
+       x.raw(), int(in), 0.f, y.raw(), int(out), "LinearForward gemm");
   if (b.defined())
-    Check(cudak::BiasAdd(y.data<float>(), b.data<float>(), n, out, 1, stream_), Where("LinearForward bias"));
+    Check(cudak::BiasAdd(ElemType(dt), y.raw(), b.raw(), n, out, 1, stream_), Where("LinearForward bias"));
 }
 
 void CudaBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
                                  Tensor& dw, Tensor* db) {
-  Expect(x, "LinearBackward", "x");
-  Expect(w, "LinearBackward", "w");
-  Expect(dy, "LinearBackward", "dy");
-  Expect(dw, "LinearBackward", "dw");
+  const DType dt = x.dtype();
+  Expect(x, "LinearBackward", "x", dt);
+  Expect(w, "LinearBackward", "w", dt);
+  Expect(dy, "LinearBackward", "dy", dt);
+  Expect(dw, "LinearBackward", "dw", dt);
   SHOAL_CHECK(x.ndim() == 2 && w.ndim() == 2, Where("LinearBackward") + ": x " + Dims(x.shape()) +
                                                   " and w " + Dims(w.shape()) + " must be 2-D");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
@@ -291,26 +300,24 @@ void CudaBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor&
                                   " does not match x " + Dims(x.shape()));
   ExpectShape(dy, {n, out}, "LinearBackward", "dy");
   ExpectShape(dw, w.shape(), "LinearBackward", "dw");
+  if (db != nullptr) {
+    Expect(*db, "LinearBackward", "db", dt);
+    ExpectShape(*db, {out}, "LinearBackward", "db");
+  }
+  if (dx != nullptr) {
+    Expect(*dx, "LinearBackward", "dx", dt);
+    ExpectShape(*dx, x.shape(), "LinearBackward", "dx");
+  }
   const int N = AsInt(n, "N"), I = AsInt(in, "I"), O = AsInt(out, "O");
   Activate();
   // dw^T [I, O] += x^T [I, N] * (dy^T [O, N])^T
-  cudautil::CheckBlas(blas::Sgemm(cublas_, false, true, I, O, N, 1.f, x.data<float>(), I,
-                                  dy.data<float>(), O, 1.f, dw.data<float>(), I),
-                      Where("LinearBackward dw cublasSgemm"));
-  if (db != nullptr) {
-    Expect(*db, "LinearBackward", "db");
-    ExpectShape(*db, {out}, "LinearBackward", "db");
-    Check(cudak::BiasGradAccumulate(dy.data<float>(), db->data<float>(), n, out, 1, stream_),
+  Gemm(dt, false, true, I, O, N, 1.f, x.raw(), I, dy.raw(), O, 1.f, dw.raw(), I, "LinearBackward dw gemm");
+  if (db != nullptr)
+    Check(cudak::BiasGradAccumulate(ElemType(dt), dy.raw(), db->raw(), n, out, 1, stream_),
           Where("LinearBackward db"));
-  }
-  if (dx != nullptr) {
-    Expect(*dx, "LinearBackward", "dx");
-    ExpectShape(*dx, x.shape(), "LinearBackward", "dx");
-    // dx^T [I, N] = w^T [I, O] * dy^T [O, N]
-    cudautil::CheckBlas(blas::Sgemm(cublas_, false, false, I, N, O, 1.f, w.data<float>(), I,
-                                    dy.data<float>(), O, 0.f, dx->data<float>(), I),
-                        Where("LinearBackward dx cublasSgemm"));
-  }
+  // dx^T [I, N] = w^T [I, O] * dy^T [O, N]
+  if (dx != nullptr)
+    Gemm(dt, false, false, I, N, O, 1.f, w.raw(), I, dy.raw(), O, 0.f, dx->raw(), I, "LinearBackward dx gemm");
 }
 
 // ---- loss

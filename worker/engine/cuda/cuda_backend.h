@@ -7,6 +7,10 @@
 //
 // fp32 results are computed in true fp32 by default (no TF32 tensor-core math), so they
 // match the CPU backend to ~1e-5 relative; Options::allow_tf32 trades that for speed.
+// Mixed precision: convolution, batch norm, pooling, linear and the elementwise ops also
+// take fp16 or bf16 activations (all activations, weights and their gradients of one call
+// in that type; batch-norm parameters and statistics stay fp32), computing in fp32 with
+// tensor cores. The loss and SumSquares take fp32 only.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -27,6 +31,7 @@ struct CudaConvPlan {
   cudautil::TensorDesc x, y;
   cudautil::FilterDesc w;
   cudautil::ConvDesc conv;
+  DType dtype = DType::kF32;
   int64_t n = 0, o = 0, ho = 0, wo = 0;  // output dims
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
@@ -96,19 +101,25 @@ class CudaBackend final : public Backend {
   double SumSquares(const Tensor& x) override;
 
  private:
-  using ConvKey = std::array<int64_t, 10>;
+  using ConvKey = std::array<int64_t, 11>;
 
+  // fp32 data computed without TF32: only FMA convolution kernels qualify.
+  bool ExactFp32(DType dt) const { return dt == DType::kF32 && !options_.allow_tf32; }
   // Makes this backend's device current for the calling thread.
   void Activate() const;
   // Throws unless t is defined, on this device, of dtype dt.
   void Expect(const Tensor& t, const char* op, const char* name, DType dt = DType::kF32) const;
   void ExpectShape(const Tensor& t, const Shape& s, const char* op, const char* name) const;
   std::string Where(const char* op) const;
-  // A cached NCHW fp32 descriptor of the given dims.
-  cudnnTensorDescriptor_t Desc4d(int64_t n, int64_t c, int64_t h, int64_t w);
+  // A cached NCHW descriptor of the given dims and element type.
+  cudnnTensorDescriptor_t Desc4d(int64_t n, int64_t c, int64_t h, int64_t w,
+                                 DType dt = DType::kF32);
   // Descriptors for batch norm over x ([N,C,H,W] or [N,C]) and its per-channel tensors.
   void BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor_t* xd,
                cudnnTensorDescriptor_t* pd, int64_t* c, int64_t* hw);
+  // Column-major C = alpha op(A) op(B) + beta C on cuBLAS, for fp32 or fp16/bf16 operands.
+  void Gemm(DType dt, bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
+            const void* b, int ldb, float beta, void* c, int ldc, const char* what);
   // Device scratch of at least `bytes`, reused across calls (stream-ordered).
   void* Scratch(size_t bytes);
   void* Workspace(size_t bytes);
@@ -125,7 +136,7 @@ class CudaBackend final : public Backend {
   void* cublas_ = nullptr;  // blas::Handle
   std::shared_ptr<void> scratch_, workspace_;
   size_t scratch_bytes_ = 0, workspace_bytes_ = 0;
-  std::map<std::array<int64_t, 4>, std::unique_ptr<cudautil::TensorDesc>> descs_;
+  std::map<std::array<int64_t, 5>, std::unique_ptr<cudautil::TensorDesc>> descs_;
   std::map<ConvKey, std::unique_ptr<CudaConvPlan>> plans_;
 };
 

@@ -10,6 +10,7 @@
 namespace shoal {
 
 using cudautil::Check;
+using cudautil::ElemType;
 
 namespace {
 
@@ -25,15 +26,17 @@ std::string Dims(const Shape& s) {
 
 // Walks the heuristic ranking and takes the first algorithm that runs in the requested
 // math mode within the workspace limit. `workspace(algo, &bytes)` asks cuDNN for its size.
+// exact_fp32: fp32 data without TF32, so only FMA kernels qualify; otherwise the algorithm's
+// own math type (tensor cores for fp16/bf16, TF32 when allowed) is used.
 template <typename Perf, typename Algo, typename SizeFn>
-bool PickAlgo(const std::vector<Perf>& ranked, int count, bool allow_tf32, size_t max_bytes,
+bool PickAlgo(const std::vector<Perf>& ranked, int count, bool exact_fp32, size_t max_bytes,
               cudnnConvolutionDescriptor_t conv, SizeFn workspace, Algo* algo,
               cudnnMathType_t* math, size_t* bytes) {
   for (int i = 0; i < count; ++i) {
     const Perf& r = ranked[i];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
-    if (!allow_tf32 && TensorOpMath(r.mathType)) continue;
-    const cudnnMathType_t m = allow_tf32 ? r.mathType : CUDNN_FMA_MATH;
+    if (exact_fp32 && TensorOpMath(r.mathType)) continue;
+    const cudnnMathType_t m = exact_fp32 ? CUDNN_FMA_MATH : r.mathType;
     if (cudnnSetConvolutionMathType(conv, m) != CUDNN_STATUS_SUCCESS) continue;
     size_t need = 0;
     if (workspace(r.algo, &need) != CUDNN_STATUS_SUCCESS || need > max_bytes) continue;
@@ -49,8 +52,9 @@ bool PickAlgo(const std::vector<Perf>& ranked, int count, bool allow_tf32, size_
 
 CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvParams& p,
                                    const char* op) {
-  Expect(x, op, "x");
-  Expect(w, op, "w");
+  const DType dt = x.dtype();
+  Expect(x, op, "x", dt);
+  Expect(w, op, "w", dt);
   SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4, Where(op) + ": x " + Dims(x.shape()) + " and w " +
                                                   Dims(w.shape()) + " must be NCHW and OIHW");
   SHOAL_CHECK(x.dim(1) == w.dim(1), Where(op) + ": x " + Dims(x.shape()) + " has " +
@@ -59,7 +63,7 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   SHOAL_CHECK(p.stride >= 1 && p.pad >= 0, Where(op) + ": stride " + std::to_string(p.stride) +
                                                " / pad " + std::to_string(p.pad) + " invalid");
   const ConvKey key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),
-                    w.dim(1), w.dim(2), w.dim(3), p.stride, p.pad};
+                    w.dim(1), w.dim(2), w.dim(3), p.stride, p.pad, int64_t(dt)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
@@ -67,17 +71,21 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
     SHOAL_CHECK(d <= INT_MAX, Where(op) + ": dimension " + std::to_string(d) + " too large for cuDNN");
   auto plan = std::make_unique<CudaConvPlan>();
   const std::string where = Where(op) + " x " + Dims(x.shape()) + " w " + Dims(w.shape());
-  Check(cudnnSetTensor4dDescriptor(plan->x.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(x.dim(0)),
+  const cudnnDataType_t type = cudautil::CudnnType(dt);
+  plan->dtype = dt;
+  Check(cudnnSetTensor4dDescriptor(plan->x.get(), CUDNN_TENSOR_NCHW, type, int(x.dim(0)),
                                    int(x.dim(1)), int(x.dim(2)), int(x.dim(3))),
         where);
-  Check(cudnnSetFilter4dDescriptor(plan->w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(w.dim(0)),
+  Check(cudnnSetFilter4dDescriptor(plan->w.get(), type, CUDNN_TENSOR_NCHW, int(w.dim(0)),
                                    int(w.dim(1)), int(w.dim(2)), int(w.dim(3))),
         where);
   Check(cudnnSetConvolution2dDescriptor(plan->conv.get(), p.pad, p.pad, p.stride, p.stride, 1, 1,
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         where);
-  Check(cudnnSetConvolutionMathType(plan->conv.get(),
-                                    options_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+  // Accumulation is fp32 for every data type.
+  Check(cudnnSetConvolutionMathType(plan->conv.get(), ExactFp32(dt) ? CUDNN_FMA_MATH
+                                                      : dt == DType::kF32 ? CUDNN_DEFAULT_MATH
+                                                                          : CUDNN_TENSOR_OP_MATH),
         where);
   int n = 0, o = 0, ho = 0, wo = 0;
   Check(cudnnGetConvolution2dForwardOutputDim(plan->conv.get(), plan->x.get(), plan->w.get(), &n, &o,
@@ -88,7 +96,7 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   plan->o = o;
   plan->ho = ho;
   plan->wo = wo;
-  Check(cudnnSetTensor4dDescriptor(plan->y.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, o, ho, wo),
+  Check(cudnnSetTensor4dDescriptor(plan->y.get(), CUDNN_TENSOR_NCHW, type, n, o, ho, wo),
         where);
   auto& ref = *plan;
   plans_.emplace(key, std::move(plan));
@@ -107,7 +115,7 @@ void CudaBackend::ChooseForwardAlgo(CudaConvPlan& pl) {
     return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, pl.x.get(), pl.w.get(), pl.conv.get(),
                                                    pl.y.get(), a, b);
   };
-  SHOAL_CHECK(PickAlgo(ranked, got, options_.allow_tf32, options_.max_workspace_bytes,
+  SHOAL_CHECK(PickAlgo(ranked, got, ExactFp32(pl.dtype), options_.max_workspace_bytes,
                        pl.conv.get(), size, &pl.fwd, &pl.fwd_math, &pl.fwd_bytes),
               Where("ConvForward") + ": cuDNN offers no usable forward algorithm for this shape");
   pl.has_fwd = true;
@@ -125,7 +133,7 @@ void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, pl.w.get(), pl.y.get(),
                                                         pl.conv.get(), pl.x.get(), a, b);
   };
-  SHOAL_CHECK(PickAlgo(data, got, options_.allow_tf32, options_.max_workspace_bytes, pl.conv.get(),
+  SHOAL_CHECK(PickAlgo(data, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(),
                        data_size, &pl.bwd_data, &pl.bwd_data_math, &pl.bwd_data_bytes),
               Where("ConvBackward") + ": cuDNN offers no usable backward-data algorithm");
 
@@ -138,7 +146,7 @@ void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, pl.x.get(), pl.y.get(),
                                                           pl.conv.get(), pl.w.get(), a, b);
   };
-  SHOAL_CHECK(PickAlgo(filt, got, options_.allow_tf32, options_.max_workspace_bytes, pl.conv.get(),
+  SHOAL_CHECK(PickAlgo(filt, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(),
                        filt_size, &pl.bwd_filter, &pl.bwd_filter_math, &pl.bwd_filter_bytes),
               Where("ConvBackward") + ": cuDNN offers no usable backward-filter algorithm");
   pl.has_bwd = true;
@@ -148,10 +156,10 @@ void CudaBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b,
                               const ConvParams& p, Tensor& y) {
   Activate();
   CudaConvPlan& pl = PlanFor(x, w, p, "ConvForward");
-  Expect(y, "ConvForward", "y");
+  Expect(y, "ConvForward", "y", pl.dtype);
   ExpectShape(y, {pl.n, pl.o, pl.ho, pl.wo}, "ConvForward", "y");
   if (b.defined()) {
-    Expect(b, "ConvForward", "b");
+    Expect(b, "ConvForward", "b", pl.dtype);
     ExpectShape(b, {pl.o}, "ConvForward", "b");
   }
   if (!pl.has_fwd) ChooseForwardAlgo(pl);
@@ -162,7 +170,7 @@ void CudaBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b,
                                 pl.conv.get(), pl.fwd, ws, pl.fwd_bytes, &zero, pl.y.get(), y.raw()),
         Where("cudnnConvolutionForward"));
   if (b.defined())
-    Check(cudak::BiasAdd(y.data<float>(), b.data<float>(), pl.n, pl.o, pl.ho * pl.wo, stream_),
+    Check(cudak::BiasAdd(ElemType(pl.dtype), y.raw(), b.raw(), pl.n, pl.o, pl.ho * pl.wo, stream_),
           Where("ConvForward bias"));
 }
 
@@ -170,16 +178,16 @@ void CudaBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& d
                                const ConvParams& p, Tensor* dx, Tensor& dw, Tensor* db) {
   Activate();
   CudaConvPlan& pl = PlanFor(x, w, p, "ConvBackward");
-  Expect(dy, "ConvBackward", "dy");
+  Expect(dy, "ConvBackward", "dy", pl.dtype);
   ExpectShape(dy, {pl.n, pl.o, pl.ho, pl.wo}, "ConvBackward", "dy");
-  Expect(dw, "ConvBackward", "dw");
+  Expect(dw, "ConvBackward", "dw", pl.dtype);
   ExpectShape(dw, w.shape(), "ConvBackward", "dw");
   if (dx) {
-    Expect(*dx, "ConvBackward", "dx");
+    Expect(*dx, "ConvBackward", "dx", pl.dtype);
     ExpectShape(*dx, x.shape(), "ConvBackward", "dx");
   }
   if (db) {
-    Expect(*db, "ConvBackward", "db");
+    Expect(*db, "ConvBackward", "db", pl.dtype);
     ExpectShape(*db, {pl.o}, "ConvBackward", "db");
   }
   if (!pl.has_bwd) ChooseBackwardAlgos(pl);
@@ -192,7 +200,7 @@ void CudaBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& d
                                        pl.w.get(), dw.raw()),
         Where("cudnnConvolutionBackwardFilter"));
   if (db)
-    Check(cudak::BiasGradAccumulate(dy.data<float>(), db->data<float>(), pl.n, pl.o,
+    Check(cudak::BiasGradAccumulate(ElemType(pl.dtype), dy.raw(), db->raw(), pl.n, pl.o,
                                     pl.ho * pl.wo, stream_),
           Where("ConvBackward db"));
   if (dx) {

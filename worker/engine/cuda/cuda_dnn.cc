@@ -28,8 +28,9 @@ void CudaBackend::BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor
   const int64_t h = x.ndim() == 4 ? x.dim(2) : 1, w = x.ndim() == 4 ? x.dim(3) : 1;
   *c = x.dim(1);
   *hw = h * w;
-  *xd = Desc4d(x.dim(0), *c, h, w);
-  *pd = Desc4d(1, *c, 1, 1);
+  // fp16/bf16 activations still take fp32 parameters and statistics, as cuDNN requires.
+  *xd = Desc4d(x.dim(0), *c, h, w, x.dtype());
+  *pd = Desc4d(1, *c, 1, 1, DType::kF32);
 }
 
 void CudaBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -37,7 +38,7 @@ void CudaBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, co
                                         Tensor& running_var, Tensor& save_mean,
                                         Tensor& save_invstd, Tensor& y) {
   const char* op = "BatchNormForwardTrain";
-  Expect(x, op, "x");
+  Expect(x, op, "x", x.dtype());
   Activate();
   cudnnTensorDescriptor_t xd, pd;
   int64_t bn_c, bn_hw;
@@ -54,7 +55,7 @@ void CudaBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, co
     Expect(*params[i], op, names[i]);
     ExpectShape(*params[i], c, op, names[i]);
   }
-  Expect(y, op, "y");
+  Expect(y, op, "y", x.dtype());
   ExpectShape(y, x.shape(), op, "y");
   const float one = 1.f, zero = 0.f;
   // cuDNN's update is running = (1 - factor) running + factor batch, with the unbiased
@@ -70,7 +71,7 @@ void CudaBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma
                                             const Tensor& beta, const Tensor& running_mean,
                                             const Tensor& running_var, float eps, Tensor& y) {
   const char* op = "BatchNormForwardInference";
-  Expect(x, op, "x");
+  Expect(x, op, "x", x.dtype());
   Activate();
   cudnnTensorDescriptor_t xd, pd;
   int64_t bn_c, bn_hw;
@@ -83,7 +84,7 @@ void CudaBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma
     Expect(*params[i], op, names[i]);
     ExpectShape(*params[i], c, op, names[i]);
   }
-  Expect(y, op, "y");
+  Expect(y, op, "y", x.dtype());
   ExpectShape(y, x.shape(), op, "y");
   const float one = 1.f, zero = 0.f;
   Check(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd,
@@ -96,7 +97,7 @@ void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Ten
                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
                                     Tensor& dgamma, Tensor& dbeta) {
   const char* op = "BatchNormBackward";
-  Expect(x, op, "x");
+  Expect(x, op, "x", x.dtype());
   Activate();
   cudnnTensorDescriptor_t xd, pd;
   int64_t bn_c, bn_hw;
@@ -108,9 +109,9 @@ void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Ten
     Expect(*params[i], op, names[i]);
     ExpectShape(*params[i], c, op, names[i]);
   }
-  Expect(dy, op, "dy");
+  Expect(dy, op, "dy", x.dtype());
   ExpectShape(dy, x.shape(), op, "dy");
-  Expect(dx, op, "dx");
+  Expect(dx, op, "dx", x.dtype());
   ExpectShape(dx, x.shape(), op, "dx");
   const float one = 1.f, zero = 0.f;
   // Data gradient overwrites (beta 0); parameter gradients accumulate (beta 1).
@@ -137,18 +138,19 @@ void SetPool(cudnnPoolingDescriptor_t d, const PoolParams& p, const std::string&
 void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y,
                                  Tensor& /*workspace*/) {
   const char* op = "MaxPoolForward";
-  Expect(x, op, "x");
-  Expect(y, op, "y");
+  const DType dt = x.dtype();
+  Expect(x, op, "x", dt);
+  Expect(y, op, "y", dt);
   SHOAL_CHECK(x.ndim() == 4, Where(op) + ": x must be [N,C,H,W], got " + Dims(x.shape()));
   Activate();
   cudautil::PoolDesc pool;
   SetPool(pool.get(), p, Where(op));
-  cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+  cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3), dt);
   int n = 0, c = 0, h = 0, w = 0;
   Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
   SHOAL_CHECK(h > 0 && w > 0, Where(op) + ": window larger than the padded input " + Dims(x.shape()));
   ExpectShape(y, {n, c, h, w}, op, "y");
-  cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w);
+  cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w, dt);
   const float one = 1.f, zero = 0.f;
   Check(cudnnPoolingForward(cudnn_, pool.get(), &one, xd, x.raw(), &zero, yd, y.raw()),
         Where("cudnnPoolingForward"));
@@ -157,21 +159,22 @@ void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y
 void CudaBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy,
                                   const PoolParams& p, const Tensor& /*workspace*/, Tensor& dx) {
   const char* op = "MaxPoolBackward";
-  Expect(x, op, "x");
-  Expect(y, op, "y");
-  Expect(dy, op, "dy");
-  Expect(dx, op, "dx");
+  const DType dt = x.dtype();
+  Expect(x, op, "x", dt);
+  Expect(y, op, "y", dt);
+  Expect(dy, op, "dy", dt);
+  Expect(dx, op, "dx", dt);
   SHOAL_CHECK(x.ndim() == 4, Where(op) + ": x must be [N,C,H,W], got " + Dims(x.shape()));
   ExpectShape(dx, x.shape(), op, "dx");
   Activate();
   cudautil::PoolDesc pool;
   SetPool(pool.get(), p, Where(op));
-  cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+  cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3), dt);
   int n = 0, c = 0, h = 0, w = 0;
   Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
   ExpectShape(y, {n, c, h, w}, op, "y");
   ExpectShape(dy, {n, c, h, w}, op, "dy");
-  cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w);
+  cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w, dt);
   const float one = 1.f, zero = 0.f;
   Check(cudnnPoolingBackward(cudnn_, pool.get(), &one, yd, y.raw(), yd, dy.raw(), xd, x.raw(), &zero,
                              xd, dx.raw()),

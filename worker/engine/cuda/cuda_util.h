@@ -5,7 +5,9 @@
 
 #include <string>
 
+#include "common/dtype.h"
 #include "common/error.h"
+#include "worker/engine/cuda/kernels.h"
 
 namespace shoal {
 namespace cudautil {
@@ -23,6 +25,24 @@ inline void Check(cudnnStatus_t e, const std::string& where) {
 // For blas.h calls, which return nullptr or cuBLAS's message.
 inline void CheckBlas(const char* err, const std::string& where) {
   if (err != nullptr) throw Error(where + ": cuBLAS " + err);
+}
+
+inline int ElemType(DType t) {
+  switch (t) {
+    case DType::kF16: return cudak::kF16;
+    case DType::kBF16: return cudak::kBF16;
+    case DType::kF32: break;
+  }
+  return cudak::kF32;
+}
+
+inline cudnnDataType_t CudnnType(DType t) {
+  switch (t) {
+    case DType::kF16: return CUDNN_DATA_HALF;
+    case DType::kBF16: return CUDNN_DATA_BFLOAT16;
+    case DType::kF32: break;
+  }
+  return CUDNN_DATA_FLOAT;
 }
 
 // Owns one cuDNN descriptor; Create/Destroy are the library's pair for that type.

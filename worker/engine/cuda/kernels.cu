@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <type_traits>
 
 #include "worker/engine/cuda/blas.h"
 
@@ -48,24 +49,33 @@ __global__ void CastKernel(const S* src, D* dst, int64_t n) {
   GRID_STRIDE(i, n) Store(dst, i, Load(src, i));
 }
 
-__global__ void AddKernel(const float* a, const float* b, float* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+template <typename T>
+__global__ void AddKernel(const T* a, const T* b, T* y, int64_t n) {
+  GRID_STRIDE(i, n) Store(y, i, Load(a, i) + Load(b, i));
 }
-__global__ void AxpyKernel(float alpha, const float* x, float* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] += alpha * x[i];
+template <typename T>
+__global__ void AxpyKernel(float alpha, const T* x, T* y, int64_t n) {
+  GRID_STRIDE(i, n) Store(y, i, Load(y, i) + alpha * Load(x, i));
 }
-__global__ void ScaleKernel(float alpha, float* x, int64_t n) {
-  GRID_STRIDE(i, n) x[i] *= alpha;
+template <typename T>
+__global__ void ScaleKernel(float alpha, T* x, int64_t n) {
+  GRID_STRIDE(i, n) Store(x, i, alpha * Load(x, i));
 }
-__global__ void ReluForwardKernel(const float* x, float* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+template <typename T>
+__global__ void ReluForwardKernel(const T* x, T* y, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float v = Load(x, i);
+    Store(y, i, v > 0.f ? v : 0.f);
+  }
 }
-__global__ void ReluBackwardKernel(const float* y, const float* dy, float* dx, int64_t n) {
-  GRID_STRIDE(i, n) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+template <typename T>
+__global__ void ReluBackwardKernel(const T* y, const T* dy, T* dx, int64_t n) {
+  GRID_STRIDE(i, n) Store(dx, i, Load(y, i) > 0.f ? Load(dy, i) : 0.f);
 }
 
-__global__ void BiasAddKernel(float* y, const float* b, int64_t c, int64_t inner, int64_t n) {
-  GRID_STRIDE(i, n) y[i] += b[(i / inner) % c];
+template <typename T>
+__global__ void BiasAddKernel(T* y, const T* b, int64_t c, int64_t inner, int64_t n) {
+  GRID_STRIDE(i, n) Store(y, i, Load(y, i) + Load(b, (i / inner) % c));
 }
 
 // Shared-memory tree reductions for a block of kThreads threads.
@@ -83,29 +93,31 @@ __device__ T BlockSum(T v, T* buf) {
 }
 
 // One block per channel: a fixed reduction order, so results are deterministic.
-__global__ void BiasGradKernel(const float* dy, float* db, int64_t outer, int64_t c, int64_t inner) {
+template <typename T>
+__global__ void BiasGradKernel(const T* dy, T* db, int64_t outer, int64_t c, int64_t inner) {
   __shared__ float buf[kThreads];
   const int64_t k = blockIdx.x;
   const int64_t m = outer * inner;
   float acc = 0.f;
   for (int64_t j = threadIdx.x; j < m; j += kThreads) {
     int64_t o = j / inner, i = j - o * inner;
-    acc += dy[(o * c + k) * inner + i];
+    acc += Load(dy, (o * c + k) * inner + i);
   }
   float total = BlockSum(acc, buf);
-  if (threadIdx.x == 0) db[k] += total;
+  if (threadIdx.x == 0) Store(db, k, Load(db, k) + total);
 }
 
-__global__ void AvgPoolForwardKernel(const float* x, float* y, int64_t rows, int64_t hw) {
+template <typename T>
+__global__ void AvgPoolForwardKernel(const T* x, T* y, int64_t rows, int64_t hw) {
   GRID_STRIDE(r, rows) {
-    const float* p = x + r * hw;
     float acc = 0.f;
-    for (int64_t j = 0; j < hw; ++j) acc += p[j];
-    y[r] = acc / float(hw);
+    for (int64_t j = 0; j < hw; ++j) acc += Load(x, r * hw + j);
+    Store(y, r, acc / float(hw));
   }
 }
-__global__ void AvgPoolBackwardKernel(const float* dy, float* dx, int64_t rows, int64_t hw) {
-  GRID_STRIDE(i, rows * hw) dx[i] = dy[i / hw] / float(hw);
+template <typename T>
+__global__ void AvgPoolBackwardKernel(const T* dy, T* dx, int64_t rows, int64_t hw) {
+  GRID_STRIDE(i, rows * hw) Store(dx, i, Load(dy, i / hw) / float(hw));
 }
 
 // One block per row.
@@ -194,6 +206,18 @@ cudaError_t CastFrom(const S* src, void* dst, int dst_type, int64_t n, cudaStrea
   return cudaGetLastError();
 }
 
+// Calls f with a null pointer of the element type `type` names, then reports launch errors.
+template <typename F>
+cudaError_t Dispatch(int type, F f) {
+  switch (type) {
+    case kF32: f(static_cast<float*>(nullptr)); break;
+    case kF16: f(static_cast<__half*>(nullptr)); break;
+    case kBF16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t Fill(void* p, int type, int64_t n, float v, cudaStream_t s) {
@@ -219,58 +243,84 @@ cudaError_t Cast(const void* src, int src_type, void* dst, int dst_type, int64_t
   }
 }
 
-cudaError_t Add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
+cudaError_t Add(int type, const void* a, const void* b, void* y, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  AddKernel<<<BlocksFor(n), kThreads, 0, s>>>(a, b, y, n);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    AddKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b),
+                                                static_cast<T*>(y), n);
+  });
 }
-cudaError_t Axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t s) {
+cudaError_t Axpy(int type, float alpha, const void* x, void* y, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  AxpyKernel<<<BlocksFor(n), kThreads, 0, s>>>(alpha, x, y, n);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    AxpyKernel<<<BlocksFor(n), kThreads, 0, s>>>(alpha, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
 }
-cudaError_t Scale(float alpha, float* x, int64_t n, cudaStream_t s) {
+cudaError_t Scale(int type, float alpha, void* x, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  ScaleKernel<<<BlocksFor(n), kThreads, 0, s>>>(alpha, x, n);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    ScaleKernel<<<BlocksFor(n), kThreads, 0, s>>>(alpha, static_cast<T*>(x), n);
+  });
 }
-cudaError_t ReluForward(const float* x, float* y, int64_t n, cudaStream_t s) {
+cudaError_t ReluForward(int type, const void* x, void* y, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  ReluForwardKernel<<<BlocksFor(n), kThreads, 0, s>>>(x, y, n);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    ReluForwardKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
 }
-cudaError_t ReluBackward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s) {
+cudaError_t ReluBackward(int type, const void* y, const void* dy, void* dx, int64_t n,
+                         cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  ReluBackwardKernel<<<BlocksFor(n), kThreads, 0, s>>>(y, dy, dx, n);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    ReluBackwardKernel<<<BlocksFor(n), kThreads, 0, s>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n);
+  });
 }
 
-cudaError_t BiasAdd(float* y, const float* b, int64_t outer, int64_t c, int64_t inner,
+cudaError_t BiasAdd(int type, void* y, const void* b, int64_t outer, int64_t c, int64_t inner,
                     cudaStream_t s) {
   const int64_t n = outer * c * inner;
   if (n == 0) return cudaSuccess;
-  BiasAddKernel<<<BlocksFor(n), kThreads, 0, s>>>(y, b, c, inner, n);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    BiasAddKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(b),
+                                                    c, inner, n);
+  });
 }
 
-cudaError_t BiasGradAccumulate(const float* dy, float* db, int64_t outer, int64_t c, int64_t inner,
-                               cudaStream_t s) {
+cudaError_t BiasGradAccumulate(int type, const void* dy, void* db, int64_t outer, int64_t c,
+                               int64_t inner, cudaStream_t s) {
   if (c == 0) return cudaSuccess;
   if (c > 0x7fffffff) return cudaErrorInvalidValue;
-  BiasGradKernel<<<unsigned(c), kThreads, 0, s>>>(dy, db, outer, c, inner);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    BiasGradKernel<<<unsigned(c), kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(db),
+                                                    outer, c, inner);
+  });
 }
 
-cudaError_t GlobalAvgPoolForward(const float* x, float* y, int64_t rows, int64_t hw, cudaStream_t s) {
+cudaError_t GlobalAvgPoolForward(int type, const void* x, void* y, int64_t rows, int64_t hw,
+                                 cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  AvgPoolForwardKernel<<<BlocksFor(rows), kThreads, 0, s>>>(x, y, rows, hw);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    AvgPoolForwardKernel<<<BlocksFor(rows), kThreads, 0, s>>>(static_cast<const T*>(x),
+                                                              static_cast<T*>(y), rows, hw);
+  });
 }
-cudaError_t GlobalAvgPoolBackward(const float* dy, float* dx, int64_t rows, int64_t hw,
+cudaError_t GlobalAvgPoolBackward(int type, const void* dy, void* dx, int64_t rows, int64_t hw,
                                   cudaStream_t s) {
   if (rows * hw == 0) return cudaSuccess;
-  AvgPoolBackwardKernel<<<BlocksFor(rows * hw), kThreads, 0, s>>>(dy, dx, rows, hw);
-  return cudaGetLastError();
+  return Dispatch(type, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    AvgPoolBackwardKernel<<<BlocksFor(rows * hw), kThreads, 0, s>>>(static_cast<const T*>(dy),
+                                                                    static_cast<T*>(dx), rows, hw);
+  });
 }
 
 cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k,
@@ -325,6 +375,22 @@ const char* Sgemm(Handle h, bool trans_a, bool trans_b, int m, int n, int k, flo
   return Msg(cublasSgemm(static_cast<cublasHandle_t>(h), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                          trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, lda, b, ldb, &beta,
                          c, ldc));
+}
+
+const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k,
+                     float alpha, const void* a, int lda, const void* b, int ldb, float beta,
+                     void* c, int ldc) {
+  cudaDataType_t t;
+  if (type == cudak::kF16) {
+    t = CUDA_R_16F;
+  } else if (type == cudak::kBF16) {
+    t = CUDA_R_16BF;
+  } else {
+    return "GemmHalf: element type must be fp16 or bf16";
+  }
+  return Msg(cublasGemmEx(static_cast<cublasHandle_t>(h), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, t, lda, b, t, ldb,
+                          &beta, c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace blas

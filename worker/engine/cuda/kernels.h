@@ -17,25 +17,29 @@ cudaError_t Fill(void* p, int type, int64_t n, float value, cudaStream_t s);
 // dst[i] = convert(src[i]); fp16 and bf16 round to nearest even.
 cudaError_t Cast(const void* src, int src_type, void* dst, int dst_type, int64_t n, cudaStream_t s);
 
-cudaError_t Add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
-cudaError_t Axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t s);
-cudaError_t Scale(float alpha, float* x, int64_t n, cudaStream_t s);
-cudaError_t ReluForward(const float* x, float* y, int64_t n, cudaStream_t s);
-cudaError_t ReluBackward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s);
+// The following take tensors of one element type `type` (all operands alike) and compute
+// in fp32; n counts elements.
+cudaError_t Add(int type, const void* a, const void* b, void* y, int64_t n, cudaStream_t s);
+cudaError_t Axpy(int type, float alpha, const void* x, void* y, int64_t n, cudaStream_t s);
+cudaError_t Scale(int type, float alpha, void* x, int64_t n, cudaStream_t s);
+cudaError_t ReluForward(int type, const void* x, void* y, int64_t n, cudaStream_t s);
+cudaError_t ReluBackward(int type, const void* y, const void* dy, void* dx, int64_t n,
+                         cudaStream_t s);
 
 // y viewed as [outer, c, inner]: y[o, k, i] += b[k].
-cudaError_t BiasAdd(float* y, const float* b, int64_t outer, int64_t c, int64_t inner,
+cudaError_t BiasAdd(int type, void* y, const void* b, int64_t outer, int64_t c, int64_t inner,
                     cudaStream_t s);
 // db[k] += sum over o, i of dy[o, k, i].
-cudaError_t BiasGradAccumulate(const float* dy, float* db, int64_t outer, int64_t c, int64_t inner,
-                               cudaStream_t s);
+cudaError_t BiasGradAccumulate(int type, const void* dy, void* db, int64_t outer, int64_t c,
+                               int64_t inner, cudaStream_t s);
 
 // x [rows, hw] -> y [rows] (mean), and its backward dx[r, j] = dy[r] / hw.
-cudaError_t GlobalAvgPoolForward(const float* x, float* y, int64_t rows, int64_t hw, cudaStream_t s);
-cudaError_t GlobalAvgPoolBackward(const float* dy, float* dx, int64_t rows, int64_t hw,
+cudaError_t GlobalAvgPoolForward(int type, const void* x, void* y, int64_t rows, int64_t hw,
+                                 cudaStream_t s);
+cudaError_t GlobalAvgPoolBackward(int type, const void* dy, void* dx, int64_t rows, int64_t hw,
                                   cudaStream_t s);
 
-// Per row of logits [n, k]: row_loss[r] = cross-entropy against (1-eps) one-hot + eps/k,
+// fp32 only from here on. Per row of logits [n, k]: row_loss[r] = cross-entropy against (1-eps) one-hot + eps/k,
 // row_correct[r] = (first argmax == label); dlogits (may be null) = (softmax - target) / n.
 // Labels must already be validated to lie in [0, k).
 cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k,
