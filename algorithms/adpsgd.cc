@@ -19,6 +19,7 @@
 #include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/store.h"
 #include "common/error.h"
+#include "common/rate_limiter.h"
 
 namespace shoal {
 namespace {
@@ -33,7 +34,9 @@ struct GossipHeader {
 
 class AdPsgd : public Algorithm {
  public:
-  explicit AdPsgd(const AlgorithmEnv& env) : env_(env), updater_(env), rng_(env.config->seed * 31 + uint64_t(env.rank)) {
+  explicit AdPsgd(const AlgorithmEnv& env)
+      : env_(env), updater_(env), rng_(env.config->seed * 31 + uint64_t(env.rank)),
+        limiter_(env.config->workers[size_t(env.rank)].bandwidth_mbps * 1e6 / 8) {
     timeout_ms_ = int(env.config->algorithm_opts.GetInt("gossip_timeout_ms", 10000, 10, 3600000));
     comm_ = MakeWorkerCommunicator(env, "adpsgd");  // start/stop agreement and the final average
   }
@@ -148,6 +151,7 @@ class AdPsgd : public Algorithm {
       mine = model_;
     }
     GossipHeader h{kMagic, kAverage, uint64_t(total_)};
+    limiter_.Acquire(double(sizeof h + mine.size() * 4));
     zmq_send(peer->sock, &h, sizeof h, ZMQ_SNDMORE);
     zmq_send(peer->sock, mine.data(), mine.size() * 4, 0);
     gossip_bytes_ += int64_t(sizeof h + mine.size() * 4);
@@ -223,6 +227,7 @@ class AdPsgd : public Algorithm {
         for (int64_t i = 0; i < total_; ++i) model_[size_t(i)] = 0.5f * (model_[size_t(i)] + theirs[i]);
         ++averagings_;
       }
+      limiter_.Acquire(double(reply.size() * 4));
       zmq_send(router_, frames[0].data(), frames[0].size(), ZMQ_SNDMORE);
       zmq_send(router_, reply.data(), reply.size() * 4, 0);
       gossip_bytes_ += int64_t(reply.size() * 4);
@@ -239,6 +244,7 @@ class AdPsgd : public Algorithm {
   LocalUpdater updater_;
   std::unique_ptr<Communicator> comm_;
   std::mt19937_64 rng_;
+  RateLimiter limiter_;
   int timeout_ms_;
   int64_t total_ = 0;
   std::mutex mu_;

@@ -29,6 +29,7 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, co
   ro.timeout_ms = int(o.GetInt("collective_timeout_ms", 120000, 100, 86400000));
   ro.segment_bytes = o.GetInt("segment_bytes", 1 << 20, 256, int64_t(1) << 30);
   ro.bind_host = env.config->workers[size_t(env.rank)].host;
+  ro.bandwidth_bytes_per_s = env.config->workers[size_t(env.rank)].bandwidth_mbps * 1e6 / 8;
   return std::unique_ptr<Communicator>(new ZmqRing(env.rank, env.world, *store, ro));
 }
 

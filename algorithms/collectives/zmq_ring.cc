@@ -73,7 +73,8 @@ std::string HostName() {
 }
 }  // namespace
 
-ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts) : rank_(rank), size_(size), opts_(opts) {
+ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts)
+    : rank_(rank), size_(size), opts_(opts), limiter_(opts.bandwidth_bytes_per_s) {
   if (size < 1 || rank < 0 || rank >= size) throw Error("ring: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
   if (size == 1) return;
   ctx_ = zmq_ctx_new();
@@ -151,6 +152,7 @@ void ZmqRing::CheckMonitors(const char* what) {
 }
 
 void ZmqRing::Send(const Header& h, const void* payload, size_t bytes, bool zero_copy) {
+  limiter_.Acquire(double(sizeof h + bytes));
   while (zmq_send(push_, &h, sizeof h, ZMQ_SNDMORE) < 0)
     if (zmq_errno() != EINTR) throw Error(std::string("ring send: ") + zmq_strerror(zmq_errno()));
   zmq_msg_t m;

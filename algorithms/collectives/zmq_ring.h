@@ -12,6 +12,7 @@
 
 #include "algorithms/collectives/communicator.h"
 #include "algorithms/collectives/store.h"
+#include "common/rate_limiter.h"
 
 namespace shoal {
 
@@ -22,6 +23,7 @@ struct RingOptions {
   std::string prefix = "ring";       // store key prefix (one ring per prefix)
   int rendezvous_timeout_ms = 60000;
   bool tcp_only = false;             // else same-host neighbours use a Unix socket
+  double bandwidth_bytes_per_s = 0;  // > 0: token bucket on sends (simulated slow link)
 };
 
 class ZmqRing : public Communicator {
@@ -69,6 +71,7 @@ class ZmqRing : public Communicator {
   std::vector<uint8_t> scratch_;
   std::atomic<int64_t> inflight_{0};  // zero-copy sends ZeroMQ has not released yet
   std::string ipc_path_;
+  RateLimiter limiter_;
 };
 
 }  // namespace shoal
