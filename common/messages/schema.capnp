@@ -1,0 +1,72 @@
+# Every message on the wire: one Header frame (this schema) followed by one raw frame per
+# entry of `tensors`, in order. Tensor bytes never pass through Cap'n Proto, so they can be
+# sent and received without copying.
+@0x8265d148afd1c407;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("shoal::msg");
+
+enum Kind {
+  invalid @0;        # zero value: a header that never set its kind
+  push @1;           # worker -> shard: tensors + op; answered by pushAck
+  pushAck @2;
+  pull @3;           # worker -> shard: tensor names; answered by pullReply
+  pullReply @4;      # tensors (meta + frames)
+  register @5;       # member -> coordinator; answered by clusterMap
+  clusterMap @6;
+  barrier @7;        # worker -> coordinator; answered by barrierDone once all arrive
+  barrierDone @8;
+  heartbeat @9;      # member -> coordinator; never answered
+  error @10;         # any -> requester: what went wrong, for requestId
+}
+
+enum DType { fp32 @0; fp16 @1; bf16 @2; }
+
+# How a shard combines a pushed tensor with the one it holds.
+enum PushOp {
+  assign @0;   # replace
+  add @1;      # accumulate (elementwise sum)
+  apply @2;    # hand to the shard's UpdateRule (server-side optimizer)
+}
+
+enum Role { worker @0; server @1; }
+
+struct TensorMeta {
+  name @0 :Text;
+  dtype @1 :DType;
+  shape @2 :List(Int64);
+  byteSize @3 :UInt64;   # must equal the size of the matching frame
+  version @4 :UInt64;    # pushes applied on the shard (pull replies)
+}
+
+struct Placement {
+  name @0 :Text;
+  shard @1 :UInt32;
+  byteSize @2 :UInt64;
+}
+
+struct Member {
+  role @0 :Role;
+  rank @1 :Int32;
+  alive @2 :Bool;
+}
+
+struct ClusterMap {
+  servers @0 :List(Text);        # "host:port", index = shard
+  worldSize @1 :Int32;           # number of workers
+  placement @2 :List(Placement);
+  members @3 :List(Member);
+}
+
+struct Header {
+  kind @0 :Kind;
+  requestId @1 :UInt64;          # echoed in the answer
+  role @2 :Role;                 # of the sender
+  rank @3 :Int32;                # worker rank or shard index of the sender
+  tensors @4 :List(TensorMeta);  # push, pullReply
+  names @5 :List(Text);          # pull
+  op @6 :PushOp;                 # push
+  cluster @7 :ClusterMap;        # clusterMap
+  barrierName @8 :Text;          # barrier, barrierDone
+  message @9 :Text;              # error
+}

@@ -1,0 +1,33 @@
+// Sends heartbeats to the coordinator from its own thread and socket, so a member that is
+// busy computing (or blocked in a long transfer) still counts as alive.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <zmq.hpp>
+
+#include "common/transport/transport.h"
+
+namespace shoal {
+
+class HeartbeatSender {
+ public:
+  HeartbeatSender(zmq::context_t& ctx, const std::string& coordinator_endpoint, const CurveKeys& keys,
+                  msg::Role role, int rank, int interval_ms);
+  ~HeartbeatSender();
+
+ private:
+  void Run();
+  Transport transport_;
+  msg::Role role_;
+  int rank_;
+  int interval_ms_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,182 @@
+#include "server/coordinator.h"
+
+#include <algorithm>
+#include <glog/logging.h>
+
+#include "common/error.h"
+
+namespace shoal {
+
+std::vector<TensorPlacement> PlaceTensors(std::vector<TensorPlacement> tensors, int num_shards) {
+  SHOAL_CHECK(num_shards > 0, "cannot place tensors on zero shards");
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (tensors[a].bytes != tensors[b].bytes) return tensors[a].bytes > tensors[b].bytes;
+    return tensors[a].name < tensors[b].name;
+  });
+  std::vector<uint64_t> load(num_shards, 0);
+  for (size_t i : order) {
+    int best = int(std::min_element(load.begin(), load.end()) - load.begin());
+    tensors[i].shard = best;
+    load[best] += tensors[i].bytes;
+  }
+  return tensors;
+}
+
+Coordinator::Coordinator(const JobConfig& cfg, ReplyFn reply) : cfg_(cfg), reply_(std::move(reply)) {}
+
+std::string Coordinator::Name(const Key& k) {
+  return std::string(k.first == int(msg::Role::WORKER) ? "worker " : "server shard ") + std::to_string(k.second);
+}
+
+void Coordinator::Seen(const Key& k, Clock::time_point now) {
+  auto it = members_.find(k);
+  if (it == members_.end()) {
+    LOG(INFO) << "coordinator: " << Name(k) << " joined";
+    members_[k].last_seen = now;
+    return;
+  }
+  if (!it->second.alive) LOG(WARNING) << "coordinator: " << Name(k) << " is answering again";
+  it->second.alive = true;
+  it->second.last_seen = now;
+}
+
+bool Coordinator::IsAlive(msg::Role role, int rank) const {
+  auto it = members_.find({int(role), rank});
+  return it != members_.end() && it->second.alive;
+}
+
+bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
+  auto h = m.header();
+  auto kind = h.getKind();
+  if (kind != msg::Kind::REGISTER && kind != msg::Kind::BARRIER && kind != msg::Kind::HEARTBEAT) return false;
+  Key key{int(h.getRole()), h.getRank()};
+  bool worker = h.getRole() == msg::Role::WORKER;
+  int limit = worker ? cfg_.world_size() : int(cfg_.servers.size());
+  if (h.getRank() < 0 || h.getRank() >= limit || (h.getRole() != msg::Role::WORKER && h.getRole() != msg::Role::SERVER)) {
+    std::string what = "coordinator: " + std::string(worker ? "worker rank " : "member rank ") +
+                       std::to_string(h.getRank()) + " is outside the job (" + std::to_string(limit) +
+                       (worker ? " workers)" : " servers)");
+    LOG(WARNING) << what << " from " << PeerName(m.identity);
+    if (kind != msg::Kind::HEARTBEAT) ReplyError(m.identity, h.getRequestId(), what);
+    return true;
+  }
+  Seen(key, now);
+  if (kind == msg::Kind::REGISTER) OnRegister(m);
+  if (kind == msg::Kind::BARRIER) OnBarrier(m);
+  return true;
+}
+
+void Coordinator::OnRegister(const InMessage& m) {
+  auto h = m.header();
+  auto specs = h.getTensors();
+  if (specs.size() > 0) {
+    std::vector<TensorPlacement> asked;
+    for (auto t : specs) asked.push_back({t.getName(), t.getByteSize(), 0});
+    auto placed = PlaceTensors(asked, int(cfg_.servers.size()));
+    if (placement_.empty()) {
+      placement_ = placed;
+    } else {
+      auto by_name = [](std::vector<TensorPlacement> v) {
+        std::map<std::string, uint64_t> out;
+        for (auto& p : v) out[p.name] = p.bytes;
+        return out;
+      };
+      if (by_name(placed) != by_name(placement_)) {
+        std::string what = "coordinator: " + Name({int(h.getRole()), h.getRank()}) +
+                           " registered a tensor list that differs from the one already placed";
+        LOG(WARNING) << what;
+        ReplyError(m.identity, h.getRequestId(), what);
+        return;
+      }
+    }
+  }
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::CLUSTER_MAP);
+  r.setRequestId(h.getRequestId());
+  r.setRole(msg::Role::SERVER);
+  r.setRank(0);
+  auto cm = r.initCluster();
+  auto servers = cm.initServers(cfg_.servers.size());
+  for (size_t i = 0; i < cfg_.servers.size(); ++i) servers.set(i, cfg_.servers[i]);
+  cm.setWorldSize(cfg_.world_size());
+  auto pl = cm.initPlacement(placement_.size());
+  for (size_t i = 0; i < placement_.size(); ++i) {
+    pl[i].setName(placement_[i].name);
+    pl[i].setShard(placement_[i].shard);
+    pl[i].setByteSize(placement_[i].bytes);
+  }
+  auto mem = cm.initMembers(members_.size());
+  size_t i = 0;
+  for (auto& kv : members_) {
+    mem[i].setRole(static_cast<msg::Role>(kv.first.first));
+    mem[i].setRank(kv.first.second);
+    mem[i].setAlive(kv.second.alive);
+    ++i;
+  }
+  reply_(m.identity, out);
+}
+
+void Coordinator::OnBarrier(const InMessage& m) {
+  auto h = m.header();
+  std::string name = h.getBarrierName();
+  if (h.getRole() != msg::Role::WORKER) {
+    ReplyError(m.identity, h.getRequestId(), "coordinator: only workers take part in barriers");
+    return;
+  }
+  for (auto& kv : members_) {
+    if (!kv.second.alive) {
+      ReplyError(m.identity, h.getRequestId(),
+                 "coordinator: barrier '" + name + "' cannot complete: " + Name(kv.first) + " stopped answering");
+      return;
+    }
+  }
+  BarrierState& b = barriers_[name];
+  b.waiting[h.getRank()].rebuild(m.identity.data(), m.identity.size());
+  b.request_ids[h.getRank()] = h.getRequestId();
+  if (int(b.waiting.size()) < cfg_.world_size()) return;
+  for (auto& kv : b.waiting) {
+    OutMessage out;
+    auto r = out.header();
+    r.setKind(msg::Kind::BARRIER_DONE);
+    r.setRequestId(b.request_ids[kv.first]);
+    r.setRole(msg::Role::SERVER);
+    r.setBarrierName(name);
+    reply_(kv.second, out);
+  }
+  barriers_.erase(name);
+}
+
+void Coordinator::ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what) {
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::ERROR);
+  r.setRequestId(request_id);
+  r.setRole(msg::Role::SERVER);
+  r.setMessage(what);
+  reply_(to, out);
+}
+
+void Coordinator::FailBarriers(const std::string& why) {
+  for (auto& bkv : barriers_)
+    for (auto& kv : bkv.second.waiting)
+      ReplyError(kv.second, bkv.second.request_ids[kv.first],
+                 "coordinator: barrier '" + bkv.first + "' cannot complete: " + why);
+  barriers_.clear();
+}
+
+void Coordinator::Tick(Clock::time_point now) {
+  auto timeout = std::chrono::milliseconds(cfg_.heartbeat_timeout_ms);
+  for (auto& kv : members_) {
+    if (!kv.second.alive || now - kv.second.last_seen <= timeout) continue;
+    kv.second.alive = false;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - kv.second.last_seen).count();
+    LOG(ERROR) << "coordinator: " << Name(kv.first) << " stopped answering: no heartbeat for " << ms
+               << " ms (timeout " << cfg_.heartbeat_timeout_ms << " ms)";
+    FailBarriers(Name(kv.first) + " stopped answering");
+  }
+}
+
+}  // namespace shoal

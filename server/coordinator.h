@@ -1,0 +1,68 @@
+// The control plane, run by shard 0 but independent of the KV data path: registration,
+// the cluster map (tensor placement, server addresses), barriers and heartbeats.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/transport/transport.h"
+
+namespace shoal {
+
+struct TensorPlacement {
+  std::string name;
+  uint64_t bytes = 0;
+  int shard = 0;
+};
+
+// Packs whole tensors onto shards, largest first onto the least-loaded shard, so bytes
+// balance and every member computing it from the same list gets the same answer.
+std::vector<TensorPlacement> PlaceTensors(std::vector<TensorPlacement> tensors, int num_shards);
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Sends a reply to the peer with that identity.
+  using ReplyFn = std::function<void(const zmq::message_t& to, OutMessage& m)>;
+
+  Coordinator(const JobConfig& cfg, ReplyFn reply);
+
+  // Handles register / barrier / heartbeat; returns false for other kinds.
+  bool Handle(const InMessage& m, Clock::time_point now);
+  // Reports members whose heartbeats stopped; call periodically.
+  void Tick(Clock::time_point now);
+
+  bool IsAlive(msg::Role role, int rank) const;
+  size_t placed_tensors() const { return placement_.size(); }
+
+ private:
+  struct MemberState {
+    Clock::time_point last_seen;
+    bool alive = true;
+  };
+  struct BarrierState {
+    std::map<int, zmq::message_t> waiting;  // rank -> identity
+    std::map<int, uint64_t> request_ids;
+  };
+  using Key = std::pair<int, int>;  // (role, rank)
+
+  void Seen(const Key& k, Clock::time_point now);
+  void OnRegister(const InMessage& m);
+  void OnBarrier(const InMessage& m);
+  void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
+  void FailBarriers(const std::string& why);
+  static std::string Name(const Key& k);
+
+  const JobConfig& cfg_;
+  ReplyFn reply_;
+  std::map<Key, MemberState> members_;
+  std::vector<TensorPlacement> placement_;
+  std::map<std::string, BarrierState> barriers_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,87 @@
+#include "server/kv_shard.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+void AddInto(DType t, void* dst, const void* src, size_t n) {
+  if (t == DType::kF32) {
+    float* d = static_cast<float*>(dst);
+    const float* s = static_cast<const float*>(src);
+    for (size_t i = 0; i < n; ++i) d[i] += s[i];
+    return;
+  }
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  for (size_t i = 0; i < n; ++i) {
+    float a = t == DType::kF16 ? HalfToFloat(d[i]) : Bf16ToFloat(d[i]);
+    float b = t == DType::kF16 ? HalfToFloat(s[i]) : Bf16ToFloat(s[i]);
+    d[i] = t == DType::kF16 ? FloatToHalf(a + b) : FloatToBf16(a + b);
+  }
+}
+
+void AddRule::Apply(const std::string&, StoredTensor& param, const void* grad, size_t) {
+  AddInto(param.dtype, param.buf->data(), grad, param.elements());
+}
+
+void KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
+                   msg::PushOp op) {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || op == msg::PushOp::ASSIGN) {
+    // First push of a tensor, or a replacement: keep the received frame as the value.
+    StoredTensor& t = tensors_[name];
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.buf = std::make_shared<Buffer>();
+    t.buf->bytes = std::move(data);
+    ++t.version;
+    return;
+  }
+  StoredTensor& t = it->second;
+  SHOAL_CHECK(t.dtype == dtype && t.shape == shape,
+              "push of '" + name + "' as " + DTypeName(dtype) + ShapeStr(shape) + " but the shard holds " +
+                  DTypeName(t.dtype) + ShapeStr(t.shape));
+  SHOAL_CHECK(op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
+              "push of '" + name + "': unknown op " + std::to_string(int(op)));
+  StoredTensor& w = Writable(name);
+  if (op == msg::PushOp::ADD)
+    AddInto(w.dtype, w.buf->data(), data.data(), w.elements());
+  else
+    rule_->Apply(name, w, data.data(), data.size());
+  ++w.version;
+}
+
+StoredTensor& KvShard::Writable(const std::string& name) {
+  StoredTensor& t = tensors_.at(name);
+  // Only ZeroMQ's I/O thread drops references concurrently, so a count of 1 is final.
+  if (t.buf.use_count() > 1) {
+    auto copy = std::make_shared<Buffer>();
+    copy->bytes.rebuild(t.buf->data(), t.buf->size());
+    t.buf = std::move(copy);
+  }
+  return t;
+}
+
+const StoredTensor* KvShard::Find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+uint64_t KvShard::bytes() const {
+  uint64_t n = 0;
+  for (auto& kv : tensors_) n += kv.second.buf->size();
+  return n;
+}
+
+}  // namespace shoal

@@ -1,0 +1,69 @@
+// One shard's key-value store: whole tensors by name. Stored buffers are shared, so a pull
+// reply hands ZeroMQ a reference instead of a copy; a write to a buffer still being sent
+// copies it first (copy-on-write).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/dtype.h"
+#include "common/messages/schema.capnp.h"
+
+namespace shoal {
+
+struct Buffer {
+  zmq::message_t bytes;  // a received frame kept as-is, or a fresh allocation
+  char* data() { return static_cast<char*>(bytes.data()); }
+  size_t size() const { return bytes.size(); }
+};
+
+struct StoredTensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::shared_ptr<Buffer> buf;
+  uint64_t version = 0;  // pushes applied
+  size_t elements() const { return buf->size() / DTypeSize(dtype); }
+};
+
+// What a push with op = apply does to a stored tensor: the hook for server-side optimizers
+// (SGD, LARS, LAMB... live in algorithms/ and plug in here). `param` is writable and not
+// shared with any pending send.
+class UpdateRule {
+ public:
+  virtual ~UpdateRule() = default;
+  virtual void Apply(const std::string& name, StoredTensor& param, const void* grad, size_t bytes) = 0;
+};
+
+// Default rule: accumulate (param += grad).
+class AddRule : public UpdateRule {
+ public:
+  void Apply(const std::string& name, StoredTensor& param, const void* grad, size_t bytes) override;
+};
+
+// Elementwise dst += src for n elements of type t (fp16/bf16 summed in fp32).
+void AddInto(DType t, void* dst, const void* src, size_t n);
+
+class KvShard {
+ public:
+  KvShard() : rule_(std::make_unique<AddRule>()) {}
+  void SetUpdateRule(std::unique_ptr<UpdateRule> rule) { rule_ = std::move(rule); }
+
+  // Applies one pushed tensor; `data` is the received frame (kept without copying on
+  // assign). Throws shoal::Error if dtype/shape disagree with the stored tensor.
+  void Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
+            msg::PushOp op);
+  // nullptr when absent.
+  const StoredTensor* Find(const std::string& name) const;
+  size_t size() const { return tensors_.size(); }
+  uint64_t bytes() const;
+
+ private:
+  StoredTensor& Writable(const std::string& name);
+  std::map<std::string, StoredTensor> tensors_;
+  std::unique_ptr<UpdateRule> rule_;
+};
+
+}  // namespace shoal

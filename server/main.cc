@@ -1,0 +1,46 @@
+// shoal-server --config JOB.toml --shard K: one parameter-server shard (shard 0 also
+// coordinates). A bad job file or flag is one line on stderr and exit 2, nothing started.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "server/server.h"
+
+DEFINE_string(config, "", "job file (TOML)");
+DEFINE_int32(shard, 0, "which [cluster] servers entry this process serves");
+DEFINE_string(bind, "", "endpoint to bind instead of servers[shard], e.g. tcp://0.0.0.0:7701");
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("shoal-server --config JOB.toml --shard K");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (FLAGS_config.empty()) {
+    fprintf(stderr, "shoal-server: --config JOB.toml is required\n");
+    return 2;
+  }
+  std::unique_ptr<shoal::Server> server;
+  try {
+    shoal::JobConfig cfg = shoal::LoadJobConfig(FLAGS_config);
+    if (cfg.servers.empty()) throw shoal::Error(FLAGS_config + ": [cluster] servers: expected at least one \"host:port\"");
+    server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "shoal-server: %s\n", e.what());
+    return 2;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  server->Run(g_stop);
+  LOG(INFO) << "shard " << FLAGS_shard << ": stopped";
+  return 0;
+}

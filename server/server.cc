@@ -1,0 +1,197 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <glog/logging.h>
+#include <kj/exception.h>
+
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+std::vector<int64_t> ShapeOf(msg::TensorMeta::Reader meta) {
+  std::vector<int64_t> s;
+  for (int64_t d : meta.getShape()) s.push_back(d);
+  return s;
+}
+
+}  // namespace
+
+CurveKeys CurveKeysFrom(const JobConfig& cfg) {
+  CurveKeys k;
+  k.server_public = cfg.curve_server_public;
+  k.server_secret = cfg.curve_server_secret;
+  k.client_public = cfg.curve_client_public;
+  k.client_secret = cfg.curve_client_secret;
+  return k;
+}
+
+std::string BindEndpoint(const std::string& host_port) {
+  auto colon = host_port.rfind(':');
+  SHOAL_CHECK(colon != std::string::npos, "server address '" + host_port + "' is not host:port");
+  std::string host = host_port.substr(0, colon);
+  bool loopback = host == "localhost" || host.rfind("127.", 0) == 0;
+  return "tcp://" + std::string(loopback ? "127.0.0.1" : "*") + host_port.substr(colon);
+}
+
+std::string ConnectEndpoint(const std::string& host_port) { return "tcp://" + host_port; }
+
+Server::Server(const JobConfig& cfg, int shard, const std::string& bind_override)
+    : cfg_(cfg), shard_(shard), who_("shard " + std::to_string(shard)), ctx_(1) {
+  SHOAL_CHECK(shard >= 0 && shard < int(cfg_.servers.size()),
+              cfg_.path + ": shard " + std::to_string(shard) + " is not in [cluster] servers (" +
+                  std::to_string(cfg_.servers.size()) + " listed)");
+  CurveKeys keys = CurveKeysFrom(cfg_);
+  if (keys.enabled()) auth_ = std::make_unique<CurveAuthenticator>(ctx_, keys.client_public, who_);
+  transport_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
+  transport_->EnableMonitor();
+  endpoint_ = transport_->Bind(bind_override.empty() ? BindEndpoint(cfg_.servers[shard]) : bind_override);
+  if (shard == 0) {
+    coordinator_ = std::make_unique<Coordinator>(
+        cfg_, [this](const zmq::message_t& to, OutMessage& m) { transport_->Send(m, &to); });
+  } else {
+    heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, ConnectEndpoint(cfg_.servers[0]), keys, msg::Role::SERVER,
+                                                   shard, int(cfg_.heartbeat_ms));
+  }
+  LOG(INFO) << who_ << ": listening on " << endpoint_ << (keys.enabled() ? " (CURVE)" : "")
+            << (shard == 0 ? ", coordinator on" : "");
+}
+
+Server::~Server() {
+  heartbeat_.reset();
+  coordinator_.reset();
+  transport_.reset();
+  auth_.reset();
+}
+
+void Server::Run(const std::atomic<bool>& stop) {
+  auto last_tick = Coordinator::Clock::now();
+  while (!stop) {
+    zmq::pollitem_t items[2] = {{transport_->socket().handle(), 0, ZMQ_POLLIN, 0},
+                                {transport_->monitor_socket()->handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, std::chrono::milliseconds(50));
+    if (items[1].revents & ZMQ_POLLIN)
+      for (auto& e : transport_->DrainEvents()) {
+        // Ordinary disconnects are routine; failed handshakes are worth a warning.
+        if (e.event == ZMQ_EVENT_DISCONNECTED)
+          LOG(INFO) << who_ << ": " << e.Describe();
+        else
+          LOG(WARNING) << who_ << ": " << e.Describe();
+      }
+    // Drain what is queued, but come back to ticks and the stop flag regularly.
+    for (int i = 0; i < 64 && (items[0].revents & ZMQ_POLLIN); ++i) {
+      InMessage m;
+      try {
+        if (!transport_->Recv(&m, 0)) break;
+        HandleMessage(m);
+      } catch (const BadMessage& e) {
+        LOG(WARNING) << who_ << ": bad message from " << PeerName(e.identity) << ": " << e.what() << "; ignored";
+        ReplyError(e.identity, 0, who_ + ": bad message: " + e.what());
+      } catch (const Error& e) {
+        LOG(WARNING) << who_ << ": rejected message from " << PeerName(m.identity) << ": " << e.what();
+        ReplyError(m.identity, m.header().getRequestId(), who_ + ": " + e.what());
+      } catch (const kj::Exception& e) {
+        LOG(WARNING) << who_ << ": malformed message from " << PeerName(m.identity) << ": "
+                     << e.getDescription().cStr();
+        ReplyError(m.identity, 0, who_ + ": malformed message");
+      }
+    }
+    auto now = Coordinator::Clock::now();
+    if (coordinator_ && now - last_tick > std::chrono::milliseconds(20)) {
+      coordinator_->Tick(now);
+      last_tick = now;
+    }
+  }
+}
+
+void Server::HandleMessage(InMessage& m) {
+  auto kind = m.header().getKind();
+  if (coordinator_ && coordinator_->Handle(m, Coordinator::Clock::now())) return;
+  switch (kind) {
+    case msg::Kind::PUSH: return HandlePush(m);
+    case msg::Kind::PULL: return HandlePull(m);
+    case msg::Kind::REGISTER:
+    case msg::Kind::BARRIER:
+    case msg::Kind::HEARTBEAT:
+      throw Error("message kind " + std::to_string(int(kind)) + " belongs to the coordinator (shard 0)");
+    default:
+      throw Error("unknown message kind " + std::to_string(int(kind)));
+  }
+}
+
+void Server::HandlePush(InMessage& m) {
+  m.ValidateTensors();
+  auto h = m.header();
+  auto metas = h.getTensors();
+  auto op = h.getOp();
+  SHOAL_CHECK(op == msg::PushOp::ASSIGN || op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
+              "push with unknown op " + std::to_string(int(op)));
+  // Check every tensor before changing any, so a rejected push leaves the shard as it was.
+  for (auto meta : metas) {
+    const StoredTensor* t = kv_.Find(meta.getName());
+    if (!t || op == msg::PushOp::ASSIGN) continue;
+    std::vector<int64_t> shape = ShapeOf(meta);
+    SHOAL_CHECK(t->dtype == FromWire(meta.getDtype()) && t->shape == shape,
+                "push of '" + std::string(meta.getName()) + "' disagrees with the stored dtype/shape");
+  }
+  for (unsigned i = 0; i < metas.size(); ++i) {
+    auto meta = metas[i];
+    std::vector<int64_t> shape = ShapeOf(meta);
+    kv_.Push(meta.getName(), FromWire(meta.getDtype()), std::move(shape), std::move(m.payloads[i]), op);
+  }
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::PUSH_ACK);
+  r.setRequestId(h.getRequestId());
+  r.setRole(msg::Role::SERVER);
+  r.setRank(shard_);
+  transport_->Send(out, &m.identity);
+}
+
+void Server::HandlePull(InMessage& m) {
+  auto h = m.header();
+  auto names = h.getNames();
+  std::vector<const StoredTensor*> found;
+  for (auto n : names) {
+    const StoredTensor* t = kv_.Find(n);
+    SHOAL_CHECK(t, "pull of unknown tensor '" + std::string(n) + "' (this shard holds " +
+                       std::to_string(kv_.size()) + " tensors)");
+    found.push_back(t);
+  }
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::PULL_REPLY);
+  r.setRequestId(h.getRequestId());
+  r.setRole(msg::Role::SERVER);
+  r.setRank(shard_);
+  auto metas = r.initTensors(found.size());
+  for (unsigned i = 0; i < found.size(); ++i) {
+    const StoredTensor* t = found[i];
+    metas[i].setName(names[i]);
+    metas[i].setDtype(ToWire(t->dtype));
+    auto shape = metas[i].initShape(t->shape.size());
+    for (size_t d = 0; d < t->shape.size(); ++d) shape.set(d, t->shape[d]);
+    metas[i].setByteSize(t->buf->size());
+    metas[i].setVersion(t->version);
+    Payload p;
+    p.data = t->buf->data();
+    p.size = t->buf->size();
+    p.keep = t->buf;  // the stored buffer is sent in place; a later write copies it first
+    out.payloads.push_back(std::move(p));
+  }
+  transport_->Send(out, &m.identity);
+}
+
+void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what) {
+  if (to.size() == 0) return;
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::ERROR);
+  r.setRequestId(request_id);
+  r.setRole(msg::Role::SERVER);
+  r.setRank(shard_);
+  r.setMessage(what);
+  transport_->Send(out, &to);
+}
+
+}  // namespace shoal

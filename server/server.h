@@ -1,0 +1,52 @@
+// A parameter-server shard process: one ROUTER socket serving every client, the KV store,
+// and on shard 0 the Coordinator. One thread owns the socket; bad input from one peer is
+// logged in one line and answered with an error, never allowed to stop the loop.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/transport/heartbeat.h"
+#include "common/transport/transport.h"
+#include "server/coordinator.h"
+#include "server/kv_shard.h"
+
+namespace shoal {
+
+CurveKeys CurveKeysFrom(const JobConfig& cfg);
+// "host:port" -> the endpoint a server binds: loopback stays loopback, anything else
+// listens on all interfaces.
+std::string BindEndpoint(const std::string& host_port);
+std::string ConnectEndpoint(const std::string& host_port);
+
+class Server {
+ public:
+  // Binds servers[shard] (or bind_override, e.g. "tcp://127.0.0.1:*" in tests).
+  Server(const JobConfig& cfg, int shard, const std::string& bind_override = "");
+  ~Server();
+  const std::string& endpoint() const { return endpoint_; }
+  KvShard& kv() { return kv_; }
+  // Serves until `stop` becomes true.
+  void Run(const std::atomic<bool>& stop);
+
+ private:
+  void HandleMessage(InMessage& m);
+  void HandlePush(InMessage& m);
+  void HandlePull(InMessage& m);
+  void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
+
+  JobConfig cfg_;
+  int shard_;
+  std::string who_;  // "shard K" for log lines
+  zmq::context_t ctx_;
+  std::unique_ptr<CurveAuthenticator> auth_;
+  std::unique_ptr<Transport> transport_;
+  std::string endpoint_;
+  KvShard kv_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<HeartbeatSender> heartbeat_;
+};
+
+}  // namespace shoal

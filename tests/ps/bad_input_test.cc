@@ -1,0 +1,202 @@
+// Bad input on a server's port: each case gets one clear log line (and an error answer
+// where there is someone to answer), and the server keeps serving everyone else.
+#include <arpa/inet.h>
+#include <csignal>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/transport/transport.h"
+#include "tests/ps/ps_test_util.h"
+#include "worker/client/client.h"
+
+namespace shoal {
+namespace {
+
+using testing::ForkChild;
+using testing::ServerProcess;
+using testing::WaitChild;
+
+const std::vector<TensorSpec> kSpecs = {{"good", DType::kF32, {1000}}, {"huge", DType::kF32, {16 << 20}}};
+
+int PortOf(const std::string& host_port) { return std::stoi(host_port.substr(host_port.rfind(':') + 1)); }
+
+// Writes raw bytes to the port over plain TCP, then closes.
+void RawTcp(int port, const std::string& bytes) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(write(fd, bytes.data(), bytes.size()), ssize_t(bytes.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  close(fd);
+}
+
+class BadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_ = testing::WriteJob("bad-input", 1, 2);
+    cfg_ = LoadJobConfig(job_);
+    server_ = std::make_unique<ServerProcess>(job_, 0);
+    ASSERT_TRUE(server_->WaitForLog("listening on")) << server_->log();
+    raw_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+    raw_->set(zmq::sockopt::linger, 0);
+    raw_->connect("tcp://" + cfg_.servers[0]);
+  }
+
+  // Sends frames from a raw DEALER and returns the server's error answer.
+  std::string SendRaw(const std::vector<std::string>& frames) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      zmq::message_t m(frames[i].data(), frames[i].size());
+      raw_->send(m, i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    zmq::pollitem_t item{raw_->handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(5000)) == 0) return "(no answer)";
+    zmq::message_t head;
+    EXPECT_TRUE(raw_->recv(head, zmq::recv_flags::none));
+    InMessage in;
+    in.ParseHeader(head);
+    EXPECT_EQ(in.header().getKind(), msg::Kind::ERROR);
+    return in.header().getMessage();
+  }
+
+  static std::string Header(const std::function<void(msg::Header::Builder)>& fill) {
+    capnp::MallocMessageBuilder b;
+    fill(b.getRoot<msg::Header>());
+    auto words = capnp::messageToFlatArray(b);
+    return std::string(reinterpret_cast<const char*>(words.asBytes().begin()), words.asBytes().size());
+  }
+
+  // A well-behaved client still gets exact answers.
+  void ExpectStillServing(float value) {
+    ClientOptions o;
+    o.rank = 0;
+    o.timeout_ms = 5000;
+    o.heartbeat = false;
+    Client c(cfg_, o);
+    c.Register(kSpecs);
+    std::vector<float> v(1000, value);
+    c.Wait(c.Push({{"good", DType::kF32, {1000}, v.data(), 4000}}, msg::PushOp::ASSIGN));
+    std::vector<PulledTensor> out;
+    c.Wait(c.Pull({"good"}, &out));
+    EXPECT_EQ(out[0].ToFloats()[999], value);
+    EXPECT_TRUE(server_->alive());
+  }
+
+  std::string job_;
+  JobConfig cfg_;
+  std::unique_ptr<ServerProcess> server_;
+  zmq::context_t ctx_{1};
+  std::unique_ptr<zmq::socket_t> raw_;
+};
+
+TEST_F(BadInput, MalformedAndTruncatedHeaders) {
+  EXPECT_NE(SendRaw({"abc"}).find("not whole 8-byte words"), std::string::npos);
+  EXPECT_NE(SendRaw({std::string(64, '\xff')}).find("not a valid Cap'n Proto message"), std::string::npos);
+  EXPECT_NE(SendRaw({""}).find("empty header frame"), std::string::npos);
+  std::string h = Header([](msg::Header::Builder b) { b.setMessage(std::string(100, 'x')); });
+  EXPECT_NE(SendRaw({h.substr(0, h.size() - 16)}).find("not a valid Cap'n Proto message"), std::string::npos);
+  EXPECT_TRUE(server_->WaitForLog("bad message from peer 0x")) << server_->log();
+  ExpectStillServing(1.5f);
+}
+
+TEST_F(BadInput, UnknownKindsAndInconsistentTensors) {
+  std::string unknown = Header([](msg::Header::Builder b) {
+    b.setKind(static_cast<msg::Kind>(77));
+    b.setRequestId(5);
+  });
+  EXPECT_NE(SendRaw({unknown}).find("unknown message kind 77"), std::string::npos);
+  EXPECT_TRUE(server_->WaitForLog("unknown message kind 77")) << server_->log();
+
+  auto push = [](uint64_t bytes, int tensors) {
+    return Header([=](msg::Header::Builder b) {
+      b.setKind(msg::Kind::PUSH);
+      auto t = b.initTensors(tensors);
+      for (int i = 0; i < tensors; ++i) {
+        t[i].setName("t" + std::to_string(i));
+        t[i].initShape(1).set(0, 4);
+        t[i].setByteSize(bytes);
+      }
+    });
+  };
+  std::string sixteen(16, '\0');
+  EXPECT_NE(SendRaw({push(16, 2), sixteen}).find("2 tensors but 1 data frames"), std::string::npos);
+  EXPECT_NE(SendRaw({push(16, 1), std::string(10, '\0')}).find("data frame has 10 bytes"), std::string::npos);
+  EXPECT_NE(SendRaw({push(20, 1), std::string(20, '\0')}).find("does not match its shape"), std::string::npos);
+  std::string bad_op = Header([](msg::Header::Builder b) {
+    b.setKind(msg::Kind::PUSH);
+    b.setOp(static_cast<msg::PushOp>(9));
+  });
+  EXPECT_NE(SendRaw({bad_op}).find("unknown op 9"), std::string::npos);
+  std::string pull = Header([](msg::Header::Builder b) {
+    b.setKind(msg::Kind::PULL);
+    b.initNames(1).set(0, "nothing-here");
+  });
+  EXPECT_NE(SendRaw({pull}).find("unknown tensor 'nothing-here'"), std::string::npos);
+  ExpectStillServing(2.5f);
+}
+
+TEST_F(BadInput, GarbageBytesOnTheServerPort) {
+  std::string junk;
+  for (int i = 0; i < 4096; ++i) junk += char((i * 131 + 7) & 0xff);
+  RawTcp(PortOf(cfg_.servers[0]), junk);
+  RawTcp(PortOf(cfg_.servers[0]), "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_TRUE(server_->WaitForLog("rejected a connection on")) << server_->log();
+  ExpectStillServing(3.5f);
+}
+
+TEST_F(BadInput, PeerVanishesMidMessage) {
+  // A valid ZMTP 3.0 greeting and READY, then a frame announcing 1 MB that stops after
+  // 100 bytes: the connection closes with a message half-received.
+  std::string greeting(64, '\0');
+  greeting[0] = '\xff';
+  greeting[9] = '\x7f';
+  greeting[10] = 3;
+  greeting.replace(12, 4, "NULL");
+  std::string ready = std::string("\x04\x1c\x05READY\x0bSocket-Type", 19) + std::string("\0\0\0\x06", 4) + "DEALER";
+  std::string frame = std::string("\x02\0\0\0\0\0\x0f\x42\x40", 9) + std::string(100, 'z');
+  RawTcp(PortOf(cfg_.servers[0]), greeting + ready + frame);
+  EXPECT_TRUE(server_->WaitForLog("disconnected; any partly received message from it was discarded")) << server_->log();
+
+  // A real client killed while pushing 64 MiB tensors: the shard must hold either a whole
+  // pushed value or nothing, never part of one.
+  JobConfig cfg = cfg_;
+  pid_t victim = ForkChild([cfg] {
+    ClientOptions o;
+    o.rank = 1;
+    o.heartbeat = false;
+    Client c(cfg, o);
+    c.Register(kSpecs);
+    std::vector<float> v(16 << 20, 7.0f);
+    while (true) c.Wait(c.Push({{"huge", DType::kF32, {16 << 20}, v.data(), v.size() * 4}}, msg::PushOp::ASSIGN));
+    return true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  kill(victim, SIGKILL);
+  WaitChild(victim, 5000);
+  ExpectStillServing(4.5f);
+  ClientOptions o;
+  o.heartbeat = false;
+  o.timeout_ms = 5000;
+  Client c(cfg_, o);
+  c.Register();
+  std::vector<PulledTensor> out;
+  try {
+    c.Wait(c.Pull({"huge"}, &out));
+    auto v = out[0].ToFloats();
+    ASSERT_EQ(v.size(), size_t(16 << 20));
+    EXPECT_EQ(v.front(), 7.0f);
+    EXPECT_EQ(v.back(), 7.0f);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown tensor 'huge'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shoal

@@ -1,0 +1,118 @@
+// The coordinator: barriers across worker processes, a clear line when a member stops
+// answering, failed barriers after that, and consistent tensor placement.
+#include <csignal>
+#include <gtest/gtest.h>
+#include <thread>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "tests/ps/ps_test_util.h"
+#include "worker/client/client.h"
+
+namespace shoal {
+namespace {
+
+using testing::ForkChild;
+using testing::ServerProcess;
+using testing::WaitChild;
+
+TEST(Coordinator, DeadWorkerIsReportedAndBarrierFails) {
+  // heartbeat every 50 ms, declared dead after 400 ms of silence
+  std::string job = testing::WriteJob("coord-dead", 1, 2, "", 50, 400);
+  ServerProcess s0(job, 0);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  JobConfig cfg = LoadJobConfig(job);
+
+  // Worker 1 registers, heartbeats, then hangs forever (stands for a crashed machine).
+  pid_t victim = ForkChild([&] {
+    ClientOptions o;
+    o.rank = 1;
+    Client c(cfg, o);
+    c.Register();
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return true;
+  });
+  ASSERT_TRUE(s0.WaitForLog("worker 1 joined")) << s0.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(s0.log().find("stopped answering"), std::string::npos) << "alive worker reported dead:\n" << s0.log();
+  kill(victim, SIGKILL);
+  WaitChild(victim, 5000);
+  EXPECT_TRUE(s0.WaitForLog("coordinator: worker 1 stopped answering: no heartbeat for", 5000)) << s0.log();
+
+  ClientOptions o;
+  o.rank = 0;
+  o.timeout_ms = 5000;
+  Client c0(cfg, o);
+  auto info = c0.Register();
+  bool found = false;
+  for (auto& m : info.members)
+    if (m.role == msg::Role::WORKER && m.rank == 1) {
+      found = true;
+      EXPECT_FALSE(m.alive);
+    }
+  EXPECT_TRUE(found);
+  try {
+    c0.Barrier("after-crash");
+    FAIL() << "barrier completed with a dead worker";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("worker 1 stopped answering"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Coordinator, BarrierWaitsForEveryWorker) {
+  std::string job = testing::WriteJob("coord-barrier", 1, 3);
+  ServerProcess s0(job, 0);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  JobConfig cfg = LoadJobConfig(job);
+  std::string stamp = testing::TempPath("barrier-stamp");
+  std::vector<pid_t> kids;
+  for (int r = 0; r < 3; ++r)
+    kids.push_back(ForkChild([&, r] {
+      ClientOptions o;
+      o.rank = r;
+      o.timeout_ms = 10000;
+      Client c(cfg, o);
+      c.Register();
+      // The last worker arrives late; nobody may leave the barrier before it arrives.
+      if (r == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        testing::WriteFile(stamp, "arrived");
+      }
+      c.Barrier("b1");
+      return testing::ReadFile(stamp) == "arrived";
+    }));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(WaitChild(kids[r], 20000), 0) << "worker " << r;
+}
+
+TEST(Coordinator, PlacementIsFixedByTheFirstListAndChecked) {
+  std::string job = testing::WriteJob("coord-place", 2, 2);
+  ServerProcess s0(job, 0), s1(job, 1);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.heartbeat = false;
+  o.timeout_ms = 5000;
+  Client a(cfg, o);
+  std::vector<TensorSpec> specs = {{"x", DType::kF32, {1000}}, {"y", DType::kF32, {600}}, {"z", DType::kF32, {500}}};
+  auto ia = a.Register(specs);
+  EXPECT_NE(ia.shard_of.at("x"), ia.shard_of.at("y"));
+  EXPECT_EQ(ia.shard_of.at("y"), ia.shard_of.at("z"));  // 1000 vs 600+500
+  o.rank = 1;
+  Client b(cfg, o);
+  auto ib = b.Register();  // no list: gets the placement already made
+  EXPECT_EQ(ib.shard_of, ia.shard_of);
+  specs[2].shape = {7};
+  try {
+    b.Register(specs);
+    FAIL() << "a different tensor list was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("differs"), std::string::npos) << e.what();
+  }
+  o.rank = 9;  // outside the job's 2 workers
+  Client c(cfg, o);
+  EXPECT_THROW(c.Register(), Error);
+  EXPECT_TRUE(s0.WaitForLog("worker rank 9 is outside the job", 2000)) << s0.log();
+}
+
+}  // namespace
+}  // namespace shoal

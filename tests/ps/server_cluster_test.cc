@@ -1,0 +1,152 @@
+// Two shoal-server processes and three client processes pushing and pulling at once;
+// every value must come out exactly (integer-valued floats, so summation order is moot).
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "tests/ps/ps_test_util.h"
+#include "worker/client/client.h"
+
+namespace shoal {
+namespace {
+
+using testing::ForkChild;
+using testing::ServerProcess;
+using testing::WaitChild;
+
+constexpr int kWorkers = 3;
+constexpr int kRounds = 6;
+
+std::vector<TensorSpec> Specs() {
+  return {{"conv.w", DType::kF32, {64, 3, 5, 5}},
+          {"fc.w", DType::kF32, {300, 100}},
+          {"fc.b", DType::kF32, {100}},
+          {"emb", DType::kF16, {128, 8}},
+          {"big", DType::kF32, {1 << 18}}};
+}
+
+// What worker r pushes for element i in round k: small integers, exact in fp16 too.
+float Value(int r, int k, size_t i) { return float((r + 1) * (k + 1) + int(i % 3)); }
+
+float Expected(size_t i) {
+  float sum = 0;
+  for (int r = 0; r < kWorkers; ++r)
+    for (int k = 0; k < kRounds; ++k) sum += Value(r, k, i);
+  return sum;
+}
+
+bool RunWorker(const std::string& job, int rank) {
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.rank = rank;
+  o.timeout_ms = 20000;
+  Client c(cfg, o);
+  auto specs = Specs();
+  const ClusterInfo& info = c.Register(specs);
+  if (info.shard_of.size() != specs.size()) return false;
+  c.Barrier("start");
+  for (int k = 0; k < kRounds; ++k) {
+    std::vector<std::vector<float>> f32(specs.size());
+    std::vector<std::vector<uint16_t>> f16(specs.size());
+    std::vector<TensorRef> refs;
+    for (size_t t = 0; t < specs.size(); ++t) {
+      size_t n = specs[t].bytes() / DTypeSize(specs[t].dtype);
+      std::vector<float> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = Value(rank, k, i);
+      TensorRef ref{specs[t].name, specs[t].dtype, specs[t].shape, nullptr, specs[t].bytes()};
+      if (specs[t].dtype == DType::kF16) {
+        f16[t].resize(n);
+        EncodeFloats(v.data(), n, DType::kF16, f16[t].data());
+        ref.data = f16[t].data();
+      } else {
+        f32[t] = std::move(v);
+        ref.data = f32[t].data();
+      }
+      refs.push_back(ref);
+    }
+    c.Wait(c.Push(refs, msg::PushOp::ADD));
+    // Pulls while others still push: each value is a partial sum, never torn or missing.
+    std::vector<PulledTensor> mid;
+    c.Wait(c.Pull({"fc.b"}, &mid));
+    if (mid[0].ToFloats()[0] < (k + 1) * (rank + 1)) return false;
+  }
+  c.Barrier("pushed");
+  std::vector<std::string> names;
+  for (auto& s : specs) names.push_back(s.name);
+  std::vector<PulledTensor> out;
+  c.Wait(c.Pull(names, &out));
+  for (size_t t = 0; t < specs.size(); ++t) {
+    if (out[t].name != specs[t].name || out[t].shape != specs[t].shape || out[t].dtype != specs[t].dtype) return false;
+    if (out[t].version != uint64_t(kWorkers * kRounds)) {
+      fprintf(stderr, "rank %d: '%s' version %lu\n", rank, out[t].name.c_str(), (unsigned long)out[t].version);
+      return false;
+    }
+    auto v = out[t].ToFloats();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] != Expected(i)) {
+        fprintf(stderr, "rank %d: '%s'[%zu] = %g, want %g\n", rank, out[t].name.c_str(), i, v[i], Expected(i));
+        return false;
+      }
+  }
+  c.Barrier("checked");
+  return true;
+}
+
+TEST(ServerCluster, TwoShardsThreeConcurrentClientsExactResults) {
+  std::string job = testing::WriteJob("cluster", 2, kWorkers);
+  ServerProcess s0(job, 0), s1(job, 1);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  ASSERT_TRUE(s1.WaitForLog("listening on")) << s1.log();
+  std::vector<pid_t> kids;
+  for (int r = 0; r < kWorkers; ++r) kids.push_back(ForkChild([&, r] { return RunWorker(job, r); }));
+  for (int r = 0; r < kWorkers; ++r) EXPECT_EQ(WaitChild(kids[r], 40000), 0) << "worker " << r;
+  EXPECT_TRUE(s0.WaitForLog("server shard 1 joined", 2000)) << s0.log();
+  EXPECT_TRUE(s0.alive());
+  EXPECT_TRUE(s1.alive());
+
+  // Placement balanced bytes: each shard got tensors, none spans shards.
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.rank = 0;
+  o.timeout_ms = 5000;
+  o.heartbeat = false;
+  Client c(cfg, o);
+  auto info = c.Register();
+  std::set<int> used;
+  for (auto& kv : info.shard_of) used.insert(kv.second);
+  EXPECT_EQ(used.size(), 2u);
+  EXPECT_EQ(info.world_size, kWorkers);
+
+  // Server-side errors come back to the caller with the shard's words.
+  std::vector<float> wrong(7, 1.0f);
+  try {
+    c.Wait(c.Push({{"fc.b", DType::kF32, {7}, wrong.data(), 28}}));
+    FAIL() << "push with the wrong shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'fc.b'"), std::string::npos) << e.what();
+  }
+  std::vector<PulledTensor> out;
+  EXPECT_THROW(c.Pull({"not.registered"}, &out), Error);
+  c.Wait(c.Pull({"fc.b"}, &out));
+  EXPECT_EQ(out[0].ToFloats()[1], Expected(1));  // the rejected push changed nothing
+}
+
+TEST(ServerCli, BadJobFileExitsNonZeroWithOneLine) {
+  std::string bad = testing::TempPath("bad.toml");
+  testing::WriteFile(bad, "[job]\nname = \"bad\"\n[data]\nformat = \"synthetic\"\n[cluster]\nservers = [\"127.0.0.1:1\"]\nworkers = \"three\"\n");
+  ServerProcess s(bad, 0);
+  EXPECT_EQ(s.WaitExit(10000), 2);
+  std::string log = s.log();
+  EXPECT_NE(log.find("bad.toml"), std::string::npos) << log;
+  EXPECT_NE(log.find("workers"), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_EQ(log.find("listening"), std::string::npos) << log;
+
+  std::string job = testing::WriteJob("shard-range", 1, 1);
+  ServerProcess s2(job, 5);
+  EXPECT_EQ(s2.WaitExit(10000), 2);
+  EXPECT_NE(s2.log().find("shard 5 is not in [cluster] servers"), std::string::npos) << s2.log();
+}
+
+}  // namespace
+}  // namespace shoal

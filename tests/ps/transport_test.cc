@@ -1,0 +1,172 @@
+// Schema round-trip and the Transport itself: header + zero-copy tensor frames over TCP.
+#include <atomic>
+#include <gtest/gtest.h>
+#include <thread>
+
+#include "common/error.h"
+#include "common/transport/transport.h"
+
+namespace shoal {
+namespace {
+
+TEST(Schema, RoundTripsEveryField) {
+  OutMessage out;
+  auto h = out.header();
+  h.setKind(msg::Kind::PULL_REPLY);
+  h.setRequestId(0x123456789abcULL);
+  h.setRole(msg::Role::SERVER);
+  h.setRank(3);
+  auto t = h.initTensors(1);
+  t[0].setName("fc1.weight");
+  t[0].setDtype(msg::DType::BF16);
+  auto shape = t[0].initShape(2);
+  shape.set(0, 300);
+  shape.set(1, 7);
+  t[0].setByteSize(300 * 7 * 2);
+  t[0].setVersion(9);
+  auto names = h.initNames(2);
+  names.set(0, "a");
+  names.set(1, "b");
+  h.setOp(msg::PushOp::APPLY);
+  auto cm = h.initCluster();
+  auto servers = cm.initServers(2);
+  servers.set(0, "127.0.0.1:1");
+  servers.set(1, "127.0.0.1:2");
+  cm.setWorldSize(4);
+  auto pl = cm.initPlacement(1);
+  pl[0].setName("fc1.weight");
+  pl[0].setShard(1);
+  pl[0].setByteSize(4200);
+  h.setBarrierName("epoch-1");
+  h.setMessage("hello");
+
+  auto words = capnp::messageToFlatArray(out.builder);
+  zmq::message_t frame(words.asBytes().begin(), words.asBytes().size());
+  InMessage in;
+  in.ParseHeader(frame);
+  auto r = in.header();
+  EXPECT_EQ(r.getKind(), msg::Kind::PULL_REPLY);
+  EXPECT_EQ(r.getRequestId(), 0x123456789abcULL);
+  EXPECT_EQ(r.getRole(), msg::Role::SERVER);
+  EXPECT_EQ(r.getRank(), 3);
+  ASSERT_EQ(r.getTensors().size(), 1u);
+  EXPECT_EQ(std::string(r.getTensors()[0].getName()), "fc1.weight");
+  EXPECT_EQ(r.getTensors()[0].getDtype(), msg::DType::BF16);
+  EXPECT_EQ(r.getTensors()[0].getShape()[1], 7);
+  EXPECT_EQ(r.getTensors()[0].getByteSize(), 4200u);
+  EXPECT_EQ(r.getTensors()[0].getVersion(), 9u);
+  EXPECT_EQ(std::string(r.getNames()[1]), "b");
+  EXPECT_EQ(r.getOp(), msg::PushOp::APPLY);
+  EXPECT_EQ(std::string(r.getCluster().getServers()[1]), "127.0.0.1:2");
+  EXPECT_EQ(r.getCluster().getWorldSize(), 4);
+  EXPECT_EQ(r.getCluster().getPlacement()[0].getShard(), 1u);
+  EXPECT_EQ(std::string(r.getBarrierName()), "epoch-1");
+  EXPECT_EQ(std::string(r.getMessage()), "hello");
+}
+
+TEST(Schema, RejectsTruncatedAndGarbageHeaders) {
+  OutMessage out;
+  out.header().setMessage("some text to make it longer than a few words");
+  auto words = capnp::messageToFlatArray(out.builder);
+  auto bytes = words.asBytes();
+  InMessage in;
+  zmq::message_t odd(bytes.begin(), bytes.size() - 3);
+  EXPECT_THROW(in.ParseHeader(odd), Error);
+  zmq::message_t cut(bytes.begin(), bytes.size() - 8);  // whole words, but the text is cut off
+  EXPECT_THROW(in.ParseHeader(cut), Error);
+  std::string junk(64, '\xff');
+  zmq::message_t garbage(junk.data(), junk.size());
+  EXPECT_THROW(in.ParseHeader(garbage), Error);
+  zmq::message_t empty;
+  EXPECT_THROW(in.ParseHeader(empty), Error);
+}
+
+TEST(Transport, SendsTensorFramesWithoutCopying) {
+  zmq::context_t ctx(1);
+  Transport server(ctx, Transport::Kind::kServer, {});
+  std::string ep = server.Bind("tcp://127.0.0.1:*");
+  Transport client(ctx, Transport::Kind::kClient, {});
+  client.Connect(ep);
+
+  std::vector<float> data(1 << 20);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = float(i);
+  std::atomic<int> released{0};
+  OutMessage m;
+  auto h = m.header();
+  h.setKind(msg::Kind::PUSH);
+  h.setRequestId(7);
+  auto t = h.initTensors(1);
+  t[0].setName("x");
+  t[0].setDtype(msg::DType::FP32);
+  t[0].initShape(1).set(0, data.size());
+  t[0].setByteSize(data.size() * 4);
+  Payload p;
+  p.data = data.data();
+  p.size = data.size() * 4;
+  p.on_release = [&] { ++released; };
+  m.payloads.push_back(std::move(p));
+  client.Send(m);
+
+  InMessage in;
+  ASSERT_TRUE(server.Recv(&in, 5000));
+  EXPECT_GT(in.identity.size(), 0u);
+  EXPECT_EQ(in.header().getRequestId(), 7u);
+  ASSERT_EQ(in.payloads.size(), 1u);
+  EXPECT_NO_THROW(in.ValidateTensors());
+  const float* got = static_cast<const float*>(in.payloads[0].data());
+  EXPECT_EQ(got[12345], 12345.0f);
+  // ZeroMQ released our buffer itself rather than a copy of it.
+  for (int i = 0; i < 500 && released == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(released, 1);
+
+  // A reply routed back by identity.
+  OutMessage reply;
+  reply.header().setKind(msg::Kind::PUSH_ACK);
+  reply.header().setRequestId(7);
+  server.Send(reply, &in.identity);
+  InMessage back;
+  ASSERT_TRUE(client.Recv(&back, 5000));
+  EXPECT_EQ(back.header().getKind(), msg::Kind::PUSH_ACK);
+  EXPECT_FALSE(client.Recv(&back, 10));  // nothing more: a bounded wait times out
+}
+
+TEST(Transport, ValidateTensorsNamesTheMismatch) {
+  OutMessage m;
+  auto t = m.header().initTensors(2);
+  t[0].setName("w");
+  t[0].setDtype(msg::DType::FP32);
+  t[0].initShape(1).set(0, 4);
+  t[0].setByteSize(16);
+  t[1].setName("b");
+  t[1].setByteSize(0);
+  auto words = capnp::messageToFlatArray(m.builder);
+  zmq::message_t frame(words.asBytes().begin(), words.asBytes().size());
+  InMessage in;
+  in.ParseHeader(frame);
+  in.payloads.emplace_back(16);
+  try {
+    in.ValidateTensors();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 tensors but 1 data frames"), std::string::npos) << e.what();
+  }
+  in.payloads.clear();
+  in.payloads.emplace_back(12);
+  in.payloads.emplace_back(0);
+  try {
+    in.ValidateTensors();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w': data frame has 12 bytes"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Curve, KeyPairsAreZ85) {
+  auto kp = CurveKeyPair();
+  EXPECT_EQ(kp.first.size(), 40u);
+  EXPECT_EQ(kp.second.size(), 40u);
+  EXPECT_NE(kp.first, CurveKeyPair().first);
+}
+
+}  // namespace
+}  // namespace shoal

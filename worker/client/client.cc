@@ -1,0 +1,278 @@
+#include "worker/client/client.h"
+
+#include <chrono>
+#include <glog/logging.h>
+#include <thread>
+
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int RemainingMs(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms < 0 ? 0 : int(ms);
+}
+
+void SetMeta(msg::TensorMeta::Builder m, const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+             size_t bytes) {
+  m.setName(name);
+  m.setDtype(ToWire(dtype));
+  auto s = m.initShape(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) s.set(i, shape[i]);
+  m.setByteSize(bytes);
+}
+
+}  // namespace
+
+size_t TensorSpec::bytes() const {
+  size_t n = DTypeSize(dtype);
+  for (int64_t d : shape) n *= size_t(d);
+  return n;
+}
+
+std::vector<float> PulledTensor::ToFloats() const {
+  size_t n = size() / DTypeSize(dtype);
+  std::vector<float> out(n);
+  DecodeFloats(data(), n, dtype, out.data());
+  return out;
+}
+
+Client::Client(const JobConfig& cfg, const ClientOptions& opts) : cfg_(cfg), opts_(opts), ctx_(1) {
+  SHOAL_CHECK(!cfg_.servers.empty(), cfg_.path + ": [cluster] servers is empty");
+  keys_.server_public = cfg_.curve_server_public;
+  keys_.client_public = cfg_.curve_client_public;
+  keys_.client_secret = cfg_.curve_client_secret;
+  control_ = std::make_unique<Transport>(ctx_, Transport::Kind::kClient, keys_);
+  control_->Connect("tcp://" + cfg_.servers[0]);
+}
+
+Client::~Client() {
+  heartbeat_.reset();
+  control_.reset();
+  shards_.clear();
+}
+
+uint64_t Client::bytes_sent() const {
+  uint64_t n = control_->bytes_sent();
+  for (auto& s : shards_) n += s->bytes_sent();
+  return n;
+}
+
+void Client::Header(msg::Header::Builder h, msg::Kind kind, uint64_t id) {
+  h.setKind(kind);
+  h.setRequestId(id);
+  h.setRole(opts_.role);
+  h.setRank(opts_.rank);
+}
+
+InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what) {
+  control_->Send(m);
+  auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
+  while (true) {
+    InMessage r;
+    try {
+      if (!control_->Recv(&r, RemainingMs(deadline)))
+        throw Error(what + ": the coordinator (" + cfg_.servers[0] + ") did not answer within " +
+                    std::to_string(opts_.timeout_ms) + " ms");
+    } catch (const BadMessage& e) {
+      throw Error(what + ": undecodable answer from the coordinator: " + e.what());
+    }
+    auto h = r.header();
+    if (h.getRequestId() != id) continue;  // a late answer to an earlier, timed-out call
+    if (h.getKind() == msg::Kind::ERROR) throw Error(what + ": " + std::string(h.getMessage()));
+    return r;
+  }
+}
+
+const ClusterInfo& Client::Register(const std::vector<TensorSpec>& tensors) {
+  OutMessage m;
+  uint64_t id = next_id_++;
+  auto h = m.header();
+  Header(h, msg::Kind::REGISTER, id);
+  auto metas = h.initTensors(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    SetMeta(metas[i], tensors[i].name, tensors[i].dtype, tensors[i].shape, tensors[i].bytes());
+  InMessage r = Control(m, id, "register");
+  auto rh = r.header();
+  SHOAL_CHECK(rh.getKind() == msg::Kind::CLUSTER_MAP, "register: the coordinator answered with message kind " +
+                                                          std::to_string(int(rh.getKind())));
+  auto cm = rh.getCluster();
+  ClusterInfo info;
+  for (auto s : cm.getServers()) info.servers.push_back(s);
+  info.world_size = cm.getWorldSize();
+  for (auto p : cm.getPlacement()) {
+    SHOAL_CHECK(p.getShard() < info.servers.size(), "register: tensor '" + std::string(p.getName()) +
+                                                       "' placed on shard " + std::to_string(p.getShard()) +
+                                                       " of " + std::to_string(info.servers.size()));
+    info.shard_of[p.getName()] = int(p.getShard());
+  }
+  for (auto mem : cm.getMembers()) info.members.push_back({mem.getRole(), mem.getRank(), mem.getAlive()});
+  cluster_ = std::move(info);
+  if (shards_.empty()) {
+    for (auto& addr : cluster_.servers) {
+      shards_.push_back(std::make_unique<Transport>(ctx_, Transport::Kind::kClient, keys_));
+      shards_.back()->Connect("tcp://" + addr);
+    }
+  }
+  if (opts_.heartbeat && !heartbeat_)
+    heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, "tcp://" + cfg_.servers[0], keys_, opts_.role, opts_.rank,
+                                                   int(cfg_.heartbeat_ms));
+  return cluster_;
+}
+
+int Client::ShardOf(const std::string& name) const {
+  auto it = cluster_.shard_of.find(name);
+  SHOAL_CHECK(it != cluster_.shard_of.end(), "tensor '" + name + "' was not registered (Register it first)");
+  return it->second;
+}
+
+int Client::Push(const std::vector<TensorRef>& tensors, msg::PushOp op) {
+  SHOAL_CHECK(!shards_.empty(), "push before Register");
+  uint64_t id = next_id_++;
+  Request& req = pending_[id];
+  req.unreleased = std::make_shared<std::atomic<int>>(0);
+  std::map<int, std::vector<const TensorRef*>> by_shard;
+  for (auto& t : tensors) {
+    size_t want = TensorSpec{t.name, t.dtype, t.shape}.bytes();
+    SHOAL_CHECK(t.bytes == want, "push of '" + t.name + "': " + std::to_string(t.bytes) +
+                                     " bytes given, its shape and dtype need " + std::to_string(want));
+    by_shard[ShardOf(t.name)].push_back(&t);
+  }
+  for (auto& kv : by_shard) {
+    OutMessage m;
+    auto h = m.header();
+    Header(h, msg::Kind::PUSH, id);
+    h.setOp(op);
+    auto metas = h.initTensors(kv.second.size());
+    for (size_t i = 0; i < kv.second.size(); ++i) {
+      const TensorRef& t = *kv.second[i];
+      SetMeta(metas[i], t.name, t.dtype, t.shape, t.bytes);
+      Payload p;
+      p.data = t.data;
+      p.size = t.bytes;
+      p.keep = t.keep;
+      auto counter = req.unreleased;
+      ++*counter;
+      p.on_release = [counter] { --*counter; };
+      m.payloads.push_back(std::move(p));
+    }
+    shards_[kv.first]->Send(m);
+    req.waiting.insert(kv.first);
+  }
+  return int(id);
+}
+
+int Client::Pull(const std::vector<std::string>& names, std::vector<PulledTensor>* out) {
+  SHOAL_CHECK(!shards_.empty(), "pull before Register");
+  uint64_t id = next_id_++;
+  Request& req = pending_[id];
+  out->clear();
+  out->resize(names.size());
+  req.out = out;
+  std::map<int, std::vector<std::string>> by_shard;
+  for (size_t i = 0; i < names.size(); ++i) {
+    SHOAL_CHECK(req.slot.emplace(names[i], i).second, "pull lists '" + names[i] + "' twice");
+    by_shard[ShardOf(names[i])].push_back(names[i]);
+  }
+  for (auto& kv : by_shard) {
+    OutMessage m;
+    auto h = m.header();
+    Header(h, msg::Kind::PULL, id);
+    auto list = h.initNames(kv.second.size());
+    for (size_t i = 0; i < kv.second.size(); ++i) list.set(i, kv.second[i]);
+    shards_[kv.first]->Send(m);
+    req.waiting.insert(kv.first);
+  }
+  return int(id);
+}
+
+void Client::Dispatch(int shard, InMessage& m) {
+  auto h = m.header();
+  auto it = pending_.find(h.getRequestId());
+  if (it == pending_.end() || !it->second.waiting.count(shard)) {
+    LOG(WARNING) << "client: ignoring an answer from shard " << shard << " to unknown request " << h.getRequestId()
+                 << (h.getKind() == msg::Kind::ERROR ? ": " + std::string(h.getMessage()) : "");
+    return;
+  }
+  Request& req = it->second;
+  req.waiting.erase(shard);
+  switch (h.getKind()) {
+    case msg::Kind::PUSH_ACK:
+      break;
+    case msg::Kind::ERROR:
+      req.error += (req.error.empty() ? "" : "; ") + std::string(h.getMessage());
+      break;
+    case msg::Kind::PULL_REPLY: {
+      m.ValidateTensors();
+      auto metas = h.getTensors();
+      for (unsigned i = 0; i < metas.size(); ++i) {
+        auto s = req.slot.find(metas[i].getName());
+        SHOAL_CHECK(req.out && s != req.slot.end(),
+                    "shard " + std::to_string(shard) + " sent tensor '" + std::string(metas[i].getName()) +
+                        "' that was not asked for");
+        PulledTensor& t = (*req.out)[s->second];
+        t.name = metas[i].getName();
+        t.dtype = FromWire(metas[i].getDtype());
+        t.shape.clear();
+        for (int64_t d : metas[i].getShape()) t.shape.push_back(d);
+        t.version = metas[i].getVersion();
+        t.bytes = std::move(m.payloads[i]);
+      }
+      break;
+    }
+    default:
+      req.error += "shard " + std::to_string(shard) + " answered with message kind " + std::to_string(int(h.getKind()));
+  }
+}
+
+void Client::Wait(int ts) {
+  auto it = pending_.find(uint64_t(ts));
+  SHOAL_CHECK(it != pending_.end(), "Wait(" + std::to_string(ts) + "): no such request in flight");
+  auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
+  while (!it->second.waiting.empty()) {
+    std::vector<zmq::pollitem_t> items;
+    for (auto& s : shards_) items.push_back({s->socket().handle(), 0, ZMQ_POLLIN, 0});
+    int left = RemainingMs(deadline);
+    if (left == 0 || zmq::poll(items.data(), items.size(), std::chrono::milliseconds(left)) == 0) {
+      std::string who;
+      for (int s : it->second.waiting) who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")";
+      pending_.erase(it);
+      throw Error("request " + std::to_string(ts) + ": shard(s) " + who + " did not answer within " +
+                  std::to_string(opts_.timeout_ms) + " ms");
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      InMessage m;
+      try {
+        if (shards_[i]->Recv(&m, 0)) Dispatch(int(i), m);
+      } catch (const BadMessage& e) {
+        LOG(WARNING) << "client: undecodable answer from shard " << i << ": " << e.what();
+      } catch (const Error& e) {
+        it->second.error += std::string(e.what());
+      }
+    }
+  }
+  // The shards have everything, but ZeroMQ may not yet have released the pushed frames.
+  auto unreleased = it->second.unreleased;
+  while (unreleased && *unreleased > 0) {
+    SHOAL_CHECK(RemainingMs(deadline) > 0, "request " + std::to_string(ts) + ": ZeroMQ kept the pushed buffers");
+    std::this_thread::yield();
+  }
+  std::string error = std::move(it->second.error);
+  pending_.erase(it);
+  SHOAL_CHECK(error.empty(), error);
+}
+
+void Client::Barrier(const std::string& name) {
+  OutMessage m;
+  uint64_t id = next_id_++;
+  auto h = m.header();
+  Header(h, msg::Kind::BARRIER, id);
+  h.setBarrierName(name);
+  Control(m, id, "barrier '" + name + "'");
+}
+
+}  // namespace shoal

@@ -1,0 +1,118 @@
+// The worker side of the parameter servers: register with the coordinator, then push and
+// pull named tensors. Each call splits its tensors by shard and talks to all shards at
+// once; Push/Pull return a timestamp right away and Wait(ts) blocks, bounded, until every
+// shard has answered (the ps-lite shape). Not thread-safe: one Client per thread.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/dtype.h"
+#include "common/transport/heartbeat.h"
+#include "common/transport/transport.h"
+
+namespace shoal {
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  size_t bytes() const;
+};
+
+// Bytes to push. They are sent in place: keep them unchanged until Wait(ts) returns.
+// `keep` (optional) is held until ZeroMQ is done with the bytes.
+struct TensorRef {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<const void> keep;
+};
+
+// A pulled tensor; its bytes are the received frame itself (no copy was made).
+struct PulledTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t version = 0;  // pushes the shard had applied when it answered
+  zmq::message_t bytes;
+  const void* data() const { return bytes.data(); }
+  size_t size() const { return bytes.size(); }
+  std::vector<float> ToFloats() const;
+};
+
+struct ClusterInfo {
+  struct Member {
+    msg::Role role;
+    int rank;
+    bool alive;
+  };
+  std::vector<std::string> servers;
+  int world_size = 0;
+  std::map<std::string, int> shard_of;  // tensor name -> shard
+  std::vector<Member> members;
+};
+
+struct ClientOptions {
+  msg::Role role = msg::Role::WORKER;
+  int rank = 0;
+  int timeout_ms = 30000;  // bound on every wait for a server's answer
+  bool heartbeat = true;
+};
+
+class Client {
+ public:
+  Client(const JobConfig& cfg, const ClientOptions& opts);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Registers this member. The first registration that lists tensors fixes their
+  // placement on shards; later lists must name the same tensors and sizes.
+  const ClusterInfo& Register(const std::vector<TensorSpec>& tensors = {});
+  int Push(const std::vector<TensorRef>& tensors, msg::PushOp op = msg::PushOp::ADD);
+  // Fills (*out)[i] for names[i] once Wait(ts) returns.
+  int Pull(const std::vector<std::string>& names, std::vector<PulledTensor>* out);
+  // Throws shoal::Error with the server's message, or naming the shards that did not
+  // answer within timeout_ms.
+  void Wait(int ts);
+  // Returns once every worker of the job has reached the barrier of that name.
+  void Barrier(const std::string& name);
+
+  const ClusterInfo& cluster() const { return cluster_; }
+  uint64_t bytes_sent() const;
+
+ private:
+  struct Request {
+    std::set<int> waiting;  // shards yet to answer
+    std::vector<PulledTensor>* out = nullptr;
+    std::map<std::string, size_t> slot;  // pull: name -> index in *out
+    std::string error;
+    std::shared_ptr<std::atomic<int>> unreleased;  // pushed frames ZeroMQ still holds
+  };
+  int ShardOf(const std::string& name) const;
+  void Dispatch(int shard, InMessage& m);
+  InMessage Control(OutMessage& m, uint64_t id, const std::string& what);
+  void Header(msg::Header::Builder h, msg::Kind kind, uint64_t id);
+
+  JobConfig cfg_;
+  ClientOptions opts_;
+  CurveKeys keys_;
+  zmq::context_t ctx_;
+  std::unique_ptr<Transport> control_;
+  std::vector<std::unique_ptr<Transport>> shards_;
+  std::unique_ptr<HeartbeatSender> heartbeat_;
+  ClusterInfo cluster_;
+  std::map<uint64_t, Request> pending_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace shoal
