@@ -1,0 +1,174 @@
+// The Model graph and the zoo: shapes, parameter counts and flags, flat views, init,
+// a model-level finite-difference check, and clear errors on bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "tests/engine/grad_check.h"
+#include "worker/engine/models/builder.h"
+
+namespace shoal {
+namespace {
+
+using namespace testing_util;
+
+struct ZooCase {
+  const char* name;
+  Shape input;
+  int64_t batch;
+  int64_t params;
+};
+
+class Zoo : public ::testing::TestWithParam<ZooCase> {};
+
+TEST_P(Zoo, ForwardShapeAndParameterCount) {
+  const ZooCase c = GetParam();
+  auto be = MakeCpuBackend(2);
+  ModelOptions mo;
+  mo.input_shape = c.input;
+  mo.num_classes = 10;
+  auto m = MakeModel(c.name, *be, mo);
+  m->InitParameters(1);
+  EXPECT_EQ(m->NumParams(), c.params) << m->Summary();
+  Shape xs = {c.batch};
+  xs.insert(xs.end(), c.input.begin(), c.input.end());
+  std::mt19937_64 rng(2);
+  Tensor x = Random(*be, xs, rng);
+  const Tensor& y = m->Forward(x, false);
+  EXPECT_EQ(y.shape(), Shape({c.batch, 10}));
+  for (float v : Host(*be, y)) ASSERT_TRUE(std::isfinite(v));
+  // bias and batch-norm parameters skip weight decay, weights do not
+  for (const Parameter& p : m->parameters()) {
+    const bool is_weight = p.name.size() > 6 && p.name.substr(p.name.size() - 6) == "weight";
+    EXPECT_EQ(p.no_weight_decay, !is_weight) << p.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Zoo,
+                         ::testing::Values(ZooCase{"mlp", {1, 28, 28}, 3, 784 * 256 + 256 + 256 * 256 + 256 + 2570},
+                                           ZooCase{"lenet", {1, 28, 28}, 3, 832 + 51264 + 262400 + 2570},
+                                           // conv + 9 blocks + 2 projections + fc (He et al.: 0.27M)
+                                           ZooCase{"resnet20", {3, 32, 32}, 2, 272474},
+                                           // torchvision resnet50 with a 10-way fc: 23,528,522
+                                           ZooCase{"resnet50", {3, 224, 224}, 1, 23528522}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Model, UnknownNameAndBadShapesAreClearErrors) {
+  auto be = MakeCpuBackend(1);
+  ModelOptions mo;
+  try {
+    MakeModel("vgg", *be, mo);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown model (known: mlp, lenet, resnet20, resnet50)"), std::string::npos);
+  }
+  mo.input_shape = {1, 4, 4};  // too small for two 5x5 convolutions
+  EXPECT_THROW(MakeModel("lenet", *be, mo), Error);
+  mo.input_shape = {1, 28, 28};
+  auto m = MakeModel("lenet", *be, mo);
+  Tensor x = be->Zeros({2, 3, 28, 28});
+  try {
+    m->Forward(x, true);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[N,1,28,28]"), std::string::npos) << e.what();
+  }
+  Tensor d = be->Zeros({2, 10});
+  auto m2 = MakeModel("mlp", *be, mo);
+  EXPECT_THROW(m2->Backward(d), Error);  // no forward yet
+}
+
+TEST(Model, InitIsDeterministicAndFlatViewsRoundTrip) {
+  auto be = MakeCpuBackend(1);
+  ModelOptions mo;
+  mo.input_shape = {3, 32, 32};
+  mo.zero_gamma_init = true;
+  auto a = MakeModel("resnet20", *be, mo), b = MakeModel("resnet20", *be, mo);
+  a->InitParameters(5);
+  b->InitParameters(5);
+  std::vector<float> fa(size_t(a->NumParams())), fb(fa.size());
+  a->CopyParamsToHost(fa.data());
+  b->CopyParamsToHost(fb.data());
+  EXPECT_EQ(fa, fb);
+  b->InitParameters(6);
+  b->CopyParamsToHost(fb.data());
+  EXPECT_NE(fa, fb);
+  // the layout tiles the flat buffer in parameters() order
+  int64_t off = 0;
+  for (const ParamInfo& p : a->ParamLayout()) {
+    EXPECT_EQ(p.offset, off) << p.name;
+    off += p.numel;
+    // zero-gamma: the last BN of every residual block starts at 0, the others at 1
+    if (p.name.find(".bn2.gamma") != std::string::npos) {
+      EXPECT_EQ(fa[size_t(p.offset)], 0.0f) << p.name;
+    }
+    if (p.name.find(".bn1.gamma") != std::string::npos) {
+      EXPECT_EQ(fa[size_t(p.offset)], 1.0f) << p.name;
+    }
+  }
+  EXPECT_EQ(off, a->NumParams());
+  for (size_t i = 0; i < fa.size(); ++i) fa[i] = float(i % 97) * 0.01f;
+  b->CopyParamsFromHost(fa.data());
+  b->CopyParamsToHost(fb.data());
+  EXPECT_EQ(fa, fb);
+  b->CopyGradsFromHost(fa.data());
+  std::vector<float> g(fa.size());
+  b->CopyGradsToHost(g.data());
+  EXPECT_EQ(g, fa);
+  b->ZeroGrad();
+  b->CopyGradsToHost(g.data());
+  EXPECT_EQ(g, std::vector<float>(fa.size(), 0.0f));
+}
+
+TEST(Model, GradientsMatchFiniteDifferences) {
+  auto be = MakeCpuBackend(2);
+  // every node kind but pooling (FD-checked per layer), and c0 with three consumers
+  auto m = std::make_unique<Model>(*be, "tiny", Shape{2, 5, 5});
+  {
+    ModelBuilder b{*m, *be};
+    int c0 = b.Relu("r0", b.Conv("c0", Model::kInput, 2, 3, 3, 1, 1, true));
+    int y = b.Relu("r1", b.BN("bn1", b.Conv("c1", c0, 3, 3, 3, 1, 1, false), 3));
+    y = b.BN("bn2", b.Conv("c2", y, 3, 3, 3, 1, 1, false), 3);
+    y = b.Sum("add", y, c0);
+    y = b.Sum("add2", y, c0);
+    y = b.Relu("r2", y);
+    y = b.Gap("gap", y);
+    b.Fc("fc", y, 3, 4);
+  }
+  m->set_label_smoothing(0.1f);
+  m->InitParameters(3);
+  std::mt19937_64 rng(4);
+  Tensor x = Random(*be, {4, 2, 5, 5}, rng);
+  const int32_t labels[4] = {0, 1, 2, 3};
+  m->ZeroGrad();
+  m->TrainStep(x, labels);
+  GradCheckResult res;
+  // train mode: batch statistics, as in the analytic pass
+  auto train_loss = [&] {
+    const Tensor& z = m->Forward(x, true);
+    return double(be->SoftmaxCrossEntropy(z, labels, 0.1f, nullptr, nullptr));
+  };
+  for (Parameter& p : m->parameters()) Probe(*be, p.value, Host(*be, p.grad), train_loss, p.name, 1e-3, 40, &res);
+  EXPECT_LT(res.max_err, 3e-3) << res.where;
+  EXPECT_GT(res.checked, 100);
+}
+
+TEST(Model, EvalModeUsesRunningStatistics) {
+  auto be = MakeCpuBackend(1);
+  ModelOptions mo;
+  mo.input_shape = {3, 8, 8};
+  auto m = MakeModel("resnet20", *be, mo);
+  m->InitParameters(1);
+  std::mt19937_64 rng(9);
+  Tensor x = Random(*be, {2, 3, 8, 8}, rng);
+  std::vector<float> train = Host(*be, m->Forward(x, true));
+  std::vector<float> eval = Host(*be, m->Forward(x, false));
+  EXPECT_NE(train, eval);
+  std::vector<float> eval2 = Host(*be, m->Forward(x, false));
+  EXPECT_EQ(eval, eval2);  // inference does not touch running stats
+  EXPECT_EQ(m->buffers().size(), 2u * (1 + 9 * 2 + 2));
+}
+
+}  // namespace
+}  // namespace shoal

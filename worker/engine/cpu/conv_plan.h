@@ -1,0 +1,45 @@
+// A convolution shape's oneDNN primitives, built once and reused every step.
+#pragma once
+#include <dnnl.hpp>
+#include <vector>
+
+#include "worker/engine/cpu/cpu_backend.h"
+
+namespace shoal {
+
+// One primitive argument: the caller's plain-layout buffer, and the layout the primitive
+// chose. When they differ, a cached reorder converts at the call boundary.
+struct ConvArg {
+  dnnl::memory user, inner;
+  dnnl::reorder to_inner, to_user;
+  bool reorder = false;
+
+  void Init(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, const dnnl::engine& eng);
+  // Input: points the user memory at ptr and converts it into the primitive's layout.
+  dnnl::memory& In(dnnl::stream& s, const void* ptr);
+  // Output: the memory the primitive writes; call Out() afterwards to convert back.
+  dnnl::memory& Target(void* ptr);
+  void Out(dnnl::stream& s);
+};
+
+struct CpuConvPlan {
+  bool has_bias = false;
+  dnnl::memory::desc x_md, w_md, b_md, y_md;  // plain layouts
+  dnnl::memory::dims strides, pad;
+  Shape y_shape;
+
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_forward fwd;
+  ConvArg f_x, f_w, f_y;
+  dnnl::memory f_b;
+
+  bool has_bwd = false;
+  dnnl::convolution_backward_data bwd_data;
+  ConvArg bd_dx, bd_w, bd_dy;
+  dnnl::convolution_backward_weights bwd_weights;
+  ConvArg bw_x, bw_dw, bw_dy;
+  dnnl::memory bw_db;
+  std::vector<float> dw_tmp, db_tmp;  // oneDNN overwrites; the Backend contract accumulates
+};
+
+}  // namespace shoal

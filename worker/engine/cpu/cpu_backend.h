@@ -1,0 +1,83 @@
+// CpuBackend: the Backend interface on the host. Convolution runs on oneDNN primitives
+// (cached per shape, in whatever blocked layout oneDNN prefers, with reorders from and to
+// plain NCHW at the call boundary), the fully connected layer on dnnl_sgemm, and the
+// memory-bound ops (batch norm, pooling, elementwise, loss) on plain OpenMP loops, which
+// share oneDNN's OpenMP thread pool.
+//
+// One backend serves one thread at a time (its primitive cache is unguarded). fp32 only:
+// fp16/bf16 tensors can be allocated, filled and copied, not computed on.
+#pragma once
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "worker/engine/backend.h"
+
+namespace shoal {
+
+struct CpuConvPlan;  // cpu_conv.cc
+
+class CpuBackend final : public Backend {
+ public:
+  // threads = 0: all cores. The OpenMP thread count is process-wide.
+  explicit CpuBackend(int threads);
+  ~CpuBackend() override;
+
+  Device device() const override { return Device{DeviceKind::kCpu, 0}; }
+  std::string Name() const override;
+  int threads() const { return threads_; }
+
+  Tensor Empty(const Shape& shape, DType dtype = DType::kF32) override;
+  void Fill(Tensor& t, float value) override;
+  void CopyFromHost(Tensor& dst, const void* src) override;
+  void CopyToHost(const Tensor& src, void* dst) override;
+  void Copy(const Tensor& src, Tensor& dst) override;
+
+  void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
+                   Tensor& y) override;
+  void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p,
+                    Tensor* dx, Tensor& dw, Tensor* db) override;
+
+  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                             float momentum, Tensor& running_mean, Tensor& running_var,
+                             Tensor& save_mean, Tensor& save_invstd, Tensor& y) override;
+  void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& running_mean, const Tensor& running_var, float eps,
+                                 Tensor& y) override;
+  void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                         const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                         Tensor& dgamma, Tensor& dbeta) override;
+
+  void ReluForward(const Tensor& x, Tensor& y) override;
+  void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void Add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void Axpy(float alpha, const Tensor& x, Tensor& y) override;
+  void Scale(float alpha, Tensor& x) override;
+
+  void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& workspace) override;
+  void MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p,
+                       const Tensor& workspace, Tensor& dx) override;
+  void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
+  void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
+
+  void LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
+  void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                      Tensor* db) override;
+
+  float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing,
+                            Tensor* dlogits, int64_t* correct) override;
+  double SumSquares(const Tensor& x) override;
+
+ private:
+  // x shape, w shape, stride, pad, has bias
+  using ConvKey = std::tuple<Shape, Shape, int, int, bool>;
+  CpuConvPlan& Plan(const Tensor& x, const Tensor& w, bool has_bias, const ConvParams& p);
+
+  int threads_;
+  struct Dnnl;  // engine + stream, kept out of this header
+  std::unique_ptr<Dnnl> dnnl_;
+  std::map<ConvKey, std::unique_ptr<CpuConvPlan>> conv_plans_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,171 @@
+// Convolution on oneDNN. Layers hand over plain NCHW/OIHW buffers; the primitives run in
+// the blocked layouts oneDNN picks for this machine (format_tag::any), which are several
+// times faster than plain-layout kernels for the channel counts of the zoo.
+#include <algorithm>
+
+#include "common/error.h"
+#include "worker/engine/cpu/conv_plan.h"
+#include "worker/engine/cpu/dnnl_util.h"
+
+namespace shoal {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+void ConvArg::Init(const memory::desc& plain, const memory::desc& chosen, const dnnl::engine& eng) {
+  user = memory(plain, eng, DNNL_MEMORY_NONE);
+  reorder = plain != chosen;
+  if (reorder) {
+    inner = memory(chosen, eng);
+    to_inner = dnnl::reorder(user, inner);
+    to_user = dnnl::reorder(inner, user);
+  }
+}
+
+memory& ConvArg::In(dnnl::stream& s, const void* ptr) {
+  user.set_data_handle(const_cast<void*>(ptr));
+  if (!reorder) return user;
+  to_inner.execute(s, user, inner);
+  return inner;
+}
+
+memory& ConvArg::Target(void* ptr) {
+  user.set_data_handle(ptr);
+  return reorder ? inner : user;
+}
+
+void ConvArg::Out(dnnl::stream& s) {
+  if (reorder) to_user.execute(s, inner, user);
+}
+
+namespace {
+memory::desc Any(const memory::dims& d) { return memory::desc(d, dt::f32, tag::any); }
+}  // namespace
+
+CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, const ConvParams& p) {
+  ConvKey key{x.shape(), w.shape(), p.stride, p.pad, has_bias};
+  auto it = conv_plans_.find(key);
+  if (it != conv_plans_.end()) return *it->second;
+
+  SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1),
+              "CpuBackend::Conv: x " + ShapeString(x.shape()) + " and weights " + ShapeString(w.shape()) +
+                  " are not [N,C,H,W] and [O,C,KH,KW]");
+  SHOAL_CHECK(p.stride > 0 && p.pad >= 0, "CpuBackend::Conv: bad stride/pad " + std::to_string(p.stride) + "/" + std::to_string(p.pad));
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const int64_t O = w.dim(0), KH = w.dim(2), KW = w.dim(3);
+  const int64_t Ho = (H + 2 * p.pad - KH) / p.stride + 1, Wo = (W + 2 * p.pad - KW) / p.stride + 1;
+  SHOAL_CHECK(Ho > 0 && Wo > 0, "CpuBackend::Conv: kernel " + ShapeString(w.shape()) + " does not fit input " + ShapeString(x.shape()));
+
+  auto plan = std::make_unique<CpuConvPlan>();
+  CpuConvPlan& c = *plan;
+  const dnnl::engine& eng = dnnl_->engine;
+  c.has_bias = has_bias;
+  c.x_md = memory::desc({N, C, H, W}, dt::f32, tag::nchw);
+  c.w_md = memory::desc({O, C, KH, KW}, dt::f32, tag::oihw);
+  c.b_md = memory::desc({O}, dt::f32, tag::x);
+  c.y_md = memory::desc({N, O, Ho, Wo}, dt::f32, tag::nchw);
+  c.y_shape = {N, O, Ho, Wo};
+  c.strides = {p.stride, p.stride};
+  c.pad = {p.pad, p.pad};
+
+  auto fd = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                       Any(c.x_md.dims()), Any(c.w_md.dims()), c.b_md, Any(c.y_md.dims()),
+                                                       c.strides, c.pad, c.pad)
+                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                       Any(c.x_md.dims()), Any(c.w_md.dims()), Any(c.y_md.dims()),
+                                                       c.strides, c.pad, c.pad);
+  c.fwd_pd = dnnl::convolution_forward::primitive_desc(fd, eng);
+  c.fwd = dnnl::convolution_forward(c.fwd_pd);
+  c.f_x.Init(c.x_md, c.fwd_pd.src_desc(), eng);
+  c.f_w.Init(c.w_md, c.fwd_pd.weights_desc(), eng);
+  c.f_y.Init(c.y_md, c.fwd_pd.dst_desc(), eng);
+  if (has_bias) c.f_b = memory(c.b_md, eng, DNNL_MEMORY_NONE);
+  return *(conv_plans_[key] = std::move(plan));
+}
+
+void CpuBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) {
+  SHOAL_CHECK(x.dtype() == DType::kF32 && w.dtype() == DType::kF32, "CpuBackend::ConvForward: fp32 only");
+  CpuConvPlan& c = Plan(x, w, b.defined(), p);
+  const Shape& want = c.y_shape;
+  SHOAL_CHECK(y.shape() == want, "CpuBackend::ConvForward: output must be " + ShapeString(want) + ", got " + ShapeString(y.shape()));
+  dnnl::stream& s = dnnl_->stream;
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, c.f_x.In(s, x.raw())},
+                                       {DNNL_ARG_WEIGHTS, c.f_w.In(s, w.raw())},
+                                       {DNNL_ARG_DST, c.f_y.Target(y.raw())}};
+  if (c.has_bias) {
+    c.f_b.set_data_handle(b.raw());
+    args[DNNL_ARG_BIAS] = c.f_b;
+  }
+  c.fwd.execute(s, args);
+  c.f_y.Out(s);
+  s.wait();
+}
+
+void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
+                              Tensor& dw, Tensor* db) {
+  const bool want_db = db && db->defined();
+  CpuConvPlan& c = Plan(x, w, want_db, p);
+  const dnnl::engine& eng = dnnl_->engine;
+  const Shape& yshape = c.y_shape;
+  SHOAL_CHECK(dy.shape() == yshape && dw.shape() == w.shape(),
+              "CpuBackend::ConvBackward: dy " + ShapeString(dy.shape()) + " / dw " + ShapeString(dw.shape()) +
+                  " do not match output " + ShapeString(yshape) + " / weights " + ShapeString(w.shape()));
+  if (dx) SHOAL_CHECK(dx->shape() == x.shape(), "CpuBackend::ConvBackward: dx " + ShapeString(dx->shape()) + " is not x's shape " + ShapeString(x.shape()));
+  if (!c.has_bwd) {
+    dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, Any(c.x_md.dims()), Any(c.w_md.dims()),
+                                             Any(c.y_md.dims()), c.strides, c.pad, c.pad);
+    dnnl::convolution_backward_data::primitive_desc dpd(dd, eng, c.fwd_pd);
+    c.bwd_data = dnnl::convolution_backward_data(dpd);
+    c.bd_dx.Init(c.x_md, dpd.diff_src_desc(), eng);
+    c.bd_w.Init(c.w_md, dpd.weights_desc(), eng);
+    c.bd_dy.Init(c.y_md, dpd.diff_dst_desc(), eng);
+    auto wd = want_db ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, Any(c.x_md.dims()),
+                                                                 Any(c.w_md.dims()), c.b_md, Any(c.y_md.dims()), c.strides,
+                                                                 c.pad, c.pad)
+                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, Any(c.x_md.dims()),
+                                                                 Any(c.w_md.dims()), Any(c.y_md.dims()), c.strides, c.pad,
+                                                                 c.pad);
+    dnnl::convolution_backward_weights::primitive_desc wpd(wd, eng, c.fwd_pd);
+    c.bwd_weights = dnnl::convolution_backward_weights(wpd);
+    c.bw_x.Init(c.x_md, wpd.src_desc(), eng);
+    c.bw_dw.Init(c.w_md, wpd.diff_weights_desc(), eng);
+    c.bw_dy.Init(c.y_md, wpd.diff_dst_desc(), eng);
+    c.dw_tmp.resize(size_t(w.numel()));
+    if (want_db) {
+      c.db_tmp.resize(size_t(w.dim(0)));
+      c.bw_db = memory(c.b_md, eng, c.db_tmp.data());
+    }
+    c.has_bwd = true;
+  }
+  dnnl::stream& s = dnnl_->stream;
+  // dy in the layout both backward primitives want (usually the same: one reorder)
+  memory& dy_w = c.bw_dy.In(s, dy.raw());
+  std::unordered_map<int, memory> wargs{{DNNL_ARG_SRC, c.bw_x.In(s, x.raw())},
+                                        {DNNL_ARG_DIFF_DST, dy_w},
+                                        {DNNL_ARG_DIFF_WEIGHTS, c.bw_dw.Target(c.dw_tmp.data())}};
+  if (want_db) wargs[DNNL_ARG_DIFF_BIAS] = c.bw_db;
+  c.bwd_weights.execute(s, wargs);
+  c.bw_dw.Out(s);
+  if (dx) {
+    memory& dy_d = (c.bd_dy.reorder && c.bw_dy.reorder && c.bd_dy.inner.get_desc() == c.bw_dy.inner.get_desc())
+                       ? c.bw_dy.inner
+                       : c.bd_dy.In(s, dy.raw());
+    c.bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, dy_d},
+                           {DNNL_ARG_WEIGHTS, c.bd_w.In(s, w.raw())},
+                           {DNNL_ARG_DIFF_SRC, c.bd_dx.Target(dx->raw())}});
+    c.bd_dx.Out(s);
+  }
+  s.wait();
+  float* o = dw.data<float>();
+  const float* t = c.dw_tmp.data();
+  const int64_t n = dw.numel();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] += t[i];
+  if (want_db) {
+    float* bo = db->data<float>();
+    for (size_t i = 0; i < c.db_tmp.size(); ++i) bo[i] += c.db_tmp[i];
+  }
+}
+
+}  // namespace shoal

@@ -1,0 +1,24 @@
+// 2-D convolution, weights [O,C,K,K], optional bias [O].
+#pragma once
+#include "worker/engine/layers/layer.h"
+
+namespace shoal {
+
+class Conv2d final : public Layer {
+ public:
+  Conv2d(Backend& be, int64_t in_channels, int64_t out_channels, int kernel, int stride, int pad, bool bias);
+  std::string Kind() const override { return "Conv2d"; }
+  Shape OutputShape(const std::vector<Shape>& in) const override;
+  const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
+  void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
+  void InitParameters(std::mt19937_64& rng) override;
+
+ private:
+  int64_t in_, out_;
+  int kernel_;
+  ConvParams p_;
+  bool bias_;
+  Tensor dx_;
+};
+
+}  // namespace shoal

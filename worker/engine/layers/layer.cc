@@ -1,0 +1,34 @@
+#include "worker/engine/layers/layer.h"
+
+#include "common/error.h"
+
+namespace shoal {
+
+Parameter& Layer::AddParam(const std::string& name, const Shape& s, bool no_weight_decay) {
+  Parameter p;
+  p.name = name;
+  p.value = be_.Zeros(s);
+  p.grad = be_.Zeros(s);
+  p.no_weight_decay = no_weight_decay;
+  params_.push_back(std::move(p));
+  return params_.back();
+}
+
+Buffer& Layer::AddBuffer(const std::string& name, const Shape& s) {
+  buffers_.push_back(Buffer{name, be_.Zeros(s)});
+  return buffers_.back();
+}
+
+void Layer::FillNormal(Tensor& t, double stddev, std::mt19937_64& rng) {
+  std::normal_distribution<double> dist(0.0, stddev);
+  std::vector<float> host(size_t(t.numel()));
+  for (float& v : host) v = float(dist(rng));
+  be_.CopyFromHost(t, host.data());
+}
+
+void Layer::CheckInputs(const std::vector<Shape>& in) const {
+  SHOAL_CHECK(int(in.size()) == NumInputs(), Kind() + ": expected " + std::to_string(NumInputs()) + " input(s), got " +
+                                                 std::to_string(in.size()));
+}
+
+}  // namespace shoal

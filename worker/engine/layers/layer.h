@@ -1,0 +1,74 @@
+// Layer: one node type of a model graph. Layers are backend-agnostic: they call only
+// Backend ops, so the same layer runs on the CPU and on CUDA.
+//
+// A layer owns its output and input-gradient tensors and reuses them across steps while
+// the batch shape stays the same (no allocation per step). Parameter gradients follow the
+// Backend contract: they accumulate, and the model zeroes them once per step.
+#pragma once
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/engine/backend.h"
+
+namespace shoal {
+
+// A named tensor and its gradient. `no_weight_decay` marks bias and batch-norm scale/shift,
+// which the optimizers leave out of weight decay (and LARS/LAMB trust ratios may treat
+// apart).
+struct Parameter {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+  bool no_weight_decay = false;
+};
+
+// A named tensor the model keeps but no optimizer touches (batch-norm running stats).
+struct Buffer {
+  std::string name;
+  Tensor value;
+};
+
+class Layer {
+ public:
+  explicit Layer(Backend& backend) : be_(backend) {}
+  virtual ~Layer() = default;
+  virtual std::string Kind() const = 0;
+  virtual int NumInputs() const { return 1; }
+
+  // Shape of the output for these input shapes (batch dimension included); throws
+  // shoal::Error naming the layer kind when they do not fit.
+  virtual Shape OutputShape(const std::vector<Shape>& in) const = 0;
+  // The returned tensor stays valid until the next Forward.
+  virtual const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) = 0;
+  // Fills dx[i] (may alias dy or internal buffers) for every input when need_dx; always
+  // accumulates parameter gradients. x must be the inputs of the last Forward(train=true).
+  virtual void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx,
+                        std::vector<Tensor>& dx) = 0;
+
+  // Parameters and buffers, names local to the layer ("weight", "bias", ...).
+  std::vector<Parameter>& params() { return params_; }
+  std::vector<Buffer>& buffers() { return buffers_; }
+  // Sets parameters and buffers to their initial values, drawing from rng.
+  virtual void InitParameters(std::mt19937_64& rng) { (void)rng; }
+
+ protected:
+  // t keeps its buffer while the shape is unchanged.
+  Tensor& Ensure(Tensor& t, const Shape& s) {
+    if (!t.defined() || t.shape() != s) t = be_.Empty(s);
+    return t;
+  }
+  Parameter& AddParam(const std::string& name, const Shape& s, bool no_weight_decay);
+  Buffer& AddBuffer(const std::string& name, const Shape& s);
+  // He/Kaiming normal (std = sqrt(2 / fan_in)), drawn on the host and copied over.
+  void FillNormal(Tensor& t, double stddev, std::mt19937_64& rng);
+  void CheckInputs(const std::vector<Shape>& in) const;
+
+  Backend& be_;
+  std::vector<Parameter> params_;
+  std::vector<Buffer> buffers_;
+  Tensor y_;  // output
+};
+
+}  // namespace shoal

@@ -1,0 +1,20 @@
+// Max pooling over K x K windows.
+#pragma once
+#include "worker/engine/layers/layer.h"
+
+namespace shoal {
+
+class MaxPool final : public Layer {
+ public:
+  MaxPool(Backend& be, int kernel, int stride, int pad = 0);
+  std::string Kind() const override { return "MaxPool"; }
+  Shape OutputShape(const std::vector<Shape>& in) const override;
+  const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
+  void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
+
+ private:
+  PoolParams p_;
+  Tensor workspace_, dx_;
+};
+
+}  // namespace shoal

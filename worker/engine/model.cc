@@ -1,0 +1,197 @@
+#include "worker/engine/model.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace shoal {
+
+Model::Model(Backend& backend, std::string name, Shape input_shape)
+    : be_(backend), name_(std::move(name)), input_shape_(std::move(input_shape)), loss_(backend) {
+  Shape s1 = {1};
+  s1.insert(s1.end(), input_shape_.begin(), input_shape_.end());
+  nodes_.push_back(Node{"input", nullptr, {}, s1});
+}
+
+Model::~Model() = default;
+
+int Model::AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::vector<int> inputs) {
+  SHOAL_CHECK(layer != nullptr, "Model " + name_ + ": node " + name + " has no layer");
+  SHOAL_CHECK(int(inputs.size()) == layer->NumInputs(),
+              "Model " + name_ + ": node " + name + " (" + layer->Kind() + ") takes " + std::to_string(layer->NumInputs()) +
+                  " input(s), given " + std::to_string(inputs.size()));
+  std::vector<Shape> in;
+  for (int id : inputs) {
+    SHOAL_CHECK(id >= 0 && id < int(nodes_.size()), "Model " + name_ + ": node " + name + " reads unknown node " + std::to_string(id));
+    in.push_back(nodes_[size_t(id)].shape1);
+  }
+  Shape out;
+  try {
+    out = layer->OutputShape(in);
+  } catch (const Error& e) {
+    throw Error("Model " + name_ + ", node " + name + ": " + e.what());
+  }
+  for (Parameter p : layer->params()) {
+    p.name = name + "." + p.name;
+    params_.push_back(std::move(p));
+  }
+  for (Buffer b : layer->buffers()) {
+    b.name = name + "." + b.name;
+    buffers_.push_back(std::move(b));
+  }
+  nodes_.push_back(Node{name, std::move(layer), std::move(inputs), out});
+  return int(nodes_.size()) - 1;
+}
+
+Shape Model::OutputShape(int64_t batch) const {
+  Shape s = nodes_.back().shape1;
+  s[0] = batch;
+  return s;
+}
+
+const Tensor& Model::Forward(const Tensor& x, bool train) {
+  SHOAL_CHECK(nodes_.size() > 1, "Model " + name_ + " has no layers");
+  SHOAL_CHECK(x.ndim() == int(input_shape_.size()) + 1 && Shape(x.shape().begin() + 1, x.shape().end()) == input_shape_ &&
+                  x.dim(0) > 0,
+              "Model " + name_ + ": input must be [N," + ShapeString(input_shape_).substr(1) + ", got " + ShapeString(x.shape()));
+  input_ = x;
+  outs_.assign(nodes_.size(), nullptr);
+  in_ptrs_.resize(nodes_.size());
+  outs_[0] = &input_;
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    Node& n = nodes_[i];
+    std::vector<const Tensor*>& in = in_ptrs_[i];
+    in.clear();
+    for (int id : n.inputs) in.push_back(outs_[size_t(id)]);
+    outs_[i] = &n.layer->Forward(in, train);
+  }
+  have_train_forward_ = train;
+  return *outs_.back();
+}
+
+void Model::Accumulate(int id, const Tensor& g) {
+  Tensor& cur = grads_[size_t(id)];
+  if (!cur.defined()) {
+    cur = g;
+    return;
+  }
+  // A second consumer: sum into a buffer this node owns (cur may alias another layer's
+  // buffer, which must not be written).
+  Tensor& acc = acc_[size_t(id)];
+  if (!acc.defined() || acc.shape() != g.shape()) acc = be_.Empty(g.shape());
+  if (cur.raw() == acc.raw()) {
+    be_.Axpy(1.0f, g, acc);
+  } else {
+    be_.Add(cur, g, acc);
+    cur = acc;
+  }
+}
+
+void Model::Backward(const Tensor& dlogits) {
+  SHOAL_CHECK(have_train_forward_, "Model " + name_ + ": Backward needs a Forward(x, train=true) first");
+  SHOAL_CHECK(dlogits.shape() == outs_.back()->shape(), "Model " + name_ + ": dlogits " + ShapeString(dlogits.shape()) +
+                                                            " does not match the output " + ShapeString(outs_.back()->shape()));
+  grads_.assign(nodes_.size(), Tensor());
+  acc_.resize(nodes_.size());
+  dx_.resize(nodes_.size());
+  grads_.back() = dlogits;
+  for (size_t i = nodes_.size() - 1; i >= 1; --i) {
+    Node& n = nodes_[i];
+    if (!grads_[i].defined()) continue;  // feeds nothing that reaches the output
+    bool need_dx = false;
+    for (int id : n.inputs) need_dx |= id != kInput;
+    std::vector<Tensor>& dx = dx_[i];
+    dx.assign(n.inputs.size(), Tensor());
+    n.layer->Backward(in_ptrs_[i], grads_[i], need_dx, dx);
+    for (size_t j = 0; j < n.inputs.size(); ++j)
+      if (n.inputs[j] != kInput) Accumulate(n.inputs[j], dx[j]);
+    grads_[i] = Tensor();  // drop the handle: the buffer may be reused by its owner
+  }
+}
+
+StepResult Model::TrainStep(const Tensor& x, const int32_t* labels) {
+  const Tensor& logits = Forward(x, true);
+  StepResult r;
+  r.loss = loss_.Forward(logits, labels, true, &r.correct);
+  Backward(loss_.grad());
+  return r;
+}
+
+StepResult Model::EvalStep(const Tensor& x, const int32_t* labels) {
+  const Tensor& logits = Forward(x, false);
+  StepResult r;
+  r.loss = loss_.Forward(logits, labels, false, &r.correct);
+  return r;
+}
+
+void Model::ZeroGrad() {
+  for (Parameter& p : params_) be_.Fill(p.grad, 0.0f);
+}
+
+void Model::InitParameters(uint64_t seed) {
+  // One stream per node, seeded from the seed and the node's position, so adding a node
+  // at the end does not change the others' draws.
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + i);
+    nodes_[i].layer->InitParameters(rng);
+  }
+  ZeroGrad();
+}
+
+std::vector<ParamInfo> Model::ParamLayout() const {
+  std::vector<ParamInfo> out;
+  int64_t off = 0;
+  for (const Parameter& p : params_) {
+    out.push_back(ParamInfo{p.name, p.value.shape(), p.value.numel(), off, p.no_weight_decay});
+    off += p.value.numel();
+  }
+  return out;
+}
+
+int64_t Model::NumParams() const {
+  int64_t n = 0;
+  for (const Parameter& p : params_) n += p.value.numel();
+  return n;
+}
+
+void Model::CopyParamsToHost(float* dst) const {
+  for (const Parameter& p : params_) {
+    be_.CopyToHost(p.value, dst);
+    dst += p.value.numel();
+  }
+}
+
+void Model::CopyParamsFromHost(const float* src) {
+  for (Parameter& p : params_) {
+    be_.CopyFromHost(p.value, src);
+    src += p.value.numel();
+  }
+}
+
+void Model::CopyGradsToHost(float* dst) const {
+  for (const Parameter& p : params_) {
+    be_.CopyToHost(p.grad, dst);
+    dst += p.grad.numel();
+  }
+}
+
+void Model::CopyGradsFromHost(const float* src) {
+  for (Parameter& p : params_) {
+    be_.CopyFromHost(p.grad, src);
+    src += p.grad.numel();
+  }
+}
+
+std::string Model::Summary() const {
+  std::ostringstream os;
+  os << name_ << " on " << be_.Name() << ", " << NumParams() << " parameters\n";
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    int64_t n = 0;
+    for (Parameter& p : nodes_[i].layer->params()) n += p.value.numel();
+    os << "  " << nodes_[i].name << " " << nodes_[i].layer->Kind() << " " << ShapeString(nodes_[i].shape1) << " " << n << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace shoal

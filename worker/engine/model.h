@@ -1,0 +1,131 @@
+// Model: a graph of layers with named parameters and gradients, on one Backend.
+//
+// Build one from the zoo:
+//   ModelOptions mo;
+//   mo.input_shape = {1, 28, 28};   // one sample, no batch dimension
+//   mo.num_classes = 10;
+//   mo.zero_gamma_init = true;      // residual nets: last BN of each block starts at γ = 0
+//   std::unique_ptr<Model> m = MakeModel("lenet", backend, mo);  // mlp|lenet|resnet20|resnet50
+//   m->InitParameters(seed);        // same seed => bit-identical weights on every worker
+//
+// One training step (x is [N, input_shape...] on the backend's device, labels host int32):
+//   m->ZeroGrad();
+//   StepResult r = m->TrainStep(x, labels);   // forward + loss + backward
+//   r.loss, r.correct                         // mean loss, count of argmax == label
+//   for (Parameter& p : m->parameters())      // p.name, p.value, p.grad, p.no_weight_decay
+//     optimizer(p.value, p.grad, p.no_weight_decay);
+// or by hand: Forward(x, true) -> Backend::SoftmaxCrossEntropy -> Backward(dlogits).
+// Evaluation: Forward(x, /*train=*/false) (batch norm uses its running statistics).
+//
+// Parameter and gradient tensors never move: pointers into them (p.value.data<float>())
+// stay valid for the model's lifetime. parameters() is in a stable order (graph order,
+// then the layer's own order) that is the same on every worker and backend; the flat
+// host views below use that order.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/engine/backend.h"
+#include "worker/engine/layers/layer.h"
+#include "worker/engine/layers/softmax_cross_entropy.h"
+
+namespace shoal {
+
+struct ModelOptions {
+  Shape input_shape;          // per sample, e.g. {1,28,28} or {3,32,32}; empty = model default
+  int64_t num_classes = 10;
+  bool zero_gamma_init = false;
+  float label_smoothing = 0.0f;  // used by TrainStep / EvalStep
+};
+
+// Where one parameter sits in the flat buffers.
+struct ParamInfo {
+  std::string name;
+  Shape shape;
+  int64_t numel = 0;
+  int64_t offset = 0;  // in floats, into the flat buffer
+  bool no_weight_decay = false;
+};
+
+struct StepResult {
+  float loss = 0;
+  int64_t correct = 0;
+};
+
+class Model {
+ public:
+  // input_shape: one sample's shape (no batch dimension).
+  Model(Backend& backend, std::string name, Shape input_shape);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // ---- building (the zoo does this). Node 0 is the input.
+  static constexpr int kInput = 0;
+  // Adds a node fed by `inputs` (node ids); checks shapes now, with batch 2. Returns its id.
+  int AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::vector<int> inputs);
+  // The last node added is the output (the logits [N, classes]).
+
+  // ---- running
+  const Tensor& Forward(const Tensor& x, bool train);
+  // dlogits: gradient of the loss w.r.t. the last Forward(train=true)'s output.
+  void Backward(const Tensor& dlogits);
+  // Forward(train) + loss + Backward. Does NOT zero gradients (call ZeroGrad first).
+  StepResult TrainStep(const Tensor& x, const int32_t* labels);
+  StepResult EvalStep(const Tensor& x, const int32_t* labels);  // forward only, eval mode
+  void ZeroGrad();
+  void InitParameters(uint64_t seed);
+  void set_label_smoothing(float s) { loss_.set_smoothing(s); }
+
+  // ---- parameters
+  std::vector<Parameter>& parameters() { return params_; }
+  const std::vector<Parameter>& parameters() const { return params_; }
+  std::vector<Buffer>& buffers() { return buffers_; }  // batch-norm running stats
+  std::vector<ParamInfo> ParamLayout() const;
+  int64_t NumParams() const;  // total floats
+  // Flat host copies in ParamLayout() order (dst/src hold NumParams() floats).
+  void CopyParamsToHost(float* dst) const;
+  void CopyParamsFromHost(const float* src);
+  void CopyGradsToHost(float* dst) const;
+  void CopyGradsFromHost(const float* src);
+
+  const std::string& name() const { return name_; }
+  const Shape& input_shape() const { return input_shape_; }
+  Shape OutputShape(int64_t batch) const;
+  Backend& backend() { return be_; }
+  // One line per node: name, kind, output shape for batch 1, parameter count.
+  std::string Summary() const;
+
+ private:
+  struct Node {
+    std::string name;
+    std::unique_ptr<Layer> layer;
+    std::vector<int> inputs;
+    Shape shape1;  // output shape at batch 1
+  };
+  const Tensor& Output(int id) const;
+  void Accumulate(int id, const Tensor& g);
+
+  Backend& be_;
+  std::string name_;
+  Shape input_shape_;
+  std::vector<Node> nodes_;
+  std::vector<Parameter> params_;
+  std::vector<Buffer> buffers_;
+  std::vector<const Tensor*> outs_;  // per node, from the last Forward
+  std::vector<Tensor> grads_, acc_;  // per node: gradient handle, owned sum buffer
+  std::vector<std::vector<Tensor>> dx_;
+  std::vector<std::vector<const Tensor*>> in_ptrs_;
+  Tensor input_;
+  bool have_train_forward_ = false;
+  SoftmaxCrossEntropyLoss loss_;
+};
+
+// The zoo: "mlp" (784-256-256-10), "lenet", "resnet20" (CIFAR), "resnet50" (ImageNet).
+// Throws shoal::Error naming the model and the known names when unknown, or the input
+// shape when it does not fit the model.
+std::unique_ptr<Model> MakeModel(const std::string& name, Backend& backend, const ModelOptions& options);
+std::vector<std::string> ModelNames();
+
+}  // namespace shoal
