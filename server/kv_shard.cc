@@ -35,18 +35,19 @@ void AddRule::Apply(const std::string&, StoredTensor& param, const void* grad, s
   AddInto(param.dtype, param.buf->data(), grad, param.elements());
 }
 
-void KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
+std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
                    msg::PushOp op) {
   auto it = tensors_.find(name);
   if (it == tensors_.end() || op == msg::PushOp::ASSIGN) {
     // First push of a tensor, or a replacement: keep the received frame as the value.
     StoredTensor& t = tensors_[name];
+    std::shared_ptr<Buffer> old = std::move(t.buf);
     t.dtype = dtype;
     t.shape = std::move(shape);
     t.buf = std::make_shared<Buffer>();
     t.buf->bytes = std::move(data);
     ++t.version;
-    return;
+    return old;
   }
   StoredTensor& t = it->second;
   SHOAL_CHECK(t.dtype == dtype && t.shape == shape,
@@ -60,6 +61,7 @@ void KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> sh
   else
     rule_->Apply(name, w, data.data(), data.size());
   ++w.version;
+  return nullptr;
 }
 
 StoredTensor& KvShard::Writable(const std::string& name) {

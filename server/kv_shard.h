@@ -52,8 +52,10 @@ class KvShard {
   void SetUpdateRule(std::unique_ptr<UpdateRule> rule) { rule_ = std::move(rule); }
 
   // Applies one pushed tensor; `data` is the received frame (kept without copying on
-  // assign). Throws shoal::Error if dtype/shape disagree with the stored tensor.
-  void Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
+  // assign). Throws shoal::Error if dtype/shape disagree with the stored tensor. Returns
+  // the buffer an assign replaced, so the caller can free it after answering (freeing a
+  // large buffer costs page-table work that need not delay the reply).
+  std::shared_ptr<Buffer> Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
             msg::PushOp op);
   // nullptr when absent.
   const StoredTensor* Find(const std::string& name) const;

@@ -69,7 +69,7 @@ void Server::Run(const std::atomic<bool>& stop) {
   while (!stop) {
     zmq::pollitem_t items[2] = {{transport_->socket().handle(), 0, ZMQ_POLLIN, 0},
                                 {transport_->monitor_socket()->handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(50));
+    Poll(items, 2, 50);
     if (items[1].revents & ZMQ_POLLIN)
       for (auto& e : transport_->DrainEvents()) {
         // Ordinary disconnects are routine; failed handshakes are worth a warning.
@@ -134,10 +134,11 @@ void Server::HandlePush(InMessage& m) {
     SHOAL_CHECK(t->dtype == FromWire(meta.getDtype()) && t->shape == shape,
                 "push of '" + std::string(meta.getName()) + "' disagrees with the stored dtype/shape");
   }
+  std::vector<std::shared_ptr<Buffer>> replaced;  // freed after the ack is on its way
   for (unsigned i = 0; i < metas.size(); ++i) {
     auto meta = metas[i];
     std::vector<int64_t> shape = ShapeOf(meta);
-    kv_.Push(meta.getName(), FromWire(meta.getDtype()), std::move(shape), std::move(m.payloads[i]), op);
+    replaced.push_back(kv_.Push(meta.getName(), FromWire(meta.getDtype()), std::move(shape), std::move(m.payloads[i]), op));
   }
   OutMessage out;
   auto r = out.header();

@@ -35,7 +35,9 @@ struct Payload {
 };
 
 struct OutMessage {
-  capnp::MallocMessageBuilder builder;
+  // Headers are a few hundred bytes; Cap'n Proto's default first segment (8 KiB, zeroed)
+  // would cost more than the message.
+  capnp::MallocMessageBuilder builder{128};
   std::vector<Payload> payloads;
   msg::Header::Builder header() { return builder.getRoot<msg::Header>(); }
 };
@@ -121,6 +123,9 @@ class CurveAuthenticator {
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// zmq_poll that rides out signals (EINTR) until timeout_ms (-1 = forever) has passed.
+int Poll(zmq::pollitem_t* items, size_t n, int timeout_ms);
 
 // Generates a Z85 key pair (public, secret).
 std::pair<std::string, std::string> CurveKeyPair();

@@ -236,7 +236,7 @@ void Client::Wait(int ts) {
     std::vector<zmq::pollitem_t> items;
     for (auto& s : shards_) items.push_back({s->socket().handle(), 0, ZMQ_POLLIN, 0});
     int left = RemainingMs(deadline);
-    if (left == 0 || zmq::poll(items.data(), items.size(), std::chrono::milliseconds(left)) == 0) {
+    if (left == 0 || Poll(items.data(), items.size(), left) == 0) {
       std::string who;
       for (int s : it->second.waiting) who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")";
       pending_.erase(it);

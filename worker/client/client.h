@@ -1,7 +1,9 @@
 // The worker side of the parameter servers: register with the coordinator, then push and
 // pull named tensors. Each call splits its tensors by shard and talks to all shards at
 // once; Push/Pull return a timestamp right away and Wait(ts) blocks, bounded, until every
-// shard has answered (the ps-lite shape). Not thread-safe: one Client per thread.
+// shard has answered (the ps-lite shape). A shard applies one client's requests in the
+// order they were issued, so a Pull issued right after a Push sees it without waiting in
+// between. Not thread-safe: one Client per thread.
 #pragma once
 #include <atomic>
 #include <cstdint>
