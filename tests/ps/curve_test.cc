@@ -30,9 +30,9 @@ class Curve : public ::testing::Test {
   }
 
   // Registers and round-trips one tensor; throws if refused.
-  static void RoundTrip(const JobConfig& cfg) {
+  static void RoundTrip(const JobConfig& cfg, int timeout_ms = 10000) {
     ClientOptions o;
-    o.timeout_ms = 1500;
+    o.timeout_ms = timeout_ms;
     o.heartbeat = false;
     Client c(cfg, o);
     c.Register({{"w", DType::kF32, {256}}, {"v", DType::kF32, {128}}});
@@ -62,7 +62,7 @@ TEST_F(Curve, PlaintextClientIsRefused) {
   plain.curve_client_public.clear();
   plain.curve_client_secret.clear();
   try {
-    RoundTrip(plain);
+    RoundTrip(plain, 1500);
     FAIL() << "a plaintext client was served";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("did not answer"), std::string::npos) << e.what();
@@ -76,7 +76,7 @@ TEST_F(Curve, ClientWithAnotherKeyPairIsRefused) {
   auto kp = CurveKeyPair();
   other.curve_client_public = kp.first;
   other.curve_client_secret = kp.second;
-  EXPECT_THROW(RoundTrip(other), Error);
+  EXPECT_THROW(RoundTrip(other, 1500), Error);
   EXPECT_TRUE(s0_->WaitForLog("refused CURVE client at 127.0.0.1: public key " + kp.first, 3000)) << s0_->log();
   RoundTrip(cfg_);  // and the rightful client is still served
 }

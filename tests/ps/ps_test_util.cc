@@ -81,8 +81,8 @@ ServerProcess::ServerProcess(const std::string& job, int shard) {
 
 ServerProcess::~ServerProcess() {
   if (pid_ > 0 && WaitExit(0) == -1) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    kill(pid_, SIGTERM);
+    WaitChild(pid_, 3000);  // kills it if SIGTERM was not enough
   }
 }
 

@@ -1,5 +1,6 @@
 // Two shoal-server processes and three client processes pushing and pulling at once;
 // every value must come out exactly (integer-valued floats, so summation order is moot).
+#include <csignal>
 #include <gtest/gtest.h>
 
 #include "common/config.h"
@@ -129,6 +130,11 @@ TEST(ServerCluster, TwoShardsThreeConcurrentClientsExactResults) {
   EXPECT_THROW(c.Pull({"not.registered"}, &out), Error);
   c.Wait(c.Pull({"fc.b"}, &out));
   EXPECT_EQ(out[0].ToFloats()[1], Expected(1));  // the rejected push changed nothing
+
+  // SIGTERM stops a shard cleanly.
+  kill(s1.pid(), SIGTERM);
+  EXPECT_EQ(s1.WaitExit(5000), 0);
+  EXPECT_TRUE(s1.WaitForLog("shard 1: stopped", 1000)) << s1.log();
 }
 
 TEST(ServerCli, BadJobFileExitsNonZeroWithOneLine) {
