@@ -8,13 +8,15 @@ def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs + native.glob(["**/*.h"], allow_empty = True),
+            srcs = [src] + [h for h in native.glob(["**/*.h", "**/*.cuh"], allow_empty = True) if h not in hdrs] + hdrs,
             outs = [obj],
-            cmd = (NVCC + " -std=c++17 -O3 -Xcompiler -fPIC -I. -I$(GENDIR)" +
+            # Each nvcc gets its own TMPDIR: parallel sandboxes share /tmp and clobber
+            # each other's intermediate files otherwise.
+            cmd = ("export TMPDIR=$$(mktemp -d); " + NVCC + " -std=c++17 -O3 -Xcompiler -fPIC -I. -I$(GENDIR)" +
                    " -gencode arch=compute_80,code=sm_80" +
                    " -gencode arch=compute_90,code=sm_90" +
                    " -gencode arch=compute_90,code=compute_90" +
-                   " -c $(location " + src + ") -o $@"),
+                   " -c $(location " + src + ") -o $@; rc=$$?; rm -rf $$TMPDIR; exit $$rc"),
         )
         objs.append(obj)
     native.cc_library(
