@@ -184,16 +184,19 @@ void Transport::Send(OutMessage& m, const zmq::message_t* to) {
 }
 
 bool Transport::Recv(InMessage* m, int timeout_ms) {
-  if (timeout_ms >= 0) {
+  std::vector<zmq::message_t> frames(1);
+  // Try first without waiting: when messages are queued this saves a poll per message.
+  if (!socket_.recv(frames[0], zmq::recv_flags::dontwait)) {
+    if (timeout_ms == 0) return false;
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
     if (Poll(&item, 1, timeout_ms) == 0) return false;
+    if (!socket_.recv(frames[0], zmq::recv_flags::dontwait)) return false;
   }
   // A multipart message arrives whole or not at all, so these reads never block.
-  std::vector<zmq::message_t> frames;
-  do {
+  while (socket_.get(zmq::sockopt::rcvmore)) {
     frames.emplace_back();
     if (!socket_.recv(frames.back(), zmq::recv_flags::none)) return false;
-  } while (socket_.get(zmq::sockopt::rcvmore));
+  }
   size_t first = 0;
   m->identity = zmq::message_t();
   m->payloads.clear();

@@ -232,11 +232,15 @@ void Client::Wait(int ts) {
   auto it = pending_.find(uint64_t(ts));
   SHOAL_CHECK(it != pending_.end(), "Wait(" + std::to_string(ts) + "): no such request in flight");
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
+  std::vector<zmq::pollitem_t> items;
+  for (auto& s : shards_) items.push_back({s->socket().handle(), 0, ZMQ_POLLIN, ZMQ_POLLIN});
   while (!it->second.waiting.empty()) {
-    std::vector<zmq::pollitem_t> items;
-    for (auto& s : shards_) items.push_back({s->socket().handle(), 0, ZMQ_POLLIN, 0});
+    bool any = false;
+    for (auto& item : items) any = any || (item.revents & ZMQ_POLLIN);
     int left = RemainingMs(deadline);
-    if (left == 0 || Poll(items.data(), items.size(), left) == 0) {
+    // Answers often are already queued (a pull answered right behind its push): read them
+    // before paying for a poll.
+    if (left == 0 || (!any && Poll(items.data(), items.size(), left) == 0)) {
       std::string who;
       for (int s : it->second.waiting) who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")";
       pending_.erase(it);
@@ -247,7 +251,10 @@ void Client::Wait(int ts) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       InMessage m;
       try {
-        if (shards_[i]->Recv(&m, 0)) Dispatch(int(i), m);
+        if (shards_[i]->Recv(&m, 0))
+          Dispatch(int(i), m);
+        else
+          items[i].revents = 0;  // drained
       } catch (const BadMessage& e) {
         LOG(WARNING) << "client: undecodable answer from shard " << i << ": " << e.what();
       } catch (const Error& e) {
