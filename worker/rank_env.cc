@@ -1,0 +1,45 @@
+#include "worker/rank_env.h"
+
+#include <cstdlib>
+
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+bool ReadInt(const char* name, int* out) {
+  const char* v = getenv(name);
+  if (!v || !*v) return false;
+  char* end = nullptr;
+  long x = strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1000000) throw Error(std::string("environment ") + name + "=\"" + v + "\": expected a non-negative integer");
+  *out = int(x);
+  return true;
+}
+
+}  // namespace
+
+RankInfo ResolveRank(int flag_rank) {
+  RankInfo r;
+  r.world = 0;
+  struct Source { const char* rank; const char* size; const char* name; };
+  for (Source s : {Source{"SLURM_PROCID", "SLURM_NTASKS", "slurm"}, Source{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"},
+                   Source{"RANK", "WORLD_SIZE", "env"}}) {
+    int rank;
+    if (ReadInt(s.rank, &rank)) {
+      r.rank = rank;
+      ReadInt(s.size, &r.world);
+      r.source = s.name;
+      break;
+    }
+  }
+  if (flag_rank >= 0) {
+    r.rank = flag_rank;
+    r.source = "flag";
+  } else if (r.source.empty()) {
+    throw Error("no rank: pass --rank R, or start under Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK) or with RANK set");
+  }
+  return r;
+}
+
+}  // namespace shoal

@@ -1,0 +1,17 @@
+// A worker's rank and world size from the flag, or from the launcher's environment:
+// Slurm (SLURM_PROCID/SLURM_NTASKS), Open MPI (OMPI_COMM_WORLD_RANK/SIZE), or RANK/WORLD_SIZE.
+#pragma once
+#include <string>
+
+namespace shoal {
+
+struct RankInfo {
+  int rank = 0;
+  int world = 1;       // from the environment; 0 when none gave it
+  std::string source;  // "flag", "slurm", "openmpi", "env"
+};
+
+// flag_rank < 0: take it from the environment. Throws shoal::Error on malformed values.
+RankInfo ResolveRank(int flag_rank);
+
+}  // namespace shoal

@@ -1,0 +1,63 @@
+// shoal-worker --config JOB.toml --rank R: one worker of a job. Flags override job values.
+#include <gflags/gflags.h>
+
+#include <cstdio>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "worker/rank_env.h"
+#include "worker/trainer.h"
+
+DEFINE_string(config, "", "job file (TOML)");
+DEFINE_int32(rank, -1, "worker rank; from SLURM_PROCID / OMPI_COMM_WORLD_RANK / RANK when not given");
+DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
+DEFINE_int32(threads, 0, "CPU threads (0: [train] threads, or all cores)");
+DEFINE_int64(epochs, 0, "override [train] epochs");
+DEFINE_int64(max_steps, -1, "override [train] max_steps");
+DEFINE_int64(batch_size, 0, "override [data] batch_size");
+DEFINE_string(output_dir, "", "override [job] output_dir");
+DEFINE_string(device, "", "override this worker's device (cpu | cuda:N)");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("shoal-worker --config JOB.toml [--rank R]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (FLAGS_config.empty()) {
+    fprintf(stderr, "shoal-worker: --config JOB.toml is required\n");
+    return 2;
+  }
+  shoal::JobConfig cfg;
+  shoal::RankInfo rank;
+  try {
+    cfg = shoal::LoadJobConfig(FLAGS_config);
+    rank = shoal::ResolveRank(FLAGS_rank);
+    if (rank.world > 0 && rank.world != cfg.world_size()) {
+      // Started by Slurm/mpirun with a task count: that is the job's size.
+      if (cfg.workers.size() == 1 || size_t(rank.world) > cfg.workers.size()) cfg.workers.resize(size_t(rank.world), cfg.workers[0]);
+      else cfg.workers.resize(size_t(rank.world));
+    }
+    if (FLAGS_epochs > 0) cfg.epochs = FLAGS_epochs;
+    if (FLAGS_max_steps >= 0) cfg.max_steps = FLAGS_max_steps;
+    if (FLAGS_batch_size > 0) cfg.batch_size = FLAGS_batch_size;
+    if (!FLAGS_output_dir.empty()) cfg.output_dir = FLAGS_output_dir;
+    if (!FLAGS_device.empty() && rank.rank >= 0 && rank.rank < cfg.world_size()) cfg.workers[size_t(rank.rank)].device = FLAGS_device;
+  } catch (const shoal::Error& e) {
+    fprintf(stderr, "shoal-worker: %s\n", e.what());
+    return 2;
+  }
+  try {
+    shoal::TrainerOptions opts;
+    opts.rank = rank.rank;
+    opts.resume = FLAGS_resume;
+    opts.threads = FLAGS_threads;
+    shoal::TrainResult r = shoal::Train(cfg, opts);
+    printf("worker %d: done after %lld steps, test_accuracy %.4f, %.0f samples/s\n", rank.rank, (long long)r.steps,
+           r.test_accuracy, r.samples_per_s);
+  } catch (const shoal::Error& e) {
+    fprintf(stderr, "shoal-worker %d: %s\n", rank.rank, e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "shoal-worker %d: internal error: %s\n", rank.rank, e.what());
+    return 1;
+  }
+  return 0;
+}
