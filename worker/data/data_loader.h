@@ -1,0 +1,120 @@
+// One worker's view of a data set: its shard of each epoch's global shuffle, as
+// normalized float32 NCHW batches, built ahead on a background thread.
+//
+//   auto train = LoadDataset("idx", "/usr/share/datasets/fashion-mnist/train", {});
+//   DataLoaderOptions o; o.batch_size = 64; o.rank = r; o.world_size = W; o.seed = 42;
+//   DataLoader loader(train, o);
+//   for (int64_t e = 0; e < epochs; ++e) {
+//     loader.StartEpoch(e);
+//     Batch b;
+//     while (loader.Next(&b)) { /* b.images: b.n x C x H x W, b.labels: b.n */ }
+//   }
+//
+// Sharding: epoch e's global permutation of all samples is drawn from (seed, e) only, so
+// every worker computes the same one; rank r takes positions r, r+W, r+2W, ... With
+// drop_last (training) every rank gets floor(N/W) samples and floor(N/W/batch) full
+// batches, so all ranks step the same number of times; without it (evaluation) the shards
+// cover every sample and the last batch may be partial.
+//
+// Resume: position() is the next batch Next() will return; Seek(position) on a fresh
+// loader with the same options reproduces the exact batches from there on (augmentation
+// is drawn per (seed, epoch, sample), not from a running stream).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "worker/data/dataset.h"
+
+namespace shoal {
+namespace data {
+
+struct Batch {
+  std::vector<float> images;    // n x C x H x W, normalized with the data set's mean/std
+  std::vector<int32_t> labels;  // n
+  int64_t n = 0;
+  int64_t epoch = 0;            // where it came from
+  int64_t index = 0;            // batch index within the epoch
+};
+
+struct DataLoaderOptions {
+  int64_t batch_size = 64;
+  int rank = 0;
+  int world_size = 1;
+  uint64_t seed = 0;
+  bool shuffle = true;       // false: samples in file order (still sharded by rank)
+  bool drop_last = true;     // training: equal full batches on every rank; false: full pass
+  int64_t max_samples = 0;   // 0 = all; otherwise only the first max_samples samples
+  bool augment = false;      // random crop with 4-pixel zero padding + horizontal flip
+  int prefetch = 2;          // batches built ahead on a background thread; 0 = in Next()
+};
+
+struct Position {
+  int64_t epoch = 0;
+  int64_t batch = 0;  // batches of that epoch already returned
+  bool operator==(const Position& o) const { return epoch == o.epoch && batch == o.batch; }
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+  ~DataLoader();  // stops and joins the prefetch thread, even mid-epoch
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Restarts at batch 0 of `epoch`, dropping anything prefetched. Next() before any
+  // StartEpoch/Seek starts epoch 0.
+  void StartEpoch(int64_t epoch);
+  // Fills *out with the next batch (reusing its buffers); false at the end of the epoch.
+  bool Next(Batch* out);
+  Position position() const;
+  void Seek(Position p);
+
+  int64_t batches_per_epoch() const { return batches_; }
+  int64_t samples_per_epoch() const { return shard_size_; }  // this rank's
+  const Dataset& dataset() const { return *dataset_; }
+  const DataLoaderOptions& options() const { return opt_; }
+  // This rank's sample indices for `epoch`, in the order its batches use them.
+  std::vector<int64_t> EpochIndices(int64_t epoch) const;
+
+ private:
+  void Restart(int64_t epoch, int64_t batch);
+  void ProducerLoop();
+  void Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, Batch* b) const;
+  void WriteSample(int64_t i, int64_t epoch, float* out) const;
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions opt_;
+  int64_t total_ = 0;       // samples in use (after max_samples)
+  int64_t shard_size_ = 0;  // this rank's samples per epoch
+  int64_t batches_ = 0;
+  std::vector<float> lut_;  // uint8 pixel -> normalized value, 256 per channel
+  std::vector<float> scale_, shift_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+  bool stop_ = false;
+  uint64_t generation_ = 0;  // bumped on every restart so stale prefetched batches are dropped
+  int64_t epoch_ = 0;
+  std::shared_ptr<const std::vector<int64_t>> indices_;
+  int64_t produce_next_ = 0;
+  int64_t consume_next_ = 0;
+  std::deque<Batch> ready_;
+  std::vector<Batch> free_;  // spare buffers, so steady state allocates nothing
+  std::exception_ptr error_;
+  std::thread producer_;
+};
+
+}  // namespace data
+
+using data::Batch;
+using data::DataLoader;
+using data::DataLoaderOptions;
+
+}  // namespace shoal

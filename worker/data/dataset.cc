@@ -1,0 +1,194 @@
+#include "worker/data/dataset.h"
+
+#include <cmath>
+
+#include "common/error.h"
+#include "worker/data/cifar_reader.h"
+#include "worker/data/idx_reader.h"
+#include "worker/data/synthetic.h"
+
+namespace shoal {
+namespace data {
+
+namespace {
+
+int64_t Product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void CheckShape(const std::string& source, const std::vector<int64_t>& shape) {
+  SHOAL_CHECK(shape.size() == 3, source + ": sample shape must be (C,H,W), got " + std::to_string(shape.size()) + " dims");
+  for (int64_t d : shape) SHOAL_CHECK(d > 0, source + ": sample shape has a non-positive dimension");
+}
+
+}  // namespace
+
+std::shared_ptr<Dataset> Dataset::FromU8(std::string source, std::vector<int64_t> sample_shape,
+                                         std::vector<uint8_t> pixels, std::vector<int32_t> labels,
+                                         int64_t num_classes, std::vector<int64_t> rows) {
+  CheckShape(source, sample_shape);
+  std::shared_ptr<Dataset> d(new Dataset());
+  d->source_ = std::move(source);
+  d->shape_ = std::move(sample_shape);
+  d->numel_ = Product(d->shape_);
+  d->u8_ = std::move(pixels);
+  d->labels_ = std::move(labels);
+  d->num_classes_ = num_classes;
+  SHOAL_CHECK(d->u8_.size() % size_t(d->numel_) == 0, d->source_ + ": pixel buffer is not a whole number of images");
+  d->Init(std::move(rows), int64_t(d->u8_.size()) / d->numel_);
+  return d;
+}
+
+std::shared_ptr<Dataset> Dataset::FromFloat(std::string source, std::vector<int64_t> sample_shape,
+                                            std::vector<float> pixels, std::vector<int32_t> labels,
+                                            int64_t num_classes, std::vector<int64_t> rows) {
+  CheckShape(source, sample_shape);
+  std::shared_ptr<Dataset> d(new Dataset());
+  d->source_ = std::move(source);
+  d->shape_ = std::move(sample_shape);
+  d->numel_ = Product(d->shape_);
+  d->f32_ = std::move(pixels);
+  d->is_u8_ = false;
+  d->labels_ = std::move(labels);
+  d->num_classes_ = num_classes;
+  SHOAL_CHECK(d->f32_.size() % size_t(d->numel_) == 0, d->source_ + ": pixel buffer is not a whole number of images");
+  d->Init(std::move(rows), int64_t(d->f32_.size()) / d->numel_);
+  return d;
+}
+
+void Dataset::Init(std::vector<int64_t> rows, int64_t stored_rows) {
+  rows_ = std::move(rows);
+  if (rows_.empty()) {
+    SHOAL_CHECK(stored_rows == size(), source_ + ": " + std::to_string(stored_rows) + " images but " +
+                                           std::to_string(size()) + " labels");
+  } else {
+    SHOAL_CHECK(int64_t(rows_.size()) == size(), source_ + ": row map and labels differ in length");
+    for (int64_t r : rows_) SHOAL_CHECK(r >= 0 && r < stored_rows, source_ + ": row map points past the stored images");
+  }
+  SHOAL_CHECK(num_classes_ > 0, source_ + ": number of classes must be positive");
+  for (int64_t i = 0; i < size(); ++i) {
+    int32_t l = labels_[size_t(i)];
+    if (l < 0 || l >= num_classes_)
+      throw Error(source_ + ": label " + std::to_string(l) + " of sample " + std::to_string(i) + " is outside 0.." +
+                  std::to_string(num_classes_ - 1));
+  }
+  ComputeStats();
+}
+
+// Exact per-channel mean/std. uint8 data goes through a 256-bin histogram per channel and
+// weights each stored row by how many samples use it, so a synthetic set that reuses a
+// small pool costs only the pool.
+void Dataset::ComputeStats() {
+  const int64_t C = channels(), hw = numel_ / C;
+  const int64_t stored = is_u8() ? int64_t(u8_.size()) / numel_ : int64_t(f32_.size()) / numel_;
+  std::vector<int64_t> weight(size_t(stored), rows_.empty() ? 1 : 0);
+  if (!rows_.empty())
+    for (int64_t r : rows_) ++weight[size_t(r)];
+  mean_.assign(size_t(C), 0.0f);
+  std_.assign(size_t(C), 1.0f);
+  if (size() == 0) return;
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0, sq = 0;
+    if (is_u8()) {
+      int64_t hist[256] = {0};
+      for (int64_t r = 0; r < stored; ++r) {
+        if (!weight[size_t(r)]) continue;
+        int64_t local[256] = {0};
+        const uint8_t* p = u8_.data() + r * numel_ + c * hw;
+        for (int64_t k = 0; k < hw; ++k) ++local[p[k]];
+        for (int v = 0; v < 256; ++v) hist[v] += local[v] * weight[size_t(r)];
+      }
+      for (int v = 0; v < 256; ++v) {
+        double x = v / 255.0;
+        sum += double(hist[v]) * x;
+        sq += double(hist[v]) * x * x;
+      }
+    } else {
+      for (int64_t r = 0; r < stored; ++r) {
+        if (!weight[size_t(r)]) continue;
+        const float* p = f32_.data() + r * numel_ + c * hw;
+        double s = 0, q = 0;
+        for (int64_t k = 0; k < hw; ++k) {
+          s += p[k];
+          q += double(p[k]) * p[k];
+        }
+        sum += s * double(weight[size_t(r)]);
+        sq += q * double(weight[size_t(r)]);
+      }
+    }
+    const double n = double(size()) * double(hw);
+    const double m = sum / n;
+    const double var = std::max(0.0, sq / n - m * m);
+    mean_[size_t(c)] = float(m);
+    // A constant channel would divide by zero; leave it centred but unscaled.
+    std_[size_t(c)] = var > 1e-12 ? float(std::sqrt(var)) : 1.0f;
+  }
+}
+
+void Dataset::SetNormalization(std::vector<float> mean, std::vector<float> stddev) {
+  SHOAL_CHECK(int64_t(mean.size()) == channels() && int64_t(stddev.size()) == channels(),
+              source_ + ": normalization needs " + std::to_string(channels()) + " means and stds");
+  for (float s : stddev) SHOAL_CHECK(s > 0 && std::isfinite(s), source_ + ": normalization std must be positive");
+  mean_ = std::move(mean);
+  std_ = std::move(stddev);
+}
+
+void Dataset::UseNormalizationOf(const Dataset& train) {
+  if (train.sample_shape() != shape_) {
+    auto str = [](const std::vector<int64_t>& s) {
+      std::string o;
+      for (size_t i = 0; i < s.size(); ++i) o += (i ? "x" : "") + std::to_string(s[i]);
+      return o;
+    };
+    throw Error(source_ + ": samples are " + str(shape_) + " but the training set's (" + train.source() + ") are " +
+                str(train.sample_shape()));
+  }
+  for (int64_t i = 0; i < size(); ++i)
+    if (labels_[size_t(i)] >= train.num_classes())
+      throw Error(source_ + ": label " + std::to_string(labels_[size_t(i)]) + " of sample " + std::to_string(i) +
+                  " is not a class of the training set (" + train.source() + " has " +
+                  std::to_string(train.num_classes()) + ")");
+  num_classes_ = train.num_classes();
+  SetNormalization(train.mean(), train.stddev());
+}
+
+void Dataset::NormalizationAffine(std::vector<float>* scale, std::vector<float>* shift) const {
+  const float pixel = is_u8() ? 1.0f / 255.0f : 1.0f;
+  scale->resize(mean_.size());
+  shift->resize(mean_.size());
+  for (size_t c = 0; c < mean_.size(); ++c) {
+    (*scale)[c] = pixel / std_[c];
+    (*shift)[c] = -mean_[c] / std_[c];
+  }
+}
+
+void Dataset::WriteNormalized(int64_t i, float* out) const {
+  const int64_t C = channels(), hw = numel_ / C;
+  std::vector<float> scale, shift;
+  NormalizationAffine(&scale, &shift);
+  for (int64_t c = 0; c < C; ++c) {
+    const float a = scale[size_t(c)], b = shift[size_t(c)];
+    float* o = out + c * hw;
+    if (is_u8()) {
+      const uint8_t* p = u8_sample(i) + c * hw;
+      for (int64_t k = 0; k < hw; ++k) o[k] = float(p[k]) * a + b;
+    } else {
+      const float* p = f32_sample(i) + c * hw;
+      for (int64_t k = 0; k < hw; ++k) o[k] = p[k] * a + b;
+    }
+  }
+}
+
+std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::string& path,
+                                     const DatasetOptions& options) {
+  SHOAL_CHECK(options.max_samples >= 0, "[data] max_samples must be >= 0, got " + std::to_string(options.max_samples));
+  if (format == "idx") return ReadIdx(path, options);
+  if (format == "cifar") return ReadCifar(path, options);
+  if (format == "synthetic") return MakeSynthetic(path, options);
+  throw Error("[data] format: unknown \"" + format + "\" (expected idx, cifar or synthetic)");
+}
+
+}  // namespace data
+}  // namespace shoal

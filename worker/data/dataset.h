@@ -1,0 +1,93 @@
+// An in-memory image classification data set: uint8 or float32 images of one shape
+// (C,H,W), int32 labels, and the per-channel mean/std used to normalize them.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shoal {
+namespace data {
+
+struct DatasetOptions {
+  uint64_t seed = 0;           // synthetic data only
+  int64_t max_samples = 0;     // 0 = all; otherwise keep the first max_samples records
+  int64_t num_classes = 0;     // 0 = the format's own (idx: largest label + 1, cifar: 10);
+                               // >0: every label must be below it
+  // Synthetic ImageNet-shaped data: samples x channels x image_size x image_size.
+  int64_t synthetic_samples = 1024;
+  int64_t synthetic_image_size = 224;
+  int64_t synthetic_channels = 3;
+  int64_t synthetic_classes = 1000;
+  int64_t synthetic_pool = 64;  // distinct images; samples reuse them so generation is cheap
+};
+
+class Dataset {
+ public:
+  // `rows` maps sample i to the stored image rows[i]; empty means the identity. Pixel
+  // storage holds one image per row, C*H*W values each. uint8 pixels are scaled to [0,1]
+  // before normalization (so mean/std are in that scale); float pixels are used as given.
+  static std::shared_ptr<Dataset> FromU8(std::string source, std::vector<int64_t> sample_shape,
+                                         std::vector<uint8_t> pixels, std::vector<int32_t> labels,
+                                         int64_t num_classes, std::vector<int64_t> rows = {});
+  static std::shared_ptr<Dataset> FromFloat(std::string source, std::vector<int64_t> sample_shape,
+                                            std::vector<float> pixels, std::vector<int32_t> labels,
+                                            int64_t num_classes, std::vector<int64_t> rows = {});
+
+  const std::string& source() const { return source_; }  // where it came from, for messages
+  int64_t size() const { return int64_t(labels_.size()); }
+  const std::vector<int64_t>& sample_shape() const { return shape_; }  // {C, H, W}
+  int64_t channels() const { return shape_[0]; }
+  int64_t sample_numel() const { return numel_; }
+  int64_t num_classes() const { return num_classes_; }
+  bool is_u8() const { return is_u8_; }
+  int32_t label(int64_t i) const { return labels_[size_t(i)]; }
+  const std::vector<int32_t>& labels() const { return labels_; }
+  const uint8_t* u8_sample(int64_t i) const { return u8_.data() + Row(i) * numel_; }
+  const float* f32_sample(int64_t i) const { return f32_.data() + Row(i) * numel_; }
+
+  // Per-channel statistics of this set, computed when it is built (exact, over every sample).
+  const std::vector<float>& mean() const { return mean_; }
+  const std::vector<float>& stddev() const { return std_; }
+  void SetNormalization(std::vector<float> mean, std::vector<float> stddev);
+  // A test set normalizes with the training set's statistics and must use its classes:
+  // adopts both, and throws naming this set if a label does not fit or the shapes differ.
+  void UseNormalizationOf(const Dataset& train);
+
+  // Sample i as normalized float32 CHW into out[sample_numel()].
+  void WriteNormalized(int64_t i, float* out) const;
+  // Per-channel affine map x -> x*scale + shift that WriteNormalized applies (after the
+  // [0,1] scaling of uint8 pixels), for loaders that write pixels themselves.
+  void NormalizationAffine(std::vector<float>* scale, std::vector<float>* shift) const;
+
+ private:
+  Dataset() = default;
+  void Init(std::vector<int64_t> rows, int64_t stored_rows);
+  void ComputeStats();
+  int64_t Row(int64_t i) const { return rows_.empty() ? i : rows_[size_t(i)]; }
+
+  std::string source_;
+  std::vector<int64_t> shape_;
+  int64_t numel_ = 0;
+  int64_t num_classes_ = 0;
+  bool is_u8_ = true;
+  std::vector<uint8_t> u8_;
+  std::vector<float> f32_;
+  std::vector<int32_t> labels_;
+  std::vector<int64_t> rows_;
+  std::vector<float> mean_, std_;
+};
+
+// format: "idx" | "cifar" | "synthetic". path: see the reader of each format
+// (idx_reader.h, cifar_reader.h; synthetic uses the path only to tell train from test).
+std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::string& path,
+                                     const DatasetOptions& options);
+
+}  // namespace data
+
+// The trainer and tests name these without the sub-namespace.
+using data::Dataset;
+using data::DatasetOptions;
+using data::LoadDataset;
+
+}  // namespace shoal
