@@ -42,6 +42,7 @@ std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std:
     // First push of a tensor, or a replacement: keep the received frame as the value.
     StoredTensor& t = tensors_[name];
     std::shared_ptr<Buffer> old = std::move(t.buf);
+    if (t.dtype != dtype || t.shape != shape) t.rule_state.reset();  // sized for the old shape
     t.dtype = dtype;
     t.shape = std::move(shape);
     t.buf = std::make_shared<Buffer>();

@@ -25,6 +25,7 @@ struct StoredTensor {
   std::vector<int64_t> shape;
   std::shared_ptr<Buffer> buf;
   uint64_t version = 0;  // pushes applied
+  std::shared_ptr<void> rule_state;  // the UpdateRule's per-tensor state (e.g. momentum)
   size_t elements() const { return buf->size() / DTypeSize(dtype); }
 };
 

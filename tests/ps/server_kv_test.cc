@@ -45,18 +45,28 @@ TEST(KvShard, Fp16AddAndApplyHook) {
   EXPECT_EQ(HalfToFloat(d[0]), 3.0f);
   EXPECT_EQ(HalfToFloat(d[1]), -4.0f);
 
-  // A server-side SGD step plugs in as an UpdateRule.
-  struct Sgd : UpdateRule {
+  // A server-side momentum SGD step plugs in as an UpdateRule, keeping its velocity in
+  // the tensor's rule_state: v = 0.5 v + g; w -= 0.5 v.
+  struct Momentum : UpdateRule {
     void Apply(const std::string&, StoredTensor& p, const void* g, size_t) override {
+      if (!p.rule_state) p.rule_state = std::make_shared<std::vector<float>>(p.elements(), 0.0f);
+      auto& v = *std::static_pointer_cast<std::vector<float>>(p.rule_state);
       float* w = reinterpret_cast<float*>(p.buf->data());
-      for (size_t i = 0; i < p.elements(); ++i) w[i] -= 0.5f * static_cast<const float*>(g)[i];
+      for (size_t i = 0; i < p.elements(); ++i) {
+        v[i] = 0.5f * v[i] + static_cast<const float*>(g)[i];
+        w[i] -= 0.5f * v[i];
+      }
     }
   };
-  kv.SetUpdateRule(std::make_unique<Sgd>());
+  kv.SetUpdateRule(std::make_unique<Momentum>());
   kv.Push("w", DType::kF32, {2}, Floats({1, 1}), msg::PushOp::ASSIGN);
-  kv.Push("w", DType::kF32, {2}, Floats({2, 4}), msg::PushOp::APPLY);
+  kv.Push("w", DType::kF32, {2}, Floats({2, 4}), msg::PushOp::APPLY);  // v = 2,4; w = 0,-1
   EXPECT_EQ(F(kv.Find("w"))[0], 0);
   EXPECT_EQ(F(kv.Find("w"))[1], -1);
+  kv.Push("w", DType::kF32, {2}, Floats({2, 4}), msg::PushOp::APPLY);  // v = 3,6; w = -1.5,-4
+  EXPECT_EQ(F(kv.Find("w"))[0], -1.5f);
+  EXPECT_EQ(F(kv.Find("w"))[1], -4);
+  EXPECT_EQ(kv.Find("w")->version, 3u);
 }
 
 TEST(Placement, BalancesBytesAndKeepsTensorsWhole) {
