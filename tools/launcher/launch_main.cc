@@ -16,7 +16,10 @@
 #include <map>
 #include <thread>
 
+#include <algorithm>
+
 #include "algorithms/algorithm.h"
+#include "algorithms/optimizers/optimizer.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/json_fields.h"
@@ -90,6 +93,13 @@ int Run(const std::string& job_path) {
     servers = AlgorithmNeedsServers(cfg.algorithm);
   } catch (const Error& e) {
     fprintf(stderr, "shoal: %s: [algorithm] name: %s\n", job_path.c_str(), e.what());
+    return 2;
+  }
+  try {  // the optimizer and schedule keys too: a typo must stop the job before it starts
+    MakeOptimizer(cfg.optimizer, cfg.optimizer_opts);
+    LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * cfg.world_size(), 1, 1);
+  } catch (const Error& e) {
+    fprintf(stderr, "shoal: %s\n", e.what());
     return 2;
   }
   if (servers && cfg.servers.empty()) {
@@ -174,19 +184,38 @@ int Run(const std::string& job_path) {
         p.end_lines[rank] = line;
       }
     }
-    for (Child* c : group.Reap()) {
+    std::vector<Child*> ended = group.Reap();
+    std::vector<Child*> failed;
+    for (Child* c : ended) {
       bool is_worker = c->name.rfind("worker", 0) == 0;
-      if (is_worker && c->exit_code == 0) { ++workers_done; continue; }
-      fprintf(stderr, "\nshoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
-              c->log_path.c_str(), TailLines(c->log_path, 12).c_str());
-      metrics.Write("process_failed", int64_t(p.step), JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
-      if (is_worker && tolerant && workers_failed + 1 < cfg.world_size()) {
-        ++workers_failed;
-        fprintf(stderr, "shoal: the job goes on without %s (asynchronous algorithm)\n", c->name.c_str());
-        continue;
+      if (is_worker && c->exit_code == 0) ++workers_done;
+      else failed.push_back(c);
+    }
+    if (!failed.empty()) {
+      bool fatal = false;
+      for (Child* c : failed) {
+        bool is_worker = c->name.rfind("worker", 0) == 0;
+        fatal = fatal || !is_worker || !tolerant || workers_failed + 1 >= cfg.world_size();
+        if (is_worker && !fatal) ++workers_failed;
       }
-      group.StopAll();
-      return 1;
+      if (fatal) {
+        // One death brings down its peers: wait a moment so the report can name the
+        // process that died first (killed by a signal) before those that followed it.
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        for (Child* c : group.Reap()) if (!(c->name.rfind("worker", 0) == 0 && c->exit_code == 0)) failed.push_back(c);
+        std::stable_sort(failed.begin(), failed.end(), [](Child* a, Child* b) { return a->term_signal && !b->term_signal; });
+      }
+      fprintf(stderr, "\n");
+      for (Child* c : failed) {
+        fprintf(stderr, "shoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
+                c->log_path.c_str(), TailLines(c->log_path, 8).c_str());
+        metrics.Write("process_failed", int64_t(p.step), JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
+      }
+      if (fatal) {
+        group.StopAll();
+        return 1;
+      }
+      fprintf(stderr, "shoal: the job goes on without them (asynchronous algorithm)\n");
     }
     if (workers_done + workers_failed == cfg.world_size()) break;
     double now = UnixNow();

@@ -1,0 +1,134 @@
+// Whole jobs through the launcher: each collective/decentralized algorithm trains on real
+// Fashion-MNIST with 4 worker processes and reaches its accuracy target; synchronous
+// algorithms end with bit-identical weights on every worker; a worker killed mid-job makes
+// the job fail fast with a clear report.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "common/json_fields.h"
+#include "tests/training/job_runner.h"
+
+namespace shoal {
+namespace testing {
+namespace {
+
+const char* kMomentum = "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4\n\n";
+
+struct Outcome {
+  double accuracy = -1;
+  std::set<std::string> hashes;
+  JobRun run;
+};
+
+Outcome Train(const std::string& name, int workers, const std::string& model, int64_t samples, int epochs,
+              const std::string& algorithm_section, const std::string& optimizer = kMomentum) {
+  std::string dir = FreshDir(name);
+  Outcome o;
+  o.run = RunJob(dir, FmnistJob(name, dir + "/out", workers, model, samples, epochs, algorithm_section + optimizer), 600);
+  EXPECT_EQ(o.run.exit_code, 0) << o.run.stderr_text;
+  EXPECT_EQ(JsonField(o.run.done_line, "event").value_or(""), "done") << o.run.done_line;
+  o.accuracy = JsonNumber(o.run.done_line, "test_accuracy").value_or(-1);
+  auto ends = Events(o.run, "end");
+  EXPECT_EQ(int(ends.size()), workers);
+  for (auto& e : ends) o.hashes.insert(JsonField(e, "weights_hash").value_or("?"));
+  return o;
+}
+
+TEST(CollectiveTraining, AllReduceReachesTargetWithIdenticalWeights) {
+  Outcome o = Train("allreduce", 4, "mlp", 12000, 2, "[algorithm]\nname = \"allreduce\"\n\n");
+  EXPECT_GE(o.accuracy, 0.80) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u) << "weights differ across workers";
+  EXPECT_GT(JsonNumber(o.run.done_line, "bytes_sent").value_or(0), 0);
+}
+
+TEST(CollectiveTraining, AllReduceFp16WireKeepsWeightsIdentical) {
+  Outcome o = Train("allreduce_fp16", 3, "mlp", 6000, 1, "[algorithm]\nname = \"allreduce\"\nwire_dtype = \"fp16\"\n\n");
+  EXPECT_GE(o.accuracy, 0.70) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u);
+}
+
+TEST(CollectiveTraining, DoubleBufferReachesTarget) {
+  // A 1-step-stale gradient lowers the stable learning rate under momentum 0.9.
+  Outcome o = Train("double_buffer", 4, "mlp", 12000, 3, "[algorithm]\nname = \"double_buffer\"\n\n",
+                    "[optimizer]\nname = \"momentum\"\nlr = 0.01\nmomentum = 0.9\n\n");
+  EXPECT_GE(o.accuracy, 0.80) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u);
+}
+
+TEST(CollectiveTraining, BmufReachesTarget) {
+  Outcome o = Train("bmuf", 4, "mlp", 12000, 2,
+                    "[algorithm]\nname = \"bmuf\"\nblock_steps = 4\nblock_momentum = 0.5\nblock_lr = 1.0\n\n");
+  EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u) << "the final block sync leaves one model";
+}
+
+TEST(CollectiveTraining, AdpsgdReachesTargetAndReportsConsensus) {
+  Outcome o = Train("adpsgd", 4, "mlp", 12000, 2, "[algorithm]\nname = \"adpsgd\"\n\n");
+  EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u) << "the final average leaves one model";
+  bool saw_consensus = false;
+  for (auto& l : Events(o.run, "train")) saw_consensus |= JsonNumber(l, "consensus_distance").value_or(0) > 0;
+  EXPECT_TRUE(saw_consensus);
+}
+
+TEST(CollectiveTraining, DgcReachesTargetSendingFarLess) {
+  Outcome dense = Train("dgc_dense", 4, "mlp", 12000, 2, "[algorithm]\nname = \"allreduce\"\n\n");
+  Outcome o = Train("dgc", 4, "mlp", 12000, 2,
+                    "[algorithm]\nname = \"dgc\"\nsparsity = 0.99\nsparsity_warmup_epochs = 0\n\n");
+  EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u);
+  double b = JsonNumber(o.run.done_line, "bytes_sent").value_or(0), bd = JsonNumber(dense.run.done_line, "bytes_sent").value_or(0);
+  EXPECT_GT(b, 0);
+  EXPECT_LT(b * 5, bd) << "dgc " << b << " bytes vs dense " << bd;
+}
+
+TEST(CollectiveTraining, BadJobFileStartsNothing) {
+  std::string dir = FreshDir("bad");
+  JobRun r = RunJob(dir, FmnistJob("bad", dir + "/out", 2, "mlp", 1000, 1, "[algorithm]\nname = \"allreduce\"\n") +
+                             "[optimizer]\nname = \"adamw\"\n", 60);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("unknown optimizer \"adamw\""), std::string::npos) << r.stderr_text;
+  std::string dir2 = FreshDir("bad2");
+  JobRun r2 = RunJob(dir2, "[job]\nname = \"x\"\n[data]\ntrain = \"a\"\ntest = \"b\"\nbatch_size = -3\n", 60);
+  EXPECT_EQ(r2.exit_code, 2);
+  EXPECT_NE(r2.stderr_text.find("[data] batch_size: expected an integer"), std::string::npos) << r2.stderr_text;
+}
+
+TEST(CollectiveTraining, KilledWorkerFailsTheJobFastWithAReport) {
+  std::string dir = FreshDir("kill");
+  std::string toml = FmnistJob("kill", dir + "/out", 3, "mlp", 60000, 5, "[algorithm]\nname = \"allreduce\"\n\n") + kMomentum;
+  std::thread killer([&] {
+    // Wait until training is under way, then SIGKILL worker 1.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream m(dir + "/out/metrics.jsonl");
+      std::string l;
+      int trains = 0;
+      while (std::getline(m, l)) trains += l.find("\"event\":\"train\"") != std::string::npos;
+      if (trains >= 3) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    // "[g]": the pattern must not match the shell that runs pkill.
+    std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml --rank 1'";
+    if (system(cmd.c_str()) != 0) {}
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  JobRun r = RunJob(dir, toml, 300);
+  killer.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.stderr_text.find("worker 1 stopped: killed by signal"), std::string::npos) << r.stderr_text;
+  EXPECT_LT(secs, 150);
+  // No process of this job outlives it.
+  std::string check = "pgrep -f -- '--confi[g] " + dir + "/job.toml' > /dev/null";
+  EXPECT_NE(system(check.c_str()), 0);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace shoal

@@ -1,0 +1,82 @@
+#include "tests/training/job_runner.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/json_fields.h"
+#include "common/metrics.h"
+
+namespace shoal {
+namespace testing {
+
+std::string BinDir() {
+  const char* src = getenv("TEST_SRCDIR");
+  const char* ws = getenv("TEST_WORKSPACE");
+  if (src && ws) return std::string(src) + "/" + ws;
+  return "bazel-bin";
+}
+
+std::string FreshDir(const std::string& name) {
+  static int n = 0;
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string d = std::string(tmp ? tmp : "/tmp") + "/" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(n++);
+  MakeDirs(d);
+  return d;
+}
+
+static std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s, const std::vector<std::string>& extra_args) {
+  JobRun r;
+  std::string job = dir + "/job.toml";
+  std::ofstream(job) << toml;
+  std::string cmd = "timeout -s KILL " + std::to_string(timeout_s) + " " + BinDir() + "/tools/launcher/shoal-launch --bin_dir=" +
+                    BinDir() + " " + job;
+  for (auto& a : extra_args) cmd += " " + a;
+  cmd += " > " + dir + "/stdout.txt 2> " + dir + "/stderr.txt";
+  int st = system(cmd.c_str());
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.stdout_text = ReadFile(dir + "/stdout.txt");
+  r.stderr_text = ReadFile(dir + "/stderr.txt");
+  std::istringstream out(r.stdout_text);
+  std::string line;
+  while (std::getline(out, line))
+    if (!line.empty()) r.done_line = line;
+  r.output_dir = dir + "/out";
+  std::ifstream m(r.output_dir + "/metrics.jsonl");
+  while (std::getline(m, line)) r.metrics.push_back(line);
+  return r;
+}
+
+std::string FmnistJob(const std::string& name, const std::string& out_dir, int workers, const std::string& model,
+                      int64_t train_samples, int epochs, const std::string& extra) {
+  std::ostringstream s;
+  s << "[job]\nname = \"" << name << "\"\nseed = 42\noutput_dir = \"" << out_dir << "\"\n\n"
+    << "[cluster]\nworkers = " << workers << "\n\n"
+    << "[model]\nname = \"" << model << "\"\n\n"
+    << "[data]\nformat = \"idx\"\ntrain = \"/usr/share/datasets/fashion-mnist/train\"\n"
+    << "test = \"/usr/share/datasets/fashion-mnist/t10k\"\nbatch_size = 32\n"
+    << "max_train_samples = " << train_samples << "\nmax_test_samples = 2000\n\n"
+    << "[train]\nepochs = " << epochs << "\nthreads = 1\nlog_every_steps = 20\n\n"
+    << extra;
+  return s.str();
+}
+
+std::vector<std::string> Events(const JobRun& r, const std::string& event) {
+  std::vector<std::string> out;
+  for (auto& l : r.metrics)
+    if (JsonField(l, "event").value_or("") == event) out.push_back(l);
+  return out;
+}
+
+}  // namespace testing
+}  // namespace shoal

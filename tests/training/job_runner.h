@@ -1,0 +1,31 @@
+// Runs whole jobs through the real launcher, servers and workers (separate processes on
+// loopback) from a test, with a bounded wait; reads the done line and metrics.jsonl.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace shoal {
+namespace testing {
+
+struct JobRun {
+  int exit_code = -1;
+  std::string stdout_text, stderr_text;
+  std::string done_line;              // last stdout line
+  std::vector<std::string> metrics;   // lines of metrics.jsonl
+  std::string output_dir;
+};
+
+// Directory with the built binaries (runfiles root).
+std::string BinDir();
+// A fresh directory under the test's temp dir.
+std::string FreshDir(const std::string& name);
+// Writes `toml` to <dir>/job.toml and runs `shoal-launch` on it; killed after timeout_s.
+JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s, const std::vector<std::string>& extra_args = {});
+// A Fashion-MNIST job with the given algorithm/model/optimizer sections appended.
+std::string FmnistJob(const std::string& name, const std::string& out_dir, int workers, const std::string& model,
+                      int64_t train_samples, int epochs, const std::string& extra);
+// The metrics lines whose "event" is `event`.
+std::vector<std::string> Events(const JobRun& r, const std::string& event);
+
+}  // namespace testing
+}  // namespace shoal
