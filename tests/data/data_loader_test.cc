@@ -157,10 +157,15 @@ TEST(DataLoader, PrefetchAndSynchronousAgree) {
   DataLoader sync(d, o);
   o.prefetch = 3;
   DataLoader pre(d, o);
+  o.build_threads = 3;  // each batch filled by three threads
+  DataLoader split(d, o);
   for (int64_t e : {0, 1}) {
     sync.StartEpoch(e);
     pre.StartEpoch(e);
-    EXPECT_EQ(Drain(sync), Drain(pre));
+    split.StartEpoch(e);
+    auto expect = Drain(sync);
+    EXPECT_EQ(Drain(pre), expect);
+    EXPECT_EQ(Drain(split), expect);
   }
   // A restart mid-epoch drops what was prefetched for the old position.
   pre.StartEpoch(0);

@@ -44,7 +44,7 @@ TEST_F(FashionMnist, TrainSetFactsAndLoadTime) {
   auto d = LoadDataset("idx", std::string(kFashion) + "/train", {});
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   printf("fashion-mnist train (gzip) loaded in %.3f s\n", secs);
-  EXPECT_LT(secs, 2.0);
+  EXPECT_LT(secs, 5.0);  // about 0.5 s here; loose because CI machines are shared
   ASSERT_EQ(d->size(), 60000);
   EXPECT_EQ(d->sample_shape(), (std::vector<int64_t>{1, 28, 28}));
   EXPECT_EQ(d->num_classes(), 10);
@@ -226,7 +226,10 @@ TEST(IdxReader, UnknownFormatAndDirectory) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown \"hdf5\""), std::string::npos);
   }
-  ExpectError(dir.path(), {dir.path(), "no IDX images file"});
+  ExpectError(dir.path(), {dir.path(), "is a directory", dir / "train"});
+  // A labels file where the images file belongs.
+  WriteBytes(dir / "l-labels-idx1-ubyte", IdxLabels(4, 2));
+  ExpectError(dir / "l-labels-idx1-ubyte", {dir / "l-labels-idx1-ubyte", "cannot tell the labels file"});
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
               where + "rank " + std::to_string(opt_.rank) + " is outside 0.." + std::to_string(opt_.world_size - 1));
   SHOAL_CHECK(opt_.max_samples >= 0, where + "max_samples must be >= 0");
   SHOAL_CHECK(opt_.prefetch >= 0, where + "prefetch must be >= 0");
+  SHOAL_CHECK(opt_.build_threads >= 0, where + "build_threads must be >= 0");
   if (opt_.augment)
     SHOAL_CHECK(dataset_->sample_shape()[1] > 8 && dataset_->sample_shape()[2] > 8,
                 where + "augmentation (4-pixel crop) needs images larger than 8x8");
@@ -172,11 +173,35 @@ void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64
   b->index = index;
   b->images.resize(size_t(n * numel));
   b->labels.resize(size_t(n));
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t i = indices[size_t(start + j)];
-    b->labels[size_t(j)] = dataset_->label(i);
-    WriteSample(i, epoch, b->images.data() + j * numel);
+  auto fill = [&](int64_t from, int64_t to) {
+    for (int64_t j = from; j < to; ++j) {
+      const int64_t i = indices[size_t(start + j)];
+      b->labels[size_t(j)] = dataset_->label(i);
+      WriteSample(i, epoch, b->images.data() + j * numel);
+    }
+  };
+  const int threads = BuildThreads(n);
+  if (threads <= 1) {
+    fill(0, n);
+    return;
   }
+  // Thread per chunk, started per batch: at the batch sizes that get here (tens of MB)
+  // the start-up cost is noise, and no pool outlives the loader.
+  std::vector<std::thread> helpers;
+  const int64_t chunk = (n + threads - 1) / threads;
+  for (int t = 1; t < threads; ++t) {
+    const int64_t from = std::min(n, t * chunk), to = std::min(n, from + chunk);
+    if (from < to) helpers.emplace_back(fill, from, to);
+  }
+  fill(0, std::min(n, chunk));
+  for (auto& h : helpers) h.join();
+}
+
+int DataLoader::BuildThreads(int64_t n) const {
+  if (opt_.build_threads > 0) return int(std::min<int64_t>(opt_.build_threads, n));
+  if (n * dataset_->sample_numel() < (int64_t(1) << 22)) return 1;  // under 16 MB of floats
+  const int hw = int(std::thread::hardware_concurrency());
+  return int(std::min<int64_t>(n, std::max(1, std::min(8, hw / 2))));
 }
 
 void DataLoader::WriteSample(int64_t i, int64_t epoch, float* out) const {

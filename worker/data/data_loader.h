@@ -52,6 +52,8 @@ struct DataLoaderOptions {
   int64_t max_samples = 0;   // 0 = all; otherwise only the first max_samples samples
   bool augment = false;      // random crop with 4-pixel zero padding + horizontal flip
   int prefetch = 2;          // batches built ahead on a background thread; 0 = in Next()
+  int build_threads = 0;     // threads that fill one batch; 0 = auto (several only for
+                             // big batches, e.g. ImageNet-sized, on machines with spare cores)
 };
 
 struct Position {
@@ -87,6 +89,7 @@ class DataLoader {
   void ProducerLoop();
   void Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, Batch* b) const;
   void WriteSample(int64_t i, int64_t epoch, float* out) const;
+  int BuildThreads(int64_t n) const;
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions opt_;

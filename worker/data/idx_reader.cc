@@ -83,10 +83,14 @@ void Resolve(const std::string& path, std::string* images, std::string* labels) 
       cands.push_back(base + ".gz");
     }
     if (cands.empty())
-      throw Error(path + ": cannot tell the labels file from this name (expected it to contain images-idx3-ubyte)");
+      throw Error(path + ": cannot tell the labels file from this name (give the images file, named *images-idx3-ubyte*, "
+                         "or the prefix before -images-idx3-ubyte)");
     *labels = FirstExisting(cands, path, "labels");
     return;
   }
+  if (DirExists(path))
+    throw Error(path + ": is a directory; give a prefix such as " + path + "/train (for " + path +
+                "/train-images-idx3-ubyte[.gz] and its labels)");
   std::string prefix = path;
   if (EndsWith(prefix, "-")) prefix.pop_back();
   *images = FirstExisting({prefix + "-images-idx3-ubyte", prefix + "-images-idx3-ubyte.gz", prefix + "-images.idx3-ubyte",
