@@ -76,7 +76,7 @@ void Server::Run(const std::atomic<bool>& stop) {
         if (e.event == ZMQ_EVENT_DISCONNECTED)
           LOG(INFO) << who_ << ": " << e.Describe();
         else
-          LOG(WARNING) << who_ << ": " << e.Describe();
+          Warn(e.Describe());
       }
     // Drain what is queued, but come back to ticks and the stop flag regularly.
     for (int i = 0; i < 64 && (items[0].revents & ZMQ_POLLIN); ++i) {
@@ -85,18 +85,18 @@ void Server::Run(const std::atomic<bool>& stop) {
         if (!transport_->Recv(&m, 0)) break;
         HandleMessage(m);
       } catch (const BadMessage& e) {
-        LOG(WARNING) << who_ << ": bad message from " << PeerName(e.identity) << ": " << e.what() << "; ignored";
+        Warn("bad message from " + PeerName(e.identity) + ": " + e.what() + "; ignored");
         ReplyError(e.identity, 0, who_ + ": bad message: " + e.what());
       } catch (const Error& e) {
-        LOG(WARNING) << who_ << ": rejected message from " << PeerName(m.identity) << ": " << e.what();
+        Warn("rejected message from " + PeerName(m.identity) + ": " + e.what());
         ReplyError(m.identity, m.header().getRequestId(), who_ + ": " + e.what());
       } catch (const kj::Exception& e) {
-        LOG(WARNING) << who_ << ": malformed message from " << PeerName(m.identity) << ": "
-                     << e.getDescription().cStr();
+        Warn("malformed message from " + PeerName(m.identity) + ": " + e.getDescription().cStr());
         ReplyError(m.identity, 0, who_ + ": malformed message");
       }
     }
     auto now = Coordinator::Clock::now();
+    if (warn_suppressed_ > 0) FlushWarnings(now);
     if (coordinator_ && now - last_tick > std::chrono::milliseconds(20)) {
       coordinator_->Tick(now);
       last_tick = now;
@@ -181,6 +181,25 @@ void Server::HandlePull(InMessage& m) {
     out.payloads.push_back(std::move(p));
   }
   transport_->Send(out, &m.identity);
+}
+
+void Server::FlushWarnings(Coordinator::Clock::time_point now) {
+  if (now - warn_window_ < std::chrono::seconds(1)) return;
+  if (warn_suppressed_ > 0)
+    LOG(WARNING) << who_ << ": " << warn_suppressed_ << " more warnings like the above were suppressed";
+  warn_window_ = now;
+  warn_count_ = 0;
+  warn_suppressed_ = 0;
+}
+
+void Server::Warn(const std::string& line) {
+  // At most kWarnPerSecond lines a second, so a peer spraying junk cannot flood the log.
+  constexpr int kWarnPerSecond = 20;
+  FlushWarnings(Coordinator::Clock::now());
+  if (++warn_count_ <= kWarnPerSecond)
+    LOG(WARNING) << who_ << ": " << line;
+  else
+    ++warn_suppressed_;
 }
 
 void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what) {

@@ -36,6 +36,8 @@ class Server {
   void HandlePush(InMessage& m);
   void HandlePull(InMessage& m);
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
+  void Warn(const std::string& line);
+  void FlushWarnings(Coordinator::Clock::time_point now);
 
   JobConfig cfg_;
   int shard_;
@@ -47,6 +49,9 @@ class Server {
   KvShard kv_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<HeartbeatSender> heartbeat_;
+  Coordinator::Clock::time_point warn_window_{};
+  int warn_count_ = 0;
+  int64_t warn_suppressed_ = 0;
 };
 
 }  // namespace shoal

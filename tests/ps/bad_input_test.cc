@@ -142,6 +142,20 @@ TEST_F(BadInput, UnknownKindsAndInconsistentTensors) {
   ExpectStillServing(2.5f);
 }
 
+TEST_F(BadInput, AFloodOfJunkIsLoggedBriefly) {
+  for (int i = 0; i < 200; ++i) {
+    zmq::message_t m("junk", 4);
+    raw_->send(m, zmq::send_flags::none);
+  }
+  EXPECT_TRUE(server_->WaitForLog("more warnings like the above were suppressed", 5000)) << server_->log();
+  std::string log = server_->log();
+  size_t lines = 0;
+  for (size_t p = log.find("bad message from"); p != std::string::npos; p = log.find("bad message from", p + 1)) ++lines;
+  EXPECT_LE(lines, 40u);
+  EXPECT_GE(lines, 1u);
+  ExpectStillServing(5.5f);
+}
+
 TEST_F(BadInput, GarbageBytesOnTheServerPort) {
   std::string junk;
   for (int i = 0; i < 4096; ++i) junk += char((i * 131 + 7) & 0xff);
