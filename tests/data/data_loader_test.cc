@@ -318,6 +318,11 @@ TEST(Synthetic, DeterministicImageNetShaped) {
   EXPECT_TRUE(std::equal(a->u8_sample(299), a->u8_sample(299) + 3 * 224 * 224, b->u8_sample(299)));
   auto test = LoadDataset("synthetic", "test", o);
   EXPECT_NE(a->labels(), test->labels());
+  // Same pool of images and classes: the first `pool` samples are the pool in order.
+  for (int64_t i = 0; i < 64; ++i) {
+    ASSERT_EQ(a->label(i), test->label(i));
+    ASSERT_TRUE(std::equal(a->u8_sample(i), a->u8_sample(i) + 3 * 224 * 224, test->u8_sample(i)));
+  }
   o.seed = 2;
   EXPECT_NE(a->labels(), LoadDataset("synthetic", "train", o)->labels());
 

@@ -25,9 +25,7 @@ std::shared_ptr<Dataset> MakeSynthetic(const std::string& path, const DatasetOpt
   const int64_t pool = std::min(n, o.synthetic_pool);
   const int64_t S = o.synthetic_image_size, C = o.synthetic_channels, numel = C * S * S;
 
-  uint64_t salt = 0;
-  for (char ch : path) salt = salt * 131 + uint8_t(ch);
-  Rng rng(MixSeed(o.seed, salt));
+  Rng rng(MixSeed(o.seed, 0x5717ULL));
 
   std::vector<uint8_t> pixels(size_t(pool * numel));
   for (size_t k = 0; k < pixels.size(); k += 8) {
@@ -36,11 +34,14 @@ std::shared_ptr<Dataset> MakeSynthetic(const std::string& path, const DatasetOpt
   }
   std::vector<int32_t> pool_labels(static_cast<size_t>(pool));
   for (auto& l : pool_labels) l = int32_t(rng.Below(uint64_t(classes)));
+  uint64_t salt = 0;
+  for (char ch : path) salt = salt * 131 + uint8_t(ch);
+  Rng draw(MixSeed(o.seed, salt));
   std::vector<int64_t> rows(static_cast<size_t>(n));
   std::vector<int32_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     // The first `pool` samples cover every pool image once; the rest draw at random.
-    rows[size_t(i)] = i < pool ? i : int64_t(rng.Below(uint64_t(pool)));
+    rows[size_t(i)] = i < pool ? i : int64_t(draw.Below(uint64_t(pool)));
     labels[size_t(i)] = pool_labels[size_t(rows[size_t(i)])];
   }
   std::string source = "synthetic:" + (path.empty() ? std::string("train") : path);
