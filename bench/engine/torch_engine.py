@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The engine benchmark's baseline: the same model, batch, thread count and update
+(forward + backward + SGD momentum 0.9, weight decay 5e-4, lr 0.025) in PyTorch on the
+CPU. Prints one JSON line {"bench":"engine_torch","model":..,"samples_per_s":..}, or
+{"bench":"engine_torch","error":..} with exit code 2 when torch cannot be imported."""
+import argparse
+import json
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # the C++ side reports null torch figures
+    print(json.dumps({"bench": "engine_torch", "error": "import torch failed: %s" % e}))
+    sys.exit(2)
+
+
+class LeNet(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5)
+        self.conv2 = nn.Conv2d(32, 64, 5)
+        self.fc1 = nn.Linear(1024, 256)
+        self.fc2 = nn.Linear(256, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+class Mlp(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                                 nn.Linear(256, classes))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Block(nn.Module):
+    """Basic block with a projection shortcut where the shape changes, as in Shoal's zoo."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet20(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        layers, cin = [], 16
+        for s, width in enumerate([16, 32, 64]):
+            for i in range(3):
+                layers.append(Block(cin, width, 2 if (s > 0 and i == 0) else 1))
+                cin = width
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = self.layers(F.relu(self.bn(self.conv(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+MODELS = {"lenet": (LeNet, (1, 28, 28)), "mlp": (Mlp, (1, 28, 28)), "resnet20": (ResNet20, (3, 32, 32))}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="lenet", choices=sorted(MODELS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    cls, shape = MODELS[a.model]
+    model = cls()
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.025, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(a.batch, *shape)
+    y = torch.arange(a.batch) % 10
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    # median step time, as the C++ side: robust to other tenants of a shared machine
+    times = []
+    t0 = time.perf_counter()
+    while len(times) < 5 or time.perf_counter() - t0 < a.seconds:
+        s0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - s0)
+    el = time.perf_counter() - t0
+    med = sorted(times)[len(times) // 2]
+    print(json.dumps({"bench": "engine_torch", "model": a.model, "torch": torch.__version__, "threads": a.threads,
+                      "batch": a.batch, "steps": len(times), "samples_per_s": round(a.batch / med, 1),
+                      "mean_samples_per_s": round(len(times) * a.batch / el, 1), "step_ms": round(1000 * med, 3)}))
+
+
+if __name__ == "__main__":
+    main()
