@@ -8,6 +8,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "server/aggregation.h"
 #include "server/server.h"
 
 DEFINE_string(config, "", "job file (TOML)");
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
     shoal::JobConfig cfg = shoal::LoadJobConfig(FLAGS_config);
     if (cfg.servers.empty()) throw shoal::Error(FLAGS_config + ": [cluster] servers: expected at least one \"host:port\"");
     server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);
+    // The parameter-server algorithms run the job's optimizer here, on whole tensors.
+    if (auto rule = shoal::MakeServerUpdateRule(cfg)) server->kv().SetUpdateRule(std::move(rule));
   } catch (const std::exception& e) {
     fprintf(stderr, "shoal-server: %s\n", e.what());
     return 2;

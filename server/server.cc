@@ -108,7 +108,8 @@ void Server::HandleMessage(InMessage& m) {
   auto kind = m.header().getKind();
   if (coordinator_ && coordinator_->Handle(m, Coordinator::Clock::now())) return;
   switch (kind) {
-    case msg::Kind::PUSH: return HandlePush(m);
+    case msg::Kind::PUSH:
+    case msg::Kind::PUSH_PULL: return HandlePush(m);
     case msg::Kind::PULL: return HandlePull(m);
     case msg::Kind::REGISTER:
     case msg::Kind::BARRIER:
@@ -140,6 +141,11 @@ void Server::HandlePush(InMessage& m) {
     std::vector<int64_t> shape = ShapeOf(meta);
     replaced.push_back(kv_.Push(meta.getName(), FromWire(meta.getDtype()), std::move(shape), std::move(m.payloads[i]), op));
   }
+  if (h.getKind() == msg::Kind::PUSH_PULL) {
+    std::vector<std::string> names;
+    for (auto meta : metas) names.push_back(meta.getName());
+    return SendTensors(m.identity, h.getRequestId(), names);
+  }
   OutMessage out;
   auto r = out.header();
   r.setKind(msg::Kind::PUSH_ACK);
@@ -150,19 +156,22 @@ void Server::HandlePush(InMessage& m) {
 }
 
 void Server::HandlePull(InMessage& m) {
-  auto h = m.header();
-  auto names = h.getNames();
+  std::vector<std::string> names;
+  for (auto n : m.header().getNames()) names.push_back(n);
+  SendTensors(m.identity, m.header().getRequestId(), names);
+}
+
+void Server::SendTensors(const zmq::message_t& to, uint64_t request_id, const std::vector<std::string>& names) {
   std::vector<const StoredTensor*> found;
-  for (auto n : names) {
+  for (auto& n : names) {
     const StoredTensor* t = kv_.Find(n);
-    SHOAL_CHECK(t, "pull of unknown tensor '" + std::string(n) + "' (this shard holds " +
-                       std::to_string(kv_.size()) + " tensors)");
+    SHOAL_CHECK(t, "pull of unknown tensor '" + n + "' (this shard holds " + std::to_string(kv_.size()) + " tensors)");
     found.push_back(t);
   }
   OutMessage out;
   auto r = out.header();
   r.setKind(msg::Kind::PULL_REPLY);
-  r.setRequestId(h.getRequestId());
+  r.setRequestId(request_id);
   r.setRole(msg::Role::SERVER);
   r.setRank(shard_);
   auto metas = r.initTensors(found.size());
@@ -180,7 +189,7 @@ void Server::HandlePull(InMessage& m) {
     p.keep = t->buf;  // the stored buffer is sent in place; a later write copies it first
     out.payloads.push_back(std::move(p));
   }
-  transport_->Send(out, &m.identity);
+  transport_->Send(out, &to);
 }
 
 void Server::FlushWarnings(Coordinator::Clock::time_point now) {

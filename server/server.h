@@ -35,6 +35,7 @@ class Server {
   void HandleMessage(InMessage& m);
   void HandlePush(InMessage& m);
   void HandlePull(InMessage& m);
+  void SendTensors(const zmq::message_t& to, uint64_t request_id, const std::vector<std::string>& names);
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
   void Warn(const std::string& line);
   void FlushWarnings(Coordinator::Clock::time_point now);

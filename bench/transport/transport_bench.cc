@@ -1,7 +1,8 @@
 // Push+pull throughput of one tensor through a shoal-server shard, against raw ZeroMQ
 // request-reply echo of the same size, both between two processes on loopback.
 // Throughput = (pushed + pulled bytes) / time of one push then one pull; median of repeats.
-// The two are measured alternately, repeat by repeat, so machine noise hits both alike.
+// Also timed: the same exchange as one PushPull request. All are measured alternately,
+// repeat by repeat, so machine noise hits them alike.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -111,14 +112,16 @@ int main(int argc, char** argv) {
 
     std::vector<char> buf(size_t(sizes.back()));
     for (size_t i = 0; i < buf.size(); ++i) buf[i] = char(i * 7 + 3);
-    printf("%10s %8s %12s %14s %12s %14s %7s\n", "bytes", "repeats", "shoal_ms", "shoal_GB/s", "raw_ms", "raw_GB/s",
-           "ratio");
+    // shoal: Push then Pull (pipelined, two requests); fused: one PushPull request;
+    // raw: ZeroMQ REQ/REP echo. GB/s = 1e9 bytes/s counting both directions.
+    printf("%10s %7s %10s %9s %10s %9s %10s %9s %7s %7s\n", "bytes", "repeats", "shoal_ms", "shoal_GB/s", "fused_ms",
+           "fused_GB/s", "raw_ms", "raw_GB/s", "ratio", "fused/raw");
     double report_shoal = 0, report_raw = 0;
     for (int64_t n : sizes) {
       const std::string name = "t" + std::to_string(n);
       int repeats = FLAGS_repeats > 0 ? FLAGS_repeats : int(std::clamp<int64_t>((256 << 20) / n, 9, 301));
       shoal::TensorRef ref{name, shoal::DType::kF32, {n / 4}, buf.data(), size_t(n)};
-      std::vector<double> shoal_s, raw_s;
+      std::vector<double> shoal_s, fused_s, raw_s;
       for (int r = -2; r < repeats; ++r) {  // two warm-up rounds
         auto t0 = Clock::now();
         // The pull goes out right behind the push: the shard applies them in order.
@@ -131,6 +134,13 @@ int main(int argc, char** argv) {
         if (out[0].size() != size_t(n) || memcmp(out[0].data(), buf.data(), size_t(n)) != 0)
           throw shoal::Error("pulled bytes of '" + name + "' differ from the pushed ones");
 
+        // The same exchange as one PushPull request (one round trip).
+        auto t4 = Clock::now();
+        std::vector<shoal::PulledTensor> fused_out;
+        client.Wait(client.PushPull({ref}, shoal::msg::PushOp::ASSIGN, &fused_out));
+        auto t5 = Clock::now();
+        if (fused_out[0].size() != size_t(n)) throw shoal::Error("PushPull of '" + name + "' returned the wrong size");
+
         auto t2 = Clock::now();
         zmq::message_t m(buf.data(), size_t(n), &NoFree, nullptr);
         req.send(m, zmq::send_flags::none);
@@ -142,11 +152,13 @@ int main(int argc, char** argv) {
         if (back.size() != size_t(n)) throw shoal::Error("raw echo returned the wrong size");
         if (r < 0) continue;
         shoal_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+        fused_s.push_back(std::chrono::duration<double>(t5 - t4).count());
         raw_s.push_back(std::chrono::duration<double>(t3 - t2).count());
       }
-      double ts = Median(shoal_s), tr = Median(raw_s);
-      double gs = 2.0 * n / ts / 1e9, gr = 2.0 * n / tr / 1e9;
-      printf("%10ld %8d %12.4f %14.3f %12.4f %14.3f %7.2f\n", long(n), repeats, ts * 1e3, gs, tr * 1e3, gr, gs / gr);
+      double ts = Median(shoal_s), tf = Median(fused_s), tr = Median(raw_s);
+      double gs = 2.0 * n / ts / 1e9, gf = 2.0 * n / tf / 1e9, gr = 2.0 * n / tr / 1e9;
+      printf("%10ld %7d %10.4f %9.3f %10.4f %9.3f %10.4f %9.3f %7.2f %7.2f\n", long(n), repeats, ts * 1e3, gs,
+             tf * 1e3, gf, tr * 1e3, gr, gs / gr, gf / gr);
       fflush(stdout);
       if (n == FLAGS_report_bytes) report_shoal = gs, report_raw = gr;
     }

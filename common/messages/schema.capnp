@@ -18,6 +18,7 @@ enum Kind {
   barrierDone @8;
   heartbeat @9;      # member -> coordinator; never answered
   error @10;         # any -> requester: what went wrong, for requestId
+  pushPull @11;      # push, answered by a pullReply with the pushed tensors' new values
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }

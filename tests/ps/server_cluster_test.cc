@@ -131,6 +131,22 @@ TEST(ServerCluster, TwoShardsThreeConcurrentClientsExactResults) {
   c.Wait(c.Pull({"fc.b"}, &out));
   EXPECT_EQ(out[0].ToFloats()[1], Expected(1));  // the rejected push changed nothing
 
+  // PushPull: one round trip per shard returns the values after the push, across shards.
+  std::vector<float> ones_b(100, 1.0f), ones_big(1 << 18, 1.0f);
+  std::vector<PulledTensor> after;
+  c.Wait(c.PushPull({{"big", DType::kF32, {1 << 18}, ones_big.data(), ones_big.size() * 4},
+                     {"fc.b", DType::kF32, {100}, ones_b.data(), 400}},
+                    msg::PushOp::ADD, &after));
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[0].name, "big");
+  EXPECT_EQ(after[1].name, "fc.b");
+  EXPECT_EQ(after[1].version, uint64_t(kWorkers * kRounds + 1));
+  for (int t = 0; t < 2; ++t) {
+    auto v = after[t].ToFloats();
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], Expected(i) + 1) << after[t].name << "[" << i << "]";
+  }
+  EXPECT_NE(info.shard_of.at("fc.b"), info.shard_of.at("big"));  // "big" alone outweighs the rest
+
   // SIGTERM stops a shard cleanly.
   kill(s1.pid(), SIGTERM);
   EXPECT_EQ(s1.WaitExit(5000), 0);

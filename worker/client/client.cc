@@ -129,11 +129,24 @@ int Client::ShardOf(const std::string& name) const {
   return it->second;
 }
 
-int Client::Push(const std::vector<TensorRef>& tensors, msg::PushOp op) {
+int Client::Push(const std::vector<TensorRef>& tensors, msg::PushOp op) { return SendPush(tensors, op, nullptr); }
+
+int Client::PushPull(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out) {
+  return SendPush(tensors, op, out);
+}
+
+int Client::SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out) {
   SHOAL_CHECK(!shards_.empty(), "push before Register");
   uint64_t id = next_id_++;
   Request& req = pending_[id];
   req.unreleased = std::make_shared<std::atomic<int>>(0);
+  if (out) {
+    out->clear();
+    out->resize(tensors.size());
+    req.out = out;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      SHOAL_CHECK(req.slot.emplace(tensors[i].name, i).second, "push lists '" + tensors[i].name + "' twice");
+  }
   std::map<int, std::vector<const TensorRef*>> by_shard;
   for (auto& t : tensors) {
     size_t want = TensorSpec{t.name, t.dtype, t.shape}.bytes();
@@ -144,7 +157,7 @@ int Client::Push(const std::vector<TensorRef>& tensors, msg::PushOp op) {
   for (auto& kv : by_shard) {
     OutMessage m;
     auto h = m.header();
-    Header(h, msg::Kind::PUSH, id);
+    Header(h, out ? msg::Kind::PUSH_PULL : msg::Kind::PUSH, id);
     h.setOp(op);
     auto metas = h.initTensors(kv.second.size());
     for (size_t i = 0; i < kv.second.size(); ++i) {

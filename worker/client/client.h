@@ -81,6 +81,10 @@ class Client {
   // placement on shards; later lists must name the same tensors and sizes.
   const ClusterInfo& Register(const std::vector<TensorSpec>& tensors = {});
   int Push(const std::vector<TensorRef>& tensors, msg::PushOp op = msg::PushOp::ADD);
+  // Push, then pull the same tensors' new values, in one round trip per shard (the step
+  // of a parameter-server worker: gradients out, weights back). Fills (*out)[i] for
+  // tensors[i] once Wait(ts) returns.
+  int PushPull(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out);
   // Fills (*out)[i] for names[i] once Wait(ts) returns.
   int Pull(const std::vector<std::string>& names, std::vector<PulledTensor>* out);
   // Throws shoal::Error with the server's message, or naming the shards that did not
@@ -101,6 +105,7 @@ class Client {
     std::shared_ptr<std::atomic<int>> unreleased;  // pushed frames ZeroMQ still holds
   };
   int ShardOf(const std::string& name) const;
+  int SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out);
   void Dispatch(int shard, InMessage& m);
   InMessage Control(OutMessage& m, uint64_t id, const std::string& what);
   void Header(msg::Header::Builder h, msg::Kind kind, uint64_t id);
