@@ -43,6 +43,21 @@ std::string ProtocolError(int code) {
   }
 }
 
+// A key pair whose halves do not belong together would only show up as refused
+// handshakes; say so at startup instead. `need_secret`: this side uses the secret key.
+void CheckKeyPair(const std::string& pub, const std::string& secret, const char* who, bool need_secret) {
+  uint8_t raw[32];
+  std::string where = std::string("[security] ") + who;
+  SHOAL_CHECK(pub.size() == 40 && zmq_z85_decode(raw, pub.c_str()) != nullptr,
+              where + "_public_key: expected a 40-character Z85 key");
+  if (!need_secret) return;
+  SHOAL_CHECK(secret.size() == 40 && zmq_z85_decode(raw, secret.c_str()) != nullptr,
+              where + "_secret_key: expected a 40-character Z85 key");
+  char derived[41];
+  SHOAL_CHECK(zmq_curve_public(derived, secret.c_str()) == 0, where + "_secret_key: cannot derive its public key");
+  SHOAL_CHECK(pub == derived, where + "_secret_key does not belong to " + who + "_public_key");
+}
+
 }  // namespace
 
 void InMessage::ParseHeader(const zmq::message_t& frame) {
@@ -122,6 +137,8 @@ Transport::Transport(zmq::context_t& ctx, Kind kind, const CurveKeys& keys)
     socket_.set(zmq::sockopt::router_handover, 1);
   }
   if (keys.enabled()) {
+    CheckKeyPair(keys.server_public, keys.server_secret, "server", kind == Kind::kServer);
+    CheckKeyPair(keys.client_public, keys.client_secret, "client", kind == Kind::kClient);
     if (kind == Kind::kServer) {
       socket_.set(zmq::sockopt::curve_server, 1);
       socket_.set(zmq::sockopt::curve_secretkey, keys.server_secret);

@@ -161,6 +161,26 @@ TEST(Transport, ValidateTensorsNamesTheMismatch) {
   }
 }
 
+TEST(Curve, MismatchedOrBadKeysAreRefusedAtStartup) {
+  zmq::context_t ctx(1);
+  auto server = CurveKeyPair(), client = CurveKeyPair();
+  CurveKeys keys{server.first, server.second, client.first, client.second};
+  EXPECT_NO_THROW(Transport(ctx, Transport::Kind::kServer, keys));
+  EXPECT_NO_THROW(Transport(ctx, Transport::Kind::kClient, keys));
+  CurveKeys swapped = keys;
+  swapped.server_secret = client.second;
+  try {
+    Transport t(ctx, Transport::Kind::kServer, swapped);
+    FAIL() << "mismatched pair accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("server_secret_key does not belong to server_public_key"), std::string::npos)
+        << e.what();
+  }
+  CurveKeys bad = keys;
+  bad.client_public = std::string(40, ' ');
+  EXPECT_THROW(Transport(ctx, Transport::Kind::kClient, bad), Error);
+}
+
 TEST(Curve, KeyPairsAreZ85) {
   auto kp = CurveKeyPair();
   EXPECT_EQ(kp.first.size(), 40u);
