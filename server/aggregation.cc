@@ -45,23 +45,25 @@ class OptimizerRule : public UpdateRule {
     float* w = reinterpret_cast<float*>(param.buf->data());
     bool decay = param.shape.size() > 1;
     if (contributors_ <= 1) {
-      int64_t step = st->pushes++ / world_;  // async: world pushes make one global step
-      Step(w, g, int64_t(n), decay, step, st);
+      // Async: world pushes make one global step, and [optimizer] lr is set for the
+      // global batch, so one push (one worker's batch) gets lr / world (linear scaling).
+      int64_t step = st->pushes++ / world_;
+      Step(w, g, int64_t(n), decay, step, st, 1.0f / float(world_));
       return;
     }
     if (st->sum.size() != n) st->sum.assign(n, 0.f);
     for (size_t i = 0; i < n; ++i) st->sum[i] += g[i];
     if (++st->count < contributors_) return;
     for (auto& x : st->sum) x /= float(contributors_);
-    Step(w, st->sum.data(), int64_t(n), decay, st->pushes++, st);
+    Step(w, st->sum.data(), int64_t(n), decay, st->pushes++, st, 1.0f);
     std::fill(st->sum.begin(), st->sum.end(), 0.f);
     st->count = 0;
   }
 
  private:
-  void Step(float* w, const float* g, int64_t n, bool decay, int64_t step, RuleState* st) {
+  void Step(float* w, const float* g, int64_t n, bool decay, int64_t step, RuleState* st, float lr_scale) {
     StepContext c;
-    c.lr = float(schedule_->At(step));
+    c.lr = float(schedule_->At(step)) * lr_scale;
     c.step = step;
     c.warmup_steps = schedule_->options().warmup_steps;
     opt_->Apply(w, g, n, decay, c, &st->opt);

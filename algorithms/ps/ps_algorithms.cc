@@ -1,0 +1,175 @@
+// Parameter-server algorithms. The servers hold the weights and run the optimizer
+// (server/aggregation.h); workers push gradients and pull weights through the client
+// library, which talks to every shard at once.
+//   ps_async: push, the shard applies at once, pull fresh weights; no waiting on others.
+//   ps_ssp:   as async, but a worker more than `staleness` steps ahead of the slowest
+//             waits (clocks kept on the servers as tiny control tensors).
+//   ps_sync:  the shards sum all workers' gradients of a step and apply the mean once;
+//             workers meet at a barrier before pulling, so every step is synchronous.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "algorithms/algorithm.h"
+#include "common/error.h"
+#include "worker/client/client.h"
+
+namespace shoal {
+namespace {
+
+enum class Mode { kAsync, kSsp, kSync };
+
+std::string ClockName(int r) { return "__shoal/clock/" + std::to_string(r); }
+const char* kStopName = "__shoal/stop";
+
+class ParameterServer : public Algorithm {
+ public:
+  ParameterServer(const AlgorithmEnv& env, Mode mode) : env_(env), mode_(mode) {
+    const ConfigSection& a = env.config->algorithm_opts;
+    staleness_ = a.GetInt("staleness", 3, 0, 1 << 30);
+    ClientOptions o;
+    o.rank = env.rank;
+    o.timeout_ms = int(a.GetInt("timeout_ms", 60000, 100, 86400000));
+    wait_timeout_ms_ = o.timeout_ms;
+    client_ = std::make_unique<Client>(*env.config, o);
+  }
+  std::string Name() const override {
+    return mode_ == Mode::kAsync ? "ps_async" : mode_ == Mode::kSsp ? "ps_ssp" : "ps_sync";
+  }
+
+  void Init(const std::vector<ParamView>& params) override {
+    std::vector<TensorSpec> specs;
+    for (auto& p : params) {
+      specs.push_back({p.name, DType::kF32, {p.n}});
+      names_.push_back(p.name);
+    }
+    for (int r = 0; r < env_.world; ++r) specs.push_back({ClockName(r), DType::kF32, {1}});
+    specs.push_back({kStopName, DType::kF32, {1}});
+    client_->Register(specs);
+    if (env_.rank == 0) {
+      // Rank 0 seeds the servers with the initial weights (every worker built the same).
+      std::vector<TensorRef> refs;
+      for (auto& p : params) refs.push_back({p.name, DType::kF32, {p.n}, p.w, size_t(p.n) * 4, nullptr});
+      zero_.assign(size_t(env_.world) + 1, 0.f);
+      for (int r = 0; r < env_.world; ++r) refs.push_back({ClockName(r), DType::kF32, {1}, &zero_[size_t(r)], 4, nullptr});
+      refs.push_back({kStopName, DType::kF32, {1}, &zero_.back(), 4, nullptr});
+      client_->Wait(client_->Push(refs, msg::PushOp::ASSIGN));
+    }
+    client_->Barrier("init");
+    PullWeights(params);
+  }
+
+  void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    std::vector<TensorRef> grads;
+    for (auto& p : params) grads.push_back({p.name, DType::kF32, {p.n}, p.g, size_t(p.n) * 4, nullptr});
+    if (mode_ == Mode::kSsp) {
+      clock_ = float(info.step + 1);
+      grads.push_back({ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr});
+    }
+    client_->Wait(client_->Push(grads, msg::PushOp::APPLY));
+    if (mode_ == Mode::kSync) client_->Barrier("step-" + std::to_string(info.step));
+    if (mode_ == Mode::kSsp) WaitForSlowest(info.step + 1);
+    PullWeights(params);
+  }
+
+  void Finish(const std::vector<ParamView>& params) override {
+    if (mode_ == Mode::kSsp) {  // a finished worker no longer holds the others back
+      clock_ = 1e30f;
+      client_->Wait(client_->Push({{ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr}}, msg::PushOp::APPLY));
+    }
+    if (mode_ == Mode::kSync) {
+      client_->Barrier("finish");
+      PullWeights(params);
+    }
+  }
+  bool ModelChangedAtFinish() const override { return mode_ == Mode::kSync; }
+
+  bool AgreeToStop(bool mine) override {
+    if (mode_ != Mode::kSync) return mine;  // asynchronous workers stop on their own
+    // Synchronous: rank 0's evaluation decides for everyone.
+    ++epoch_;
+    if (env_.rank == 0) {
+      stop_flag_ = mine ? 1.f : 0.f;
+      client_->Wait(client_->Push({{kStopName, DType::kF32, {1}, &stop_flag_, 4, nullptr}}, msg::PushOp::ASSIGN));
+    }
+    client_->Barrier("stop-" + std::to_string(epoch_));
+    std::vector<PulledTensor> out;
+    client_->Wait(client_->Pull({kStopName}, &out));
+    return out.at(0).ToFloats().at(0) > 0;
+  }
+
+  int64_t bytes_sent() const override { return int64_t(client_->bytes_sent()); }
+  void AddMetrics(JsonObject* out) const override {
+    out->Add("staleness", staleness_seen_);
+    out->Add("max_staleness", max_staleness_);
+  }
+
+ private:
+  void PullWeights(const std::vector<ParamView>& params) {
+    std::vector<PulledTensor> out;
+    client_->Wait(client_->Pull(names_, &out));
+    for (size_t i = 0; i < params.size(); ++i) {
+      SHOAL_CHECK(out[i].size() == size_t(params[i].n) * 4,
+                  "pulled '" + params[i].name + "' has " + std::to_string(out[i].size()) + " bytes, expected " +
+                      std::to_string(params[i].n * 4));
+      memcpy(params[i].w, out[i].data(), out[i].size());
+    }
+    if (mode_ == Mode::kAsync && !out.empty()) {
+      // Others' updates that landed between my last two pulls (my own push is one).
+      uint64_t v = out[0].version;
+      if (last_version_ > 0) staleness_seen_ = double(v - last_version_) - 1.0;
+      max_staleness_ = std::max(max_staleness_, staleness_seen_);
+      last_version_ = v;
+    }
+  }
+
+  // SSP: wait until my clock is at most `staleness` ahead of the slowest worker's.
+  void WaitForSlowest(int64_t mine) {
+    std::vector<std::string> clocks;
+    for (int r = 0; r < env_.world; ++r) clocks.push_back(ClockName(r));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_timeout_ms_);
+    while (true) {
+      std::vector<PulledTensor> out;
+      client_->Wait(client_->Pull(clocks, &out));
+      double slowest = 1e300;
+      int slowest_rank = 0;
+      for (int r = 0; r < env_.world; ++r) {
+        double c = out[size_t(r)].ToFloats().at(0);
+        if (c < slowest) { slowest = c; slowest_rank = r; }
+      }
+      double gap = double(mine) - slowest;
+      if (gap <= double(staleness_)) {
+        staleness_seen_ = std::max(0.0, gap);
+        max_staleness_ = std::max(max_staleness_, staleness_seen_);
+        return;
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error("ps_ssp: worker " + std::to_string(slowest_rank) + " has been more than " + std::to_string(staleness_) +
+                    " steps behind for " + std::to_string(wait_timeout_ms_) + " ms (stopped?)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
+  AlgorithmEnv env_;
+  Mode mode_;
+  int64_t staleness_ = 3;
+  int wait_timeout_ms_ = 60000;
+  std::unique_ptr<Client> client_;
+  std::vector<std::string> names_;
+  std::vector<float> zero_;
+  float clock_ = 0, stop_flag_ = 0;
+  int64_t epoch_ = 0;
+  uint64_t last_version_ = 0;
+  double staleness_seen_ = 0, max_staleness_ = 0;
+};
+
+const bool kAsync = RegisterAlgorithm("ps_async", true,
+    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kAsync)); });
+const bool kSsp = RegisterAlgorithm("ps_ssp", true,
+    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kSsp)); });
+const bool kSync = RegisterAlgorithm("ps_sync", true,
+    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kSync)); });
+
+}  // namespace
+}  // namespace shoal
