@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/transport/heartbeat.h"
 #include "common/transport/transport.h"
 
 namespace shoal {
@@ -159,6 +160,17 @@ TEST(Transport, ValidateTensorsNamesTheMismatch) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'w': data frame has 12 bytes"), std::string::npos) << e.what();
   }
+}
+
+TEST(Heartbeat, NobodyListeningNeitherBlocksNorQueuesWithoutBound) {
+  zmq::context_t ctx(1);
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    // Port 1 on loopback: nobody listens there.
+    HeartbeatSender hb(ctx, "tcp://127.0.0.1:1", {}, msg::Role::WORKER, 0, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
 }
 
 TEST(Curve, MismatchedOrBadKeysAreRefusedAtStartup) {
