@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
     double report_shoal = 0, report_raw = 0;
     for (int64_t n : sizes) {
       const std::string name = "t" + std::to_string(n);
-      int repeats = FLAGS_repeats > 0 ? FLAGS_repeats : int(std::clamp<int64_t>((256 << 20) / n, 9, 301));
+      int repeats = FLAGS_repeats > 0 ? FLAGS_repeats : int(std::clamp<int64_t>((int64_t(512) << 20) / n, 25, 301));
       shoal::TensorRef ref{name, shoal::DType::kF32, {n / 4}, buf.data(), size_t(n)};
       std::vector<double> shoal_s, fused_s, raw_s;
       for (int r = -2; r < repeats; ++r) {  // two warm-up rounds
