@@ -199,6 +199,14 @@ TEST(CpuBackend, ShapeMismatchIsAClearError) {
   EXPECT_TRUE(ParseDevice("cpu").is_cpu());
 }
 
+TEST(CpuBackend, ThreadsSetting) {
+  auto one = MakeCpuBackend(1);
+  EXPECT_NE(one->Name().find("x1 threads"), std::string::npos) << one->Name();
+  EXPECT_THROW(MakeCpuBackend(-1), Error);
+  auto all = MakeBackend(ParseDevice("cpu"), 0);
+  EXPECT_TRUE(all->device().is_cpu());
+}
+
 TEST(CpuBackend, SumSquaresAndAxpy) {
   auto be = MakeCpuBackend(2);
   Tensor x = be->Empty({100000});

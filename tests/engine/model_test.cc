@@ -172,3 +172,53 @@ TEST(Model, EvalModeUsesRunningStatistics) {
 
 }  // namespace
 }  // namespace shoal
+
+namespace shoal {
+namespace {
+
+TEST(Model, GradientsAccumulateAcrossStepsUntilZeroed) {
+  auto be = MakeCpuBackend(1);
+  ModelOptions mo;
+  mo.input_shape = {1, 16, 16};
+  auto m = MakeModel("lenet", *be, mo);
+  m->InitParameters(2);
+  std::mt19937_64 rng(1);
+  Tensor x = Random(*be, {3, 1, 16, 16}, rng);
+  const int32_t labels[3] = {1, 2, 3};
+  m->ZeroGrad();
+  m->TrainStep(x, labels);
+  std::vector<float> once(size_t(m->NumParams())), twice(once.size());
+  m->CopyGradsToHost(once.data());
+  m->TrainStep(x, labels);
+  m->CopyGradsToHost(twice.data());
+  double norm = 0;
+  for (size_t i = 0; i < once.size(); ++i) {
+    ASSERT_NEAR(twice[i], 2 * once[i], 1e-5 * (1 + std::fabs(once[i]))) << m->ParamLayout().size();
+    norm += double(once[i]) * once[i];
+  }
+  EXPECT_GT(norm, 0.0);
+}
+
+TEST(Model, Resnet50TrainStepOnSmallImages) {
+  auto be = MakeCpuBackend(2);
+  ModelOptions mo;
+  mo.input_shape = {3, 64, 64};
+  mo.zero_gamma_init = true;
+  auto m = MakeModel("resnet50", *be, mo);
+  m->InitParameters(3);
+  std::mt19937_64 rng(5);
+  Tensor x = Random(*be, {2, 3, 64, 64}, rng);
+  const int32_t labels[2] = {4, 7};
+  m->ZeroGrad();
+  StepResult r = m->TrainStep(x, labels);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  for (const Parameter& p : m->parameters()) {
+    const double ss = be->SumSquares(p.grad);
+    ASSERT_TRUE(std::isfinite(ss)) << p.name;
+    // zero-γ blocks still pass gradient to their γ and to the stem through the shortcuts
+    if (p.name == "conv.weight" || p.name.find("bn3.gamma") != std::string::npos) EXPECT_GT(ss, 0.0) << p.name;
+  }
+}
+
+}  // namespace
+}  // namespace shoal

@@ -32,11 +32,12 @@ struct CpuConvPlan {
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;
   ConvArg f_x, f_w, f_y;
-  dnnl::memory f_b;
+  dnnl::memory f_b, f_scratch;
 
   bool has_bwd = false;
   dnnl::convolution_backward_data bwd_data;
   ConvArg bd_dx, bd_w, bd_dy;
+  dnnl::memory bd_scratch, bw_scratch;
   dnnl::convolution_backward_weights bwd_weights;
   ConvArg bw_x, bw_dw, bw_dy;
   dnnl::memory bw_db;

@@ -41,6 +41,14 @@ void ConvArg::Out(dnnl::stream& s) {
 
 namespace {
 memory::desc Any(const memory::dims& d) { return memory::desc(d, dt::f32, tag::any); }
+
+// Scratchpads the plan owns: oneDNN's own are allocated per execution, which showed up as
+// page faults every step.
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
 }  // namespace
 
 CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, const ConvParams& p) {
@@ -80,8 +88,9 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                                        c.ax, c.aw, c.ay,
                                                        c.strides, c.pad, c.pad);
-  c.fwd_pd = dnnl::convolution_forward::primitive_desc(fd, eng);
+  c.fwd_pd = dnnl::convolution_forward::primitive_desc(fd, UserScratchpad(), eng);
   c.fwd = dnnl::convolution_forward(c.fwd_pd);
+  c.f_scratch = memory(c.fwd_pd.scratchpad_desc(), eng);
   c.f_x.Init(c.x_md, c.fwd_pd.src_desc(), eng);
   c.f_w.Init(c.w_md, c.fwd_pd.weights_desc(), eng);
   c.f_y.Init(c.y_md, c.fwd_pd.dst_desc(), eng);
@@ -97,7 +106,8 @@ void CpuBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, 
   dnnl::stream& s = dnnl_->stream;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, c.f_x.In(s, x.raw())},
                                        {DNNL_ARG_WEIGHTS, c.f_w.In(s, w.raw())},
-                                       {DNNL_ARG_DST, c.f_y.Target(y.raw())}};
+                                       {DNNL_ARG_DST, c.f_y.Target(y.raw())},
+                                       {DNNL_ARG_SCRATCHPAD, c.f_scratch}};
   if (c.has_bias) {
     c.f_b.set_data_handle(b.raw());
     args[DNNL_ARG_BIAS] = c.f_b;
@@ -120,8 +130,9 @@ void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy
   if (!c.has_bwd) {
     dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, c.ax, c.aw,
                                              c.ay, c.strides, c.pad, c.pad);
-    dnnl::convolution_backward_data::primitive_desc dpd(dd, eng, c.fwd_pd);
+    dnnl::convolution_backward_data::primitive_desc dpd(dd, UserScratchpad(), eng, c.fwd_pd);
     c.bwd_data = dnnl::convolution_backward_data(dpd);
+    c.bd_scratch = memory(dpd.scratchpad_desc(), eng);
     c.bd_dx.Init(c.x_md, dpd.diff_src_desc(), eng);
     c.bd_w.Init(c.w_md, dpd.weights_desc(), eng);
     c.bd_dy.Init(c.y_md, dpd.diff_dst_desc(), eng);
@@ -131,8 +142,9 @@ void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy
                       : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax,
                                                                  c.aw, c.ay, c.strides, c.pad,
                                                                  c.pad);
-    dnnl::convolution_backward_weights::primitive_desc wpd(wd, eng, c.fwd_pd);
+    dnnl::convolution_backward_weights::primitive_desc wpd(wd, UserScratchpad(), eng, c.fwd_pd);
     c.bwd_weights = dnnl::convolution_backward_weights(wpd);
+    c.bw_scratch = memory(wpd.scratchpad_desc(), eng);
     c.bw_x.Init(c.x_md, wpd.src_desc(), eng);
     c.bw_dw.Init(c.w_md, wpd.diff_weights_desc(), eng);
     c.bw_dy.Init(c.y_md, wpd.diff_dst_desc(), eng);
@@ -148,7 +160,8 @@ void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy
   memory& dy_w = c.bw_dy.In(s, dy.raw());
   std::unordered_map<int, memory> wargs{{DNNL_ARG_SRC, c.bw_x.In(s, x.raw())},
                                         {DNNL_ARG_DIFF_DST, dy_w},
-                                        {DNNL_ARG_DIFF_WEIGHTS, c.bw_dw.Target(c.dw_tmp.data())}};
+                                        {DNNL_ARG_DIFF_WEIGHTS, c.bw_dw.Target(c.dw_tmp.data())},
+                                        {DNNL_ARG_SCRATCHPAD, c.bw_scratch}};
   if (want_db) wargs[DNNL_ARG_DIFF_BIAS] = c.bw_db;
   c.bwd_weights.execute(s, wargs);
   c.bw_dw.Out(s);
@@ -158,7 +171,8 @@ void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy
                        : c.bd_dy.In(s, dy.raw());
     c.bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, dy_d},
                            {DNNL_ARG_WEIGHTS, c.bd_w.In(s, w.raw())},
-                           {DNNL_ARG_DIFF_SRC, c.bd_dx.Target(dx->raw())}});
+                           {DNNL_ARG_DIFF_SRC, c.bd_dx.Target(dx->raw())},
+                           {DNNL_ARG_SCRATCHPAD, c.bd_scratch}});
     c.bd_dx.Out(s);
   }
   s.wait();
