@@ -24,7 +24,7 @@ done
 
 bin=bazel-bin/bench/engine/engine_bench
 if [ "${SHOAL_BENCH_NO_BUILD:-0}" != 1 ]; then
-  bazel build -c opt //bench/engine:engine_bench >&2
+  bazel build //bench/engine:engine_bench >&2
 fi
 [ -x "$bin" ] || { echo "bench/engine/run.sh: $bin is missing (bazel build //bench/engine:engine_bench)" >&2; exit 1; }
 

@@ -49,6 +49,12 @@ CpuBackend::CpuBackend(int threads) : dnnl_(new Dnnl) {
 
 CpuBackend::~CpuBackend() = default;
 
+void CpuBackend::PinThreads() const {
+  // The OpenMP thread count is per calling thread: a backend built on one thread and
+  // used from another would otherwise run with that thread's default.
+  if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+}
+
 std::string CpuBackend::Name() const { return "cpu/oneDNN x" + std::to_string(threads_) + " threads"; }
 
 Tensor CpuBackend::Empty(const Shape& shape, DType dtype) {
@@ -63,6 +69,7 @@ Tensor CpuBackend::Empty(const Shape& shape, DType dtype) {
 }
 
 void CpuBackend::Fill(Tensor& t, float value) {
+  PinThreads();
   const int64_t n = t.numel();
   if (t.dtype() == DType::kF32) {
     float* p = t.data<float>();
@@ -86,6 +93,7 @@ void CpuBackend::Copy(const Tensor& src, Tensor& dst) {
 void CpuBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                                        float momentum, Tensor& running_mean, Tensor& running_var,
                                        Tensor& save_mean, Tensor& save_invstd, Tensor& y) {
+  PinThreads();
   CheckF32(x, "BatchNormForwardTrain", "x");
   CheckSameShape(x, y, "BatchNormForwardTrain");
   int64_t N, C, S;
@@ -138,6 +146,7 @@ void CpuBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, con
 void CpuBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                            const Tensor& running_mean, const Tensor& running_var, float eps,
                                            Tensor& y) {
+  PinThreads();
   CheckF32(x, "BatchNormForwardInference", "x");
   CheckSameShape(x, y, "BatchNormForwardInference");
   int64_t N, C, S;
@@ -161,6 +170,7 @@ void CpuBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma,
 
 void CpuBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
                                    const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  PinThreads();
   CheckF32(x, "BatchNormBackward", "x");
   CheckSameShape(x, dy, "BatchNormBackward");
   CheckSameShape(x, dx, "BatchNormBackward");
@@ -207,6 +217,7 @@ void CpuBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tens
 // ---------------------------------------------------------------- elementwise
 
 void CpuBackend::ReluForward(const Tensor& x, Tensor& y) {
+  PinThreads();
   CheckF32(x, "ReluForward", "x");
   CheckSameShape(x, y, "ReluForward");
   const float* a = x.data<float>();
@@ -217,6 +228,7 @@ void CpuBackend::ReluForward(const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  PinThreads();
   CheckF32(y, "ReluBackward", "y");
   CheckSameShape(y, dy, "ReluBackward");
   CheckSameShape(y, dx, "ReluBackward");
@@ -228,6 +240,7 @@ void CpuBackend::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 }
 
 void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& y) {
+  PinThreads();
   CheckF32(a, "Add", "a");
   CheckSameShape(a, b, "Add");
   CheckSameShape(a, y, "Add");
@@ -239,6 +252,7 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& y) {
 }
 
 void CpuBackend::Axpy(float alpha, const Tensor& x, Tensor& y) {
+  PinThreads();
   CheckF32(x, "Axpy", "x");
   SHOAL_CHECK(x.numel() == y.numel(), "CpuBackend::Axpy: " + ShapeString(x.shape()) + " into " + ShapeString(y.shape()));
   const float* p = x.data<float>();
@@ -249,6 +263,7 @@ void CpuBackend::Axpy(float alpha, const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::Scale(float alpha, Tensor& x) {
+  PinThreads();
   CheckF32(x, "Scale", "x");
   float* o = x.data<float>();
   const int64_t n = x.numel();
@@ -263,6 +278,7 @@ int64_t PoolOut(int64_t in, const PoolParams& p) { return (in + 2 * p.pad - p.ke
 }  // namespace
 
 void CpuBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& workspace) {
+  PinThreads();
   CheckF32(x, "MaxPoolForward", "x");
   SHOAL_CHECK(x.ndim() == 4, "CpuBackend::MaxPoolForward: expected [N,C,H,W], got " + ShapeString(x.shape()));
   SHOAL_CHECK(p.kernel > 0 && p.stride > 0 && p.pad >= 0 && p.pad < p.kernel,
@@ -324,6 +340,7 @@ void CpuBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y,
 
 void CpuBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p,
                                  const Tensor& workspace, Tensor& dx) {
+  PinThreads();
   (void)p;
   CheckF32(dy, "MaxPoolBackward", "dy");
   CheckSameShape(x, dx, "MaxPoolBackward");
@@ -343,6 +360,7 @@ void CpuBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor&
 }
 
 void CpuBackend::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
+  PinThreads();
   CheckF32(x, "GlobalAvgPoolForward", "x");
   SHOAL_CHECK(x.ndim() == 4 && y.shape() == Shape({x.dim(0), x.dim(1)}),
               "CpuBackend::GlobalAvgPoolForward: " + ShapeString(x.shape()) + " -> " + ShapeString(y.shape()));
@@ -360,6 +378,7 @@ void CpuBackend::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
+  PinThreads();
   CheckF32(dy, "GlobalAvgPoolBackward", "dy");
   SHOAL_CHECK(dx.ndim() == 4 && dy.shape() == Shape({dx.dim(0), dx.dim(1)}),
               "CpuBackend::GlobalAvgPoolBackward: " + ShapeString(dy.shape()) + " -> " + ShapeString(dx.shape()));
@@ -386,6 +405,7 @@ void Gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const float* A, int
 }  // namespace
 
 void CpuBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  PinThreads();
   CheckF32(x, "LinearForward", "x");
   CheckF32(w, "LinearForward", "w");
   SHOAL_CHECK(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1) && y.shape() == Shape({x.dim(0), w.dim(0)}),
@@ -405,6 +425,7 @@ void CpuBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& b
 
 void CpuBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                                 Tensor* db) {
+  PinThreads();
   CheckF32(dy, "LinearBackward", "dy");
   const int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);
   SHOAL_CHECK(dy.shape() == Shape({N, O}) && dw.shape() == w.shape(),
@@ -471,6 +492,7 @@ float CpuBackend::SoftmaxCrossEntropy(const Tensor& logits, const int32_t* label
 }
 
 double CpuBackend::SumSquares(const Tensor& x) {
+  PinThreads();
   CheckF32(x, "SumSquares", "x");
   const float* p = x.data<float>();
   const int64_t n = x.numel();

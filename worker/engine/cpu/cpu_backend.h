@@ -72,6 +72,7 @@ class CpuBackend final : public Backend {
  private:
   // x shape, w shape, stride, pad, has bias
   using ConvKey = std::tuple<Shape, Shape, int, int, bool>;
+  void PinThreads() const;
   CpuConvPlan& Plan(const Tensor& x, const Tensor& w, bool has_bias, const ConvParams& p);
 
   int threads_;

@@ -100,6 +100,7 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
 
 void CpuBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) {
   SHOAL_CHECK(x.dtype() == DType::kF32 && w.dtype() == DType::kF32, "CpuBackend::ConvForward: fp32 only");
+  PinThreads();
   CpuConvPlan& c = Plan(x, w, b.defined(), p);
   const Shape& want = c.y_shape;
   SHOAL_CHECK(y.shape() == want, "CpuBackend::ConvForward: output must be " + ShapeString(want) + ", got " + ShapeString(y.shape()));
@@ -119,6 +120,7 @@ void CpuBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, 
 
 void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
                               Tensor& dw, Tensor* db) {
+  PinThreads();
   const bool want_db = db && db->defined();
   CpuConvPlan& c = Plan(x, w, want_db, p);
   const dnnl::engine& eng = dnnl_->engine;
