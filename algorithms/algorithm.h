@@ -23,6 +23,7 @@ struct ParamView {
   float* g = nullptr;
   int64_t n = 0;
   bool no_weight_decay = false;
+  std::vector<int64_t> shape;  // servers infer "no weight decay" from rank-1 shapes
 };
 
 struct StepInfo {

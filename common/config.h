@@ -52,6 +52,7 @@ struct JobConfig {
   std::string output_dir;
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 0;  // 0 = only at the end
+  std::string export_weights;          // rank 0 writes the final weights here (raw fp32)
 
   // [cluster]
   std::vector<std::string> servers;  // "host:port"; shard k listens on servers[k]

@@ -31,6 +31,7 @@ class HostParams {
       v.name = p.name;
       v.n = p.value.numel();
       v.no_weight_decay = p.no_weight_decay;
+      v.shape = p.value.shape();
       if (host_) {
         v.w = p.value.data<float>();
         v.g = p.grad.data<float>();
@@ -262,6 +263,16 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
     }
   char hash_hex[32];
   snprintf(hash_hex, sizeof hash_hex, "%016llx", (unsigned long long)hash);
+
+  if (rank == 0 && !cfg.export_weights.empty()) {
+    // Raw fp32, parameters in the model's stable order (Model::ParamLayout()).
+    FILE* f = fopen(cfg.export_weights.c_str(), "wb");
+    if (!f) throw Error(cfg.export_weights + ": cannot write exported weights");
+    bool ok = true;
+    for (auto& v : params.views()) ok = ok && fwrite(v.w, 4, size_t(v.n), f) == size_t(v.n);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) throw Error(cfg.export_weights + ": short write of exported weights");
+  }
 
   res.steps = step;
   res.test_accuracy = acc;

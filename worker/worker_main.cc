@@ -30,11 +30,9 @@ int main(int argc, char** argv) {
   try {
     cfg = shoal::LoadJobConfig(FLAGS_config);
     rank = shoal::ResolveRank(FLAGS_rank);
-    if (rank.world > 0 && rank.world != cfg.world_size()) {
-      // Started by Slurm/mpirun with a task count: that is the job's size.
-      if (cfg.workers.size() == 1 || size_t(rank.world) > cfg.workers.size()) cfg.workers.resize(size_t(rank.world), cfg.workers[0]);
-      else cfg.workers.resize(size_t(rank.world));
-    }
+    if (rank.world > 0 && rank.world != cfg.world_size())
+      throw shoal::Error(FLAGS_config + ": [cluster] workers: the job file says " + std::to_string(cfg.world_size()) +
+                         " worker(s) but " + rank.source + " started " + std::to_string(rank.world));
     if (FLAGS_epochs > 0) cfg.epochs = FLAGS_epochs;
     if (FLAGS_max_steps >= 0) cfg.max_steps = FLAGS_max_steps;
     if (FLAGS_batch_size > 0) cfg.batch_size = FLAGS_batch_size;

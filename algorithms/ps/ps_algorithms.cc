@@ -20,6 +20,8 @@ namespace {
 
 enum class Mode { kAsync, kSsp, kSync };
 
+std::vector<int64_t> Shape(const ParamView& p) { return p.shape.empty() ? std::vector<int64_t>{p.n} : p.shape; }
+
 std::string ClockName(int r) { return "__shoal/clock/" + std::to_string(r); }
 const char* kStopName = "__shoal/stop";
 
@@ -41,7 +43,8 @@ class ParameterServer : public Algorithm {
   void Init(const std::vector<ParamView>& params) override {
     std::vector<TensorSpec> specs;
     for (auto& p : params) {
-      specs.push_back({p.name, DType::kF32, {p.n}});
+      // The real shape: the server's optimizer exempts rank-1 tensors (bias, BN) from decay.
+      specs.push_back({p.name, DType::kF32, Shape(p)});
       names_.push_back(p.name);
     }
     for (int r = 0; r < env_.world; ++r) specs.push_back({ClockName(r), DType::kF32, {1}});
@@ -50,7 +53,7 @@ class ParameterServer : public Algorithm {
     if (env_.rank == 0) {
       // Rank 0 seeds the servers with the initial weights (every worker built the same).
       std::vector<TensorRef> refs;
-      for (auto& p : params) refs.push_back({p.name, DType::kF32, {p.n}, p.w, size_t(p.n) * 4, nullptr});
+      for (auto& p : params) refs.push_back({p.name, DType::kF32, Shape(p), p.w, size_t(p.n) * 4, nullptr});
       zero_.assign(size_t(env_.world) + 1, 0.f);
       for (int r = 0; r < env_.world; ++r) refs.push_back({ClockName(r), DType::kF32, {1}, &zero_[size_t(r)], 4, nullptr});
       refs.push_back({kStopName, DType::kF32, {1}, &zero_.back(), 4, nullptr});
@@ -62,7 +65,7 @@ class ParameterServer : public Algorithm {
 
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
     std::vector<TensorRef> grads;
-    for (auto& p : params) grads.push_back({p.name, DType::kF32, {p.n}, p.g, size_t(p.n) * 4, nullptr});
+    for (auto& p : params) grads.push_back({p.name, DType::kF32, Shape(p), p.g, size_t(p.n) * 4, nullptr});
     if (mode_ == Mode::kSsp) {
       clock_ = float(info.step + 1);
       grads.push_back({ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr});

@@ -1,5 +1,8 @@
 #include "tests/training/job_runner.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -61,7 +64,7 @@ std::string FmnistJob(const std::string& name, const std::string& out_dir, int w
                       int64_t train_samples, int epochs, const std::string& extra) {
   std::ostringstream s;
   s << "[job]\nname = \"" << name << "\"\nseed = 42\noutput_dir = \"" << out_dir << "\"\n\n"
-    << "[cluster]\nworkers = " << workers << "\n\n"
+    << "[cluster]\n" << (extra.find("ps_") != std::string::npos ? ServersLine(2) : "") << "workers = " << workers << "\n\n"
     << "[model]\nname = \"" << model << "\"\n\n"
     << "[data]\nformat = \"idx\"\ntrain = \"/usr/share/datasets/fashion-mnist/train\"\n"
     << "test = \"/usr/share/datasets/fashion-mnist/t10k\"\nbatch_size = 32\n"
@@ -69,6 +72,25 @@ std::string FmnistJob(const std::string& name, const std::string& out_dir, int w
     << "[train]\nepochs = " << epochs << "\nthreads = 1\nlog_every_steps = 20\n\n"
     << extra;
   return s.str();
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string ServersLine(int n) {
+  std::string s = "servers = [";
+  for (int i = 0; i < n; ++i) s += std::string(i ? ", " : "") + "\"127.0.0.1:" + std::to_string(FreePort()) + "\"";
+  return s + "]\n";
 }
 
 std::vector<std::string> Events(const JobRun& r, const std::string& event) {

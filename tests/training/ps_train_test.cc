@@ -1,0 +1,159 @@
+// Parameter-server jobs end to end: servers, workers and launcher as real processes on
+// loopback, training on real Fashion-MNIST.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "common/json_fields.h"
+#include "tests/training/job_runner.h"
+
+namespace shoal {
+namespace testing {
+namespace {
+
+const char* kOpt = "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\n\n";
+
+JobRun RunPs(const std::string& name, int workers, int64_t samples, int epochs, const std::string& extra, int timeout = 300) {
+  std::string dir = FreshDir(name);
+  return RunJob(dir, FmnistJob(name, dir + "/out", workers, "mlp", samples, epochs, extra), timeout);
+}
+
+double Accuracy(const JobRun& r) { return JsonNumber(r.done_line, "test_accuracy").value_or(-1); }
+
+TEST(PsTraining, AsyncReachesTarget) {
+  JobRun r = RunPs("ps_async", 4, 12000, 2, std::string("[algorithm]\nname = \"ps_async\"\n\n") + kOpt);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_GE(Accuracy(r), 0.76) << r.done_line;
+  EXPECT_GT(JsonNumber(r.done_line, "bytes_sent").value_or(0), 0);
+}
+
+TEST(PsTraining, SyncReachesTarget) {
+  JobRun r = RunPs("ps_sync", 3, 12000, 2, std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kOpt);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_GE(Accuracy(r), 0.80) << r.done_line;
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v;
+  float x;
+  while (in.read(reinterpret_cast<char*>(&x), 4)) v.push_back(x);
+  return v;
+}
+
+// N workers at batch b through ps_sync == one local worker at batch N*b: same samples per
+// step (the shards of one global permutation), the mean gradient, one optimizer step.
+TEST(PsTraining, SyncWithNWorkersEqualsOneWorkerWithNTimesTheBatch) {
+  auto job = [](const std::string& name, const std::string& dir, int workers, int batch, const std::string& algo) {
+    std::string t = FmnistJob(name, dir + "/out", workers, "mlp", 1920, 1,
+                              "[algorithm]\nname = \"" + algo + "\"\n\n" + kOpt);
+    auto p = t.find("batch_size = 32");
+    t.replace(p, 15, "batch_size = " + std::to_string(batch));
+    p = t.find("seed = 42\n");
+    t.insert(p + 10, "export_weights = \"" + dir + "/weights.bin\"\n");
+    return t;
+  };
+  std::string d1 = FreshDir("sync4"), d2 = FreshDir("local1");
+  JobRun a = RunJob(d1, job("sync4", d1, 4, 16, "ps_sync"), 300);
+  JobRun b = RunJob(d2, job("local1", d2, 1, 64, "local"), 300);
+  ASSERT_EQ(a.exit_code, 0) << a.stderr_text;
+  ASSERT_EQ(b.exit_code, 0) << b.stderr_text;
+  EXPECT_EQ(JsonNumber(a.done_line, "steps").value_or(-1), 30);
+  EXPECT_EQ(JsonNumber(b.done_line, "steps").value_or(-2), 30);
+  std::vector<float> wa = ReadFloats(d1 + "/weights.bin"), wb = ReadFloats(d2 + "/weights.bin");
+  ASSERT_EQ(wa.size(), wb.size());
+  ASSERT_GT(wa.size(), 200000u);
+  // The server sums the workers' gradients in arrival order, so rounding differs from the
+  // single worker's; compare to fp tolerance: relative L2 distance and the share of
+  // elements off by more than 1e-4.
+  double dist2 = 0, n2 = 0, max_w = 0;
+  size_t off = 0;
+  for (size_t i = 0; i < wa.size(); ++i) {
+    double d = double(wa[i]) - wb[i];
+    dist2 += d * d;
+    n2 += double(wb[i]) * wb[i];
+    off += std::fabs(d) > 1e-4;
+    max_w = std::max(max_w, double(std::fabs(wb[i])));
+  }
+  EXPECT_LT(std::sqrt(dist2 / n2), 1e-4) << "relative L2 distance";
+  EXPECT_LT(double(off), 1e-3 * double(wa.size())) << off << " elements differ by more than 1e-4";
+  // And they really trained: the weights moved from their start.
+  EXPECT_GT(max_w, 0.01);
+}
+
+TEST(PsTraining, SspNeverExceedsItsBound) {
+  std::string extra = std::string("[algorithm]\nname = \"ps_ssp\"\nstaleness = 2\n\n") + kOpt;
+  std::string dir = FreshDir("ssp");
+  std::string t = FmnistJob("ssp", dir + "/out", 3, "mlp", 6000, 1, extra);
+  // One worker three times slower: the fast ones must wait for it.
+  auto p = t.find("workers = 3");
+  t.replace(p, 11, "workers = [{slowdown = 3.0}, {}, {}]");
+  t.replace(t.find("log_every_steps = 20"), 20, "log_every_steps = 1");
+  JobRun r = RunJob(dir, t, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  double worst = 0;
+  for (auto& l : Events(r, "train")) worst = std::max(worst, JsonNumber(l, "max_staleness").value_or(0));
+  EXPECT_LE(worst, 2.0);
+  EXPECT_GE(worst, 1.0) << "the slow worker should have held the others back";
+  EXPECT_GE(Accuracy(r), 0.70) << r.done_line;
+}
+
+TEST(PsTraining, AsyncGoesOnWhenAWorkerIsKilled) {
+  std::string dir = FreshDir("async_kill");
+  std::string t = FmnistJob("async_kill", dir + "/out", 3, "mlp", 30000, 2, std::string("[algorithm]\nname = \"ps_async\"\n\n") + kOpt);
+  std::thread killer([&] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream m(dir + "/out/metrics.jsonl");
+      std::string l;
+      int trains = 0;
+      while (std::getline(m, l)) trains += l.find("\"event\":\"train\"") != std::string::npos;
+      if (trains >= 6) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml --rank 2'";
+    if (system(cmd.c_str()) != 0) {}
+  });
+  JobRun r = RunJob(dir, t, 300);
+  killer.join();
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("worker 2 stopped: killed by signal"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
+  EXPECT_GE(Accuracy(r), 0.75) << r.done_line;
+}
+
+// Workers started one by one by Open MPI's mpirun take rank and size from its environment.
+TEST(PsTraining, WorkersStartedByMpirun) {
+  if (system("command -v mpirun > /dev/null") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
+  std::string dir = FreshDir("mpirun");
+  std::string job = dir + "/job.toml";
+  std::ofstream(job) << FmnistJob("mpirun", dir + "/out", 2, "mlp", 4000, 1,
+                                  std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kOpt);
+  std::string bin = BinDir();
+  // Servers in the background (their pids kept), workers through mpirun, then the servers stopped.
+  std::string script = dir + "/run.sh";
+  std::ofstream(script) << bin << "/server/shoal-server --config " << job << " --shard 0 > " << dir << "/s0.log 2>&1 &\n"
+                        << "S0=$!\n"
+                        << bin << "/server/shoal-server --config " << job << " --shard 1 > " << dir << "/s1.log 2>&1 &\n"
+                        << "S1=$!\n"
+                        << "timeout -s KILL 240 mpirun --allow-run-as-root --oversubscribe -np 2 " << bin
+                        << "/worker/shoal-worker --config " << job << " > " << dir << "/mpi.log 2>&1\n"
+                        << "echo $? > " << dir << "/rc\n"
+                        << "kill -TERM $S0 $S1; wait\n";
+  ASSERT_EQ(system(("timeout -s KILL 280 bash " + script).c_str()), 0);
+  std::ifstream rc(dir + "/rc");
+  int code = -1;
+  rc >> code;
+  std::ifstream log(dir + "/mpi.log");
+  std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(code, 0) << all;
+  EXPECT_NE(all.find("worker 0/2"), std::string::npos) << all;
+  EXPECT_NE(all.find("worker 1/2"), std::string::npos) << all;
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace shoal
