@@ -4,13 +4,16 @@
 #   {"bench":"engine","model":"lenet","samples_per_s":..,"torch_samples_per_s":..,"ratio":..}
 # (torch figures null when `import torch` fails).
 #
-# usage: bench/engine/run.sh [--threads N] [--batch B] [--seconds S] [--rounds R] [--models "resnet20 lenet"]
+# usage: bench/engine/run.sh [BAZEL_BIN] [--threads N] [--batch B] [--seconds S] [--rounds R] [--models "resnet20 lenet"]
+# (`./shoal bench engine` passes BAZEL_BIN after building; without it this script builds.)
 # Each round runs C++ then PyTorch; a side's figure is its best round (median step time
 # within a round), which keeps other tenants of a shared machine from deciding the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 threads=2 batch=64 seconds=5 rounds=3 models="resnet20 lenet"
+bazel_bin=""
+if [ $# -gt 0 ] && [ -d "$1" ]; then bazel_bin="$1"; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) threads="$2"; shift 2 ;;
@@ -22,10 +25,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-bin=bazel-bin/bench/engine/engine_bench
-if [ "${SHOAL_BENCH_NO_BUILD:-0}" != 1 ]; then
-  bazel build //bench/engine:engine_bench >&2
+if [ -z "$bazel_bin" ]; then
+  bazel_bin=bazel-bin
+  [ "${SHOAL_BENCH_NO_BUILD:-0}" = 1 ] || bazel build //bench/engine:engine_bench >&2
 fi
+bin="$bazel_bin/bench/engine/engine_bench"
 [ -x "$bin" ] || { echo "bench/engine/run.sh: $bin is missing (bazel build //bench/engine:engine_bench)" >&2; exit 1; }
 
 # Debian's torch lives in the system interpreter, which may not be the first python3.
