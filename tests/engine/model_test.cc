@@ -165,8 +165,12 @@ TEST(Model, EvalModeUsesRunningStatistics) {
   std::vector<float> train = Host(*be, m->Forward(x, true));
   std::vector<float> eval = Host(*be, m->Forward(x, false));
   EXPECT_NE(train, eval);
-  std::vector<float> eval2 = Host(*be, m->Forward(x, false));
+  m->Eval();
+  std::vector<float> eval2 = Host(*be, m->Forward(x));
   EXPECT_EQ(eval, eval2);  // inference does not touch running stats
+  m->Train();
+  EXPECT_TRUE(m->training());
+  EXPECT_NE(Host(*be, m->Forward(x)), eval);
   EXPECT_EQ(m->buffers().size(), 2u * (1 + 9 * 2 + 2));
 }
 

@@ -69,6 +69,11 @@ class Model {
 
   // ---- running
   const Tensor& Forward(const Tensor& x, bool train);
+  // The same, in the mode set by Train() / Eval() (training after construction).
+  const Tensor& Forward(const Tensor& x) { return Forward(x, training_); }
+  void Train() { training_ = true; }
+  void Eval() { training_ = false; }
+  bool training() const { return training_; }
   // dlogits: gradient of the loss w.r.t. the last Forward(train=true)'s output.
   void Backward(const Tensor& dlogits);
   // Forward(train) + loss + Backward. Does NOT zero gradients (call ZeroGrad first).
@@ -119,6 +124,7 @@ class Model {
   std::vector<std::vector<const Tensor*>> in_ptrs_;
   Tensor input_;
   bool have_train_forward_ = false;
+  bool training_ = true;
   SoftmaxCrossEntropyLoss loss_;
 };
 
