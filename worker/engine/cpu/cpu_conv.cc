@@ -1,7 +1,7 @@
 // Convolution on oneDNN. Layers hand over plain NCHW/OIHW buffers; the primitives run in
 // the blocked layouts oneDNN picks for this machine (format_tag::any), which are several
 // times faster than plain-layout kernels for the channel counts of the zoo.
-#include <algorithm>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "worker/engine/cpu/conv_plan.h"
@@ -121,6 +121,8 @@ void CpuBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, 
 void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
                               Tensor& dw, Tensor* db) {
   PinThreads();
+  SHOAL_CHECK(x.dtype() == DType::kF32 && w.dtype() == DType::kF32 && dy.dtype() == DType::kF32,
+              "CpuBackend::ConvBackward: fp32 only");
   const bool want_db = db && db->defined();
   CpuConvPlan& c = Plan(x, w, want_db, p);
   const dnnl::engine& eng = dnnl_->engine;
