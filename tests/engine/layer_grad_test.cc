@@ -23,7 +23,7 @@ constexpr double kTol = 2e-3;
 
 class LayerGrad : public ::testing::Test {
  protected:
-  void SetUp() override { be_ = MakeCpuBackend(2); }
+  void SetUp() override { be_ = MakeCpuBackend(1); }
 
   // Checks dL/dx for every input and dL/dp for every parameter of `layer`.
   GradCheckResult Check(Layer& layer, std::vector<Tensor> inputs, double h = 1e-2, bool train = true) {

@@ -24,7 +24,7 @@ class Zoo : public ::testing::TestWithParam<ZooCase> {};
 
 TEST_P(Zoo, ForwardShapeAndParameterCount) {
   const ZooCase c = GetParam();
-  auto be = MakeCpuBackend(2);
+  auto be = MakeCpuBackend(1);
   ModelOptions mo;
   mo.input_shape = c.input;
   mo.num_classes = 10;
@@ -122,7 +122,7 @@ TEST(Model, InitIsDeterministicAndFlatViewsRoundTrip) {
 }
 
 TEST(Model, GradientsMatchFiniteDifferences) {
-  auto be = MakeCpuBackend(2);
+  auto be = MakeCpuBackend(1);
   // every node kind but pooling (FD-checked per layer), and c0 with three consumers
   auto m = std::make_unique<Model>(*be, "tiny", Shape{2, 5, 5});
   {
@@ -204,7 +204,7 @@ TEST(Model, GradientsAccumulateAcrossStepsUntilZeroed) {
 }
 
 TEST(Model, Resnet50TrainStepOnSmallImages) {
-  auto be = MakeCpuBackend(2);
+  auto be = MakeCpuBackend(1);
   ModelOptions mo;
   mo.input_shape = {3, 64, 64};
   mo.zero_gamma_init = true;

@@ -37,7 +37,7 @@ struct Synthetic {
 
 // SGD with momentum 0.9 and weight decay on weights only, as the trainer would.
 void Train(const std::string& name, const Shape& in, int steps, float lr, double* first, double* last, double* acc) {
-  auto be = MakeCpuBackend(2);
+  auto be = MakeCpuBackend(1);
   ModelOptions mo;
   mo.input_shape = in;
   mo.num_classes = 10;
