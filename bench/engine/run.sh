@@ -32,6 +32,11 @@ fi
 bin="$bazel_bin/bench/engine/engine_bench"
 [ -x "$bin" ] || { echo "bench/engine/run.sh: $bin is missing (bazel build //bench/engine:engine_bench)" >&2; exit 1; }
 
+# Both sides use libgomp. Its default spin-waiting collapses 2-thread throughput 2-20x
+# whenever anything else runs on the machine (measured on 2 shared cores: resnet20 22-145
+# samples/s active vs ~245 passive), so both run passive unless the caller chose.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+
 # Debian's torch lives in the system interpreter, which may not be the first python3.
 py=python3
 for cand in /usr/bin/python3 python3; do
@@ -65,6 +70,9 @@ for line in open(path):
         continue
     key = (r["bench"], r["model"])
     best[key] = max(best.get(key, 0.0), r["samples_per_s"])
+import os
+print("training samples/s (forward + backward + SGD momentum), CPU, OMP_WAIT_POLICY=%s, best of rounds"
+      % os.environ.get("OMP_WAIT_POLICY", ""))
 print("%-10s %8s %6s %16s %16s %7s" % ("model", "threads", "batch", "shoal samples/s", "torch samples/s", "ratio"))
 lines = []
 for m in models:
