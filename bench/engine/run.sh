@@ -88,5 +88,5 @@ if torch_error:
 # lenet's line last: the contract's one JSON object
 lines.sort(key=lambda l: l["model"] == "lenet")
 for l in lines:
-    print(json.dumps(l))
+    print(json.dumps(l, separators=(",", ":")))
 PY
