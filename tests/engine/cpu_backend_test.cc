@@ -93,6 +93,30 @@ TEST_P(CpuConv, ForwardAndBackwardMatchNaiveLoops) {
   EXPECT_NEAR(dwh[0] - 1.0, dw0, 1e-3 * (1 + std::fabs(dw0)));
 }
 
+TEST_P(CpuConv, SavedInputPathMatchesPlainBackward) {
+  const ConvCase c = GetParam();
+  auto be = MakeCpuBackend(1);
+  std::mt19937_64 rng(4);
+  Tensor x = Random(*be, c.x, rng), w = Random(*be, c.w, rng), b = Random(*be, {c.w[0]}, rng);
+  ConvParams p{c.stride, c.pad};
+  const int64_t ho = (c.x[2] + 2 * c.pad - c.w[2]) / c.stride + 1, wo = (c.x[3] + 2 * c.pad - c.w[3]) / c.stride + 1;
+  Tensor y1 = be->Empty({c.x[0], c.w[0], ho, wo}), y2 = be->Empty(y1.shape()), saved;
+  be->ConvForward(x, w, b, p, y1);
+  be->ConvForwardTrain(x, w, b, p, y2, saved);
+  EXPECT_EQ(Host(*be, y1), Host(*be, y2));
+  // another forward of the same shape in between must not disturb this call site's copy
+  Tensor x2 = Random(*be, c.x, rng), y3 = be->Empty(y1.shape()), saved2;
+  be->ConvForwardTrain(x2, w, b, p, y3, saved2);
+  Tensor dy = Random(*be, y1.shape(), rng);
+  Tensor dx1 = be->Empty(c.x), dx2 = be->Empty(c.x), dw1 = be->Zeros(c.w), dw2 = be->Zeros(c.w);
+  Tensor db1 = be->Zeros({c.w[0]}), db2 = be->Zeros({c.w[0]});
+  be->ConvBackward(x, w, dy, p, &dx1, dw1, &db1);
+  be->ConvBackwardSaved(x, saved, w, dy, p, &dx2, dw2, &db2);
+  EXPECT_EQ(Host(*be, dx1), Host(*be, dx2));
+  EXPECT_EQ(Host(*be, dw1), Host(*be, dw2));
+  EXPECT_EQ(Host(*be, db1), Host(*be, db2));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuConv,
                          ::testing::Values(ConvCase{{4, 1, 28, 28}, {32, 1, 5, 5}, 1, 0},    // lenet conv1
                                            ConvCase{{4, 32, 12, 12}, {64, 32, 5, 5}, 1, 0},  // lenet conv2

@@ -48,6 +48,20 @@ class Backend {
   // dx may be undefined (first layer); dw, db accumulate.
   virtual void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p,
                             Tensor* dx, Tensor& dw, Tensor* db) = 0;
+  // Training variants: the forward may keep what its backward can reuse in `saved` (a
+  // backend-private copy of x, e.g. in the layout the kernels want), allocated by the
+  // backend on first use; pass the same Tensor object, with x unchanged, to the backward.
+  // Backends without such a cache inherit these defaults, which ignore `saved`.
+  virtual void ConvForwardTrain(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
+                                Tensor& y, Tensor& saved) {
+    (void)saved;
+    ConvForward(x, w, b, p, y);
+  }
+  virtual void ConvBackwardSaved(const Tensor& x, const Tensor& saved, const Tensor& w, const Tensor& dy,
+                                 const ConvParams& p, Tensor* dx, Tensor& dw, Tensor* db) {
+    (void)saved;
+    ConvBackward(x, w, dy, p, dx, dw, db);
+  }
 
   // ---- batch norm over N,H,W per channel (x is [N,C,H,W] or [N,C])
   // training: uses batch stats, updates running_* with `momentum` (new = (1-m)*old + m*batch,

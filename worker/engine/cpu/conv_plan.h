@@ -33,6 +33,7 @@ struct CpuConvPlan {
   dnnl::convolution_forward fwd;
   ConvArg f_x, f_w, f_y;
   dnnl::memory f_b, f_scratch;
+  dnnl::memory saved_x;  // wraps a caller's `saved` tensor in the forward's src layout
 
   bool has_bwd = false;
   dnnl::convolution_backward_data bwd_data;
@@ -40,6 +41,7 @@ struct CpuConvPlan {
   dnnl::memory bd_scratch, bw_scratch;
   dnnl::convolution_backward_weights bwd_weights;
   ConvArg bw_x, bw_dw, bw_dy;
+  bool bw_x_is_fwd_x = false;  // weight-gradient kernel reads x in the forward's layout
   dnnl::memory bw_db;
   std::vector<float> dw_tmp, db_tmp;  // oneDNN overwrites; the Backend contract accumulates
 };

@@ -38,6 +38,12 @@ class CpuBackend final : public Backend {
                    Tensor& y) override;
   void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p,
                     Tensor* dx, Tensor& dw, Tensor* db) override;
+  // Keep x in the forward kernel's blocked layout, so the weight-gradient kernel skips
+  // converting it again.
+  void ConvForwardTrain(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y,
+                        Tensor& saved) override;
+  void ConvBackwardSaved(const Tensor& x, const Tensor& saved, const Tensor& w, const Tensor& dy,
+                         const ConvParams& p, Tensor* dx, Tensor& dw, Tensor* db) override;
 
   void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                              float momentum, Tensor& running_mean, Tensor& running_var,
@@ -74,6 +80,9 @@ class CpuBackend final : public Backend {
   using ConvKey = std::tuple<Shape, Shape, int, int, bool>;
   void PinThreads() const;
   CpuConvPlan& Plan(const Tensor& x, const Tensor& w, bool has_bias, const ConvParams& p);
+  void ConvFwd(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y, Tensor* saved);
+  void ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, const Tensor& dy, const ConvParams& p,
+               Tensor* dx, Tensor& dw, Tensor* db);
 
   int threads_;
   struct Dnnl;  // engine + stream, kept out of this header

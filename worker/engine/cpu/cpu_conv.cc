@@ -95,17 +95,50 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
   c.f_w.Init(c.w_md, c.fwd_pd.weights_desc(), eng);
   c.f_y.Init(c.y_md, c.fwd_pd.dst_desc(), eng);
   if (has_bias) c.f_b = memory(c.b_md, eng, DNNL_MEMORY_NONE);
+  c.saved_x = memory(c.fwd_pd.src_desc(), eng, DNNL_MEMORY_NONE);
   return *(conv_plans_[key] = std::move(plan));
 }
 
 void CpuBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) {
+  ConvFwd(x, w, b, p, y, nullptr);
+}
+
+void CpuBackend::ConvForwardTrain(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y,
+                                  Tensor& saved) {
+  ConvFwd(x, w, b, p, y, &saved);
+}
+
+void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
+                              Tensor& dw, Tensor* db) {
+  ConvBwd(x, nullptr, w, dy, p, dx, dw, db);
+}
+
+void CpuBackend::ConvBackwardSaved(const Tensor& x, const Tensor& saved, const Tensor& w, const Tensor& dy,
+                                   const ConvParams& p, Tensor* dx, Tensor& dw, Tensor* db) {
+  ConvBwd(x, &saved, w, dy, p, dx, dw, db);
+}
+
+void CpuBackend::ConvFwd(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y,
+                         Tensor* saved) {
   SHOAL_CHECK(x.dtype() == DType::kF32 && w.dtype() == DType::kF32, "CpuBackend::ConvForward: fp32 only");
   PinThreads();
   CpuConvPlan& c = Plan(x, w, b.defined(), p);
   const Shape& want = c.y_shape;
   SHOAL_CHECK(y.shape() == want, "CpuBackend::ConvForward: output must be " + ShapeString(want) + ", got " + ShapeString(y.shape()));
   dnnl::stream& s = dnnl_->stream;
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, c.f_x.In(s, x.raw())},
+  memory* src = nullptr;
+  if (saved && c.f_x.reorder) {
+    // convert x straight into the caller's `saved` buffer instead of the shared one
+    const int64_t floats = int64_t((c.fwd_pd.src_desc().get_size() + 3) / 4);
+    if (!saved->defined() || saved->numel() != floats) *saved = Empty({floats});
+    c.f_x.user.set_data_handle(x.raw());
+    c.saved_x.set_data_handle(saved->raw());
+    c.f_x.to_inner.execute(s, c.f_x.user, c.saved_x);
+    src = &c.saved_x;
+  } else {
+    src = &c.f_x.In(s, x.raw());
+  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, *src},
                                        {DNNL_ARG_WEIGHTS, c.f_w.In(s, w.raw())},
                                        {DNNL_ARG_DST, c.f_y.Target(y.raw())},
                                        {DNNL_ARG_SCRATCHPAD, c.f_scratch}};
@@ -118,8 +151,8 @@ void CpuBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, 
   s.wait();
 }
 
-void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
-                              Tensor& dw, Tensor* db) {
+void CpuBackend::ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, const Tensor& dy, const ConvParams& p,
+                         Tensor* dx, Tensor& dw, Tensor* db) {
   PinThreads();
   SHOAL_CHECK(x.dtype() == DType::kF32 && w.dtype() == DType::kF32 && dy.dtype() == DType::kF32,
               "CpuBackend::ConvBackward: fp32 only");
@@ -150,6 +183,7 @@ void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy
     c.bwd_weights = dnnl::convolution_backward_weights(wpd);
     c.bw_scratch = memory(wpd.scratchpad_desc(), eng);
     c.bw_x.Init(c.x_md, wpd.src_desc(), eng);
+    c.bw_x_is_fwd_x = c.f_x.reorder && wpd.src_desc() == c.fwd_pd.src_desc();
     c.bw_dw.Init(c.w_md, wpd.diff_weights_desc(), eng);
     c.bw_dy.Init(c.y_md, wpd.diff_dst_desc(), eng);
     c.dw_tmp.resize(size_t(w.numel()));
@@ -162,7 +196,10 @@ void CpuBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy
   dnnl::stream& s = dnnl_->stream;
   // dy in the layout both backward primitives want (usually the same: one reorder)
   memory& dy_w = c.bw_dy.In(s, dy.raw());
-  std::unordered_map<int, memory> wargs{{DNNL_ARG_SRC, c.bw_x.In(s, x.raw())},
+  const bool use_saved = saved && c.bw_x_is_fwd_x && saved->defined() &&
+                        size_t(saved->numel()) * 4 >= c.fwd_pd.src_desc().get_size();
+  if (use_saved) c.saved_x.set_data_handle(saved->raw());
+  std::unordered_map<int, memory> wargs{{DNNL_ARG_SRC, use_saved ? c.saved_x : c.bw_x.In(s, x.raw())},
                                         {DNNL_ARG_DIFF_DST, dy_w},
                                         {DNNL_ARG_DIFF_WEIGHTS, c.bw_dw.Target(c.dw_tmp.data())},
                                         {DNNL_ARG_SCRATCHPAD, c.bw_scratch}};

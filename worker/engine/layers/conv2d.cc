@@ -29,16 +29,19 @@ Shape Conv2d::OutputShape(const std::vector<Shape>& in) const {
 }
 
 const Tensor& Conv2d::Forward(const std::vector<const Tensor*>& x, bool train) {
-  (void)train;
   Ensure(y_, OutputShape({x[0]->shape()}));
-  be_.ConvForward(*x[0], params_[0].value, bias_ ? params_[1].value : Tensor(), p_, y_);
+  const Tensor b = bias_ ? params_[1].value : Tensor();
+  if (train)
+    be_.ConvForwardTrain(*x[0], params_[0].value, b, p_, y_, saved_);
+  else
+    be_.ConvForward(*x[0], params_[0].value, b, p_, y_);
   return y_;
 }
 
 void Conv2d::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) {
   if (need_dx) Ensure(dx_, x[0]->shape());
-  be_.ConvBackward(*x[0], params_[0].value, dy, p_, need_dx ? &dx_ : nullptr, params_[0].grad,
-                   bias_ ? &params_[1].grad : nullptr);
+  be_.ConvBackwardSaved(*x[0], saved_, params_[0].value, dy, p_, need_dx ? &dx_ : nullptr, params_[0].grad,
+                        bias_ ? &params_[1].grad : nullptr);
   if (need_dx) dx[0] = dx_;
 }
 

@@ -19,6 +19,7 @@ class Conv2d final : public Layer {
   ConvParams p_;
   bool bias_;
   Tensor dx_;
+  Tensor saved_;  // the backend's copy of x from the last training forward
 };
 
 }  // namespace shoal
