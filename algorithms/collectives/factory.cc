@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "algorithms/collectives/torus.h"
 #include "algorithms/collectives/zmq_ring.h"
 #include "common/error.h"
 
@@ -18,8 +19,8 @@ std::string RunId() {
 std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, const std::string& name) {
   const ConfigSection& o = env.config->algorithm_opts;
   std::string kind = o.GetString("collective", "ring");
-  if (kind != "ring")
-    throw Error(o.Where("collective") + ": \"" + kind + "\" is not available in this build (known: ring)");
+  if (kind != "ring" && kind != "torus2d" && kind != "hierarchical")
+    throw Error(o.Where("collective") + ": expected \"ring\", \"torus2d\" or \"hierarchical\", got \"" + kind + "\"");
   std::string dir = o.GetString("rendezvous_dir", env.config->output_dir + "/rendezvous");
   // The store lives as long as the process: the ring only reads it while wiring.
   static std::unique_ptr<FileStore> store;
@@ -30,7 +31,27 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, co
   ro.segment_bytes = o.GetInt("segment_bytes", 1 << 20, 256, int64_t(1) << 30);
   ro.bind_host = env.config->workers[size_t(env.rank)].host;
   ro.bandwidth_bytes_per_s = env.config->workers[size_t(env.rank)].bandwidth_mbps * 1e6 / 8;
-  return std::unique_ptr<Communicator>(new ZmqRing(env.rank, env.world, *store, ro));
+  if (kind == "ring") return std::unique_ptr<Communicator>(new ZmqRing(env.rank, env.world, *store, ro));
+  int cols = 1;
+  if (kind == "torus2d") {
+    int def = 1;
+    for (int c = 1; c * c <= env.world; ++c)
+      if (env.world % c == 0) def = env.world / c;  // the most square grid, cols >= rows
+    cols = int(o.GetInt("torus_cols", def, 1, env.world));
+    if (env.world % cols != 0)
+      throw Error(o.Where("torus_cols") + ": " + std::to_string(cols) + " does not divide the " + std::to_string(env.world) + " workers");
+  } else {
+    // Hierarchical: one grid row per host; workers must be listed host by host, the same
+    // number on each host.
+    const auto& w = env.config->workers;
+    cols = 1;
+    while (cols < int(w.size()) && w[size_t(cols)].host == w[0].host) ++cols;
+    for (size_t i = 0; i < w.size(); ++i)
+      if (w.size() % size_t(cols) != 0 || w[i].host != w[i - i % size_t(cols)].host ||
+          (i % size_t(cols) == 0 && i > 0 && w[i].host == w[i - 1].host))
+        throw Error(env.config->path + ": [cluster] workers: hierarchical all-reduce needs the same number of workers on every host, listed host by host");
+  }
+  return std::unique_ptr<Communicator>(new Torus2D(env.rank, env.world, cols, *store, ro, name));
 }
 
 }  // namespace shoal

@@ -224,8 +224,25 @@ void ZmqRing::Recv(Msg* msg, const char* what) {
   }
 }
 
-void ZmqRing::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
-  if (size_ > 1) {
+void ZmqRing::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) { Pass(data, n, op, wire, true, true); }
+
+std::pair<int64_t, int64_t> ZmqRing::OwnedChunk(int64_t n) const {
+  int own = Mod(rank_ + 1, size_);
+  return {ChunkBegin(n, size_, own), ChunkBegin(n, size_, own + 1)};
+}
+
+std::pair<int64_t, int64_t> ZmqRing::ReduceScatter(float* data, int64_t n, ReduceOp op, DType wire) {
+  Pass(data, n, op, wire, true, false);
+  return OwnedChunk(n);
+}
+
+void ZmqRing::AllGatherChunks(float* data, int64_t n, DType wire) { Pass(data, n, ReduceOp::kSum, wire, false, true); }
+
+void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_scatter, bool all_gather) {
+  if (size_ == 1) {
+    return;
+  }
+  {
     ++seq_;
     const int N = size_;
     const size_t es = DTypeSize(wire);
@@ -275,21 +292,21 @@ void ZmqRing::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
       } while (b + int64_t(s) * seg_elems < e);
     };
     // Reduce-scatter: after N-1 steps rank r holds the full sum of chunk (r+1) mod N.
-    for (int step = 0; step < N - 1; ++step) {
+    for (int step = 0; reduce_scatter && step < N - 1; ++step) {
       send_chunk(Mod(rank_ - step, N), uint32_t(step));
       recv_chunk(Mod(rank_ - step - 1, N), uint32_t(step), true, "all-reduce");
     }
     // The owner rounds its chunk the way the wire will, so every rank ends identical.
     int own = Mod(rank_ + 1, N);
     int64_t ob = ChunkBegin(n, N, own), oe = ChunkBegin(n, N, own + 1);
-    if (op == ReduceOp::kMean) for (int64_t i = ob; i < oe; ++i) data[i] /= float(N);
+    if (reduce_scatter && op == ReduceOp::kMean) for (int64_t i = ob; i < oe; ++i) data[i] /= float(N);
     if (wire != DType::kF32) {
       scratch_.resize(size_t(oe - ob) * es);
       EncodeFloats(data + ob, size_t(oe - ob), wire, scratch_.data());
       DecodeFloats(scratch_.data(), size_t(oe - ob), wire, data + ob);
     }
     // All-gather the reduced chunks.
-    for (int step = 0; step < N - 1; ++step) {
+    for (int step = 0; all_gather && step < N - 1; ++step) {
       send_chunk(Mod(rank_ + 1 - step, N), uint32_t(N + step));
       recv_chunk(Mod(rank_ - step, N), uint32_t(N + step), false, "all-reduce");
     }

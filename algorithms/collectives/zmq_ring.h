@@ -7,6 +7,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,12 @@ class ZmqRing : public Communicator {
   std::string Name() const override { return "zmq-ring"; }
   void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) override;
   void AllGather(const void* in, int64_t bytes, void* out) override;
+  // The two halves of AllReduce, for composite collectives (2D torus, hierarchical):
+  // ReduceScatter leaves this rank the reduced chunk it returns ([begin, end) of data);
+  // AllGatherChunks then spreads every rank's chunk to all.
+  std::pair<int64_t, int64_t> ReduceScatter(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32);
+  void AllGatherChunks(float* data, int64_t n, DType wire = DType::kF32);
+  std::pair<int64_t, int64_t> OwnedChunk(int64_t n) const;
   void Broadcast(void* data, int64_t bytes, int root) override;
   void Barrier() override;
   int64_t bytes_sent() const override { return bytes_sent_; }
@@ -51,6 +58,7 @@ class ZmqRing : public Communicator {
     uint32_t segment;
   };
   struct Msg;
+  void Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_scatter, bool all_gather);
   void Send(const Header& h, const void* payload, size_t bytes, bool zero_copy);
   void WaitSendsReleased();
   // Receives one message from the left neighbour into `msg` (bounded wait).

@@ -52,6 +52,24 @@ TEST(CollectiveTraining, AllReduceFp16WireKeepsWeightsIdentical) {
   EXPECT_EQ(o.hashes.size(), 1u);
 }
 
+TEST(CollectiveTraining, TorusAndHierarchicalAllReduce) {
+  Outcome t = Train("torus", 4, "mlp", 6000, 1, "[algorithm]\nname = \"allreduce\"\ncollective = \"torus2d\"\n\n");
+  EXPECT_GE(t.accuracy, 0.75) << t.run.done_line;
+  EXPECT_EQ(t.hashes.size(), 1u);
+  // Two "hosts" (127.0.0.1 and 127.0.0.2, both loopback): rows are hosts.
+  std::string dir = FreshDir("hier");
+  std::string job = FmnistJob("hier", dir + "/out", 4, "mlp", 6000, 1,
+                              std::string("[algorithm]\nname = \"allreduce\"\ncollective = \"hierarchical\"\n\n") + kMomentum);
+  job.replace(job.find("workers = 4"), 11,
+              "workers = [{host = \"127.0.0.1\"}, {host = \"127.0.0.1\"}, {host = \"127.0.0.2\"}, {host = \"127.0.0.2\"}]");
+  JobRun r = RunJob(dir, job, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.75) << r.done_line;
+  std::set<std::string> hashes;
+  for (auto& e : Events(r, "end")) hashes.insert(JsonField(e, "weights_hash").value_or("?"));
+  EXPECT_EQ(hashes.size(), 1u);
+}
+
 TEST(CollectiveTraining, DoubleBufferReachesTarget) {
   // A 1-step-stale gradient lowers the stable learning rate under momentum 0.9.
   Outcome o = Train("double_buffer", 4, "mlp", 12000, 3, "[algorithm]\nname = \"double_buffer\"\n\n",
