@@ -58,7 +58,7 @@ done
 "$py" - "$results" "$models" "$threads" "$batch" <<'PY'
 import json, sys
 path, models, threads, batch = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
-best = {}
+best, cpu = {}, {}
 torch_error = None
 for line in open(path):
     try:
@@ -70,19 +70,25 @@ for line in open(path):
         continue
     key = (r["bench"], r["model"])
     best[key] = max(best.get(key, 0.0), r["samples_per_s"])
+    if "cpu_ms_per_step" in r:
+        cpu[key] = min(cpu.get(key, float("inf")), r["cpu_ms_per_step"])
 import os
 print("training samples/s (forward + backward + SGD momentum), CPU, OMP_WAIT_POLICY=%s, best of rounds"
       % os.environ.get("OMP_WAIT_POLICY", ""))
-print("%-10s %8s %6s %16s %16s %7s" % ("model", "threads", "batch", "shoal samples/s", "torch samples/s", "ratio"))
+print("(cpu ms/step: process CPU time per step, all threads, steadier than wall time on a shared machine)")
+print("%-10s %8s %6s %16s %16s %7s %18s %18s" % ("model", "threads", "batch", "shoal samples/s", "torch samples/s",
+                                                "ratio", "shoal cpu ms/step", "torch cpu ms/step"))
 lines = []
 for m in models:
     ours = best.get(("engine_cpp", m))
     theirs = best.get(("engine_torch", m))
     ratio = round(ours / theirs, 3) if ours and theirs else None
-    print("%-10s %8d %6d %16s %16s %7s" % (m, threads, batch, "%.1f" % ours if ours else "-",
-                                          "%.1f" % theirs if theirs else "-", ratio if ratio else "-"))
+    oc, tc = cpu.get(("engine_cpp", m)), cpu.get(("engine_torch", m))
+    print("%-10s %8d %6d %16s %16s %7s %18s %18s" % (m, threads, batch, "%.1f" % ours if ours else "-",
+                                                   "%.1f" % theirs if theirs else "-", ratio if ratio else "-",
+                                                   "%.2f" % oc if oc else "-", "%.2f" % tc if tc else "-"))
     lines.append({"bench": "engine", "model": m, "threads": threads, "batch": batch, "samples_per_s": ours,
-                  "torch_samples_per_s": theirs, "ratio": ratio})
+                  "torch_samples_per_s": theirs, "ratio": ratio, "cpu_ms_per_step": oc, "torch_cpu_ms_per_step": tc})
 if torch_error:
     print("torch: " + torch_error)
 # lenet's line last: the contract's one JSON object
