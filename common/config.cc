@@ -267,7 +267,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.zero_gamma_init = model.Bool("zero_gamma_init", true);
   c.label_smoothing = model.Double("label_smoothing", 0.0, 0.0, 0.999);
 
-  SectionReader data(file, root, "data", {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes", "max_train_samples", "max_test_samples"});
+  SectionReader data(file, root, "data", {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes", "max_train_samples", "max_test_samples", "augment"});
   c.data_format = data.String("format", "idx");
   if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "synthetic")
     data.Fail("format", "expected \"idx\", \"cifar\" or \"synthetic\", got \"" + c.data_format + "\"");
@@ -280,6 +280,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.synthetic_classes = data.Int("classes", 1000, 2, 1 << 20);
   c.max_train_samples = data.Int("max_train_samples", 0, 0, INT64_MAX);
   c.max_test_samples = data.Int("max_test_samples", 0, 0, INT64_MAX);
+  c.augment = data.Bool("augment", false);
 
   c.algorithm_opts = ReadFreeSection(file, root, "algorithm", &c.algorithm, "local");
   c.optimizer_opts = ReadFreeSection(file, root, "optimizer", &c.optimizer, "momentum");

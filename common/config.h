@@ -79,6 +79,7 @@ struct JobConfig {
   int64_t synthetic_classes = 1000;
   int64_t max_train_samples = 0;    // 0 = all; a subset for quick runs
   int64_t max_test_samples = 0;
+  bool augment = false;             // random crop (pad 4) + horizontal flip, for CIFAR
 
   // [algorithm], [optimizer]: name plus algorithm-specific keys
   std::string algorithm = "local";

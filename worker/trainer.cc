@@ -126,6 +126,7 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   lo.seed = cfg.seed;
   lo.shuffle = true;
   lo.drop_last = true;
+  lo.augment = cfg.augment;
   DataLoader train(train_set, lo);
   if (train.batches_per_epoch() < 1)
     throw Error(cfg.path + ": [data] batch_size: " + std::to_string(cfg.batch_size) + " x " + std::to_string(world) +
@@ -135,6 +136,7 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   to.world_size = 1;
   to.shuffle = false;
   to.drop_last = false;
+  to.augment = false;
   to.batch_size = std::max<int64_t>(cfg.batch_size, 256);
   DataLoader test(test_set, to);
 
