@@ -31,6 +31,10 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, co
   ro.segment_bytes = o.GetInt("segment_bytes", 1 << 20, 256, int64_t(1) << 30);
   ro.bind_host = env.config->workers[size_t(env.rank)].host;
   ro.bandwidth_bytes_per_s = env.config->workers[size_t(env.rank)].bandwidth_mbps * 1e6 / 8;
+  ro.curve_server_public = env.config->curve_server_public;
+  ro.curve_server_secret = env.config->curve_server_secret;
+  ro.curve_client_public = env.config->curve_client_public;
+  ro.curve_client_secret = env.config->curve_client_secret;
   if (kind == "ring") return std::unique_ptr<Communicator>(new ZmqRing(env.rank, env.world, *store, ro));
   int cols = 1;
   if (kind == "torus2d") {

@@ -25,6 +25,9 @@ struct RingOptions {
   int rendezvous_timeout_ms = 60000;
   bool tcp_only = false;             // else same-host neighbours use a Unix socket
   double bandwidth_bytes_per_s = 0;  // > 0: token bucket on sends (simulated slow link)
+  // CurveZMQ (Z85 keys from the job's [security]): when set, ring links are encrypted and
+  // a peer must hold the job's keys to complete the handshake.
+  std::string curve_server_public, curve_server_secret, curve_client_public, curve_client_secret;
 };
 
 class ZmqRing : public Communicator {
@@ -74,6 +77,8 @@ class ZmqRing : public Communicator {
   void* mon_pull_ = nullptr;
   bool left_connected_ = false;
   bool left_gone_ = false;
+  int live_left_ = 0;
+  int64_t dropped_ = 0;  // malformed messages ignored  // accepted connections on the PULL socket still open
   uint32_t seq_ = 0;  // collective sequence number, checked on every message
   int64_t bytes_sent_ = 0;
   std::vector<uint8_t> scratch_;

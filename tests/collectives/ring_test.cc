@@ -163,6 +163,47 @@ TEST(Torus2D, AllReduceExactOnGrids) {
   }
 }
 
+TEST(ZmqRing, CurveEncryptedRingWorksAndPlaintextJunkCannotGetIn) {
+  char spub[41], ssec[41], cpub[41], csec[41];
+  ASSERT_EQ(zmq_curve_keypair(spub, ssec), 0);
+  ASSERT_EQ(zmq_curve_keypair(cpub, csec), 0);
+  const int size = 3;
+  std::string dir = FreshDir("curve");
+  auto codes = RunRanks(size, [&](int rank) {
+    FileStore store(dir);
+    RingOptions o;
+    o.tcp_only = true;  // exercise the TCP path, where encryption matters
+    o.curve_server_public = spub;
+    o.curve_server_secret = ssec;
+    o.curve_client_public = cpub;
+    o.curve_client_secret = csec;
+    ZmqRing ring(rank, size, store, o);
+    if (rank == 0) {  // a plaintext intruder sprays rank 1's port; the handshake stops it
+      std::string ep = store.Get("ring-1", 1000);
+      ep = ep.substr(0, ep.find(' '));
+      void* ctx = zmq_ctx_new();
+      void* s = zmq_socket(ctx, ZMQ_PUSH);
+      int linger = 0;
+      zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+      zmq_connect(s, ep.c_str());
+      zmq_send(s, "garbage!", 8, ZMQ_DONTWAIT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      zmq_close(s);
+      zmq_ctx_term(ctx);
+    }
+    std::vector<float> v(10000);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = Value(rank, int64_t(i));
+    ring.AllReduce(v.data(), int64_t(v.size()), ReduceOp::kSum);
+    for (size_t i = 0; i < v.size(); ++i) {
+      float want = 0;
+      for (int r = 0; r < size; ++r) want += Value(r, int64_t(i));
+      if (v[i] != want) return 1;
+    }
+    return 0;
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 TEST(ZmqRing, BroadcastFromEveryRoot) {
   const int size = 3;
   std::string dir = FreshDir("bcast");
@@ -201,7 +242,7 @@ TEST(ZmqRing, RankDyingMidCollectiveFailsTheOthersFast) {
   EXPECT_LT(secs, 15.0) << "failure detection relied on the timeout";
 }
 
-TEST(ZmqRing, GarbageOnTheRingPortIsAClearError) {
+TEST(ZmqRing, GarbageOnTheRingPortIsDroppedAndTheRingGoesOn) {
   const int size = 2;
   std::string dir = FreshDir("junk");
   auto codes = RunRanks(size, [&](int rank) {
@@ -221,16 +262,33 @@ TEST(ZmqRing, GarbageOnTheRingPortIsAClearError) {
       return 0;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    std::vector<float> v(10, 1.0f);
-    try {
-      ring.AllReduce(v.data(), 10, ReduceOp::kSum);
-    } catch (const Error& e) {
-      return std::string(e.what()).find("malformed message") != std::string::npos ? 7 : 8;
-    }
-    return 9;
+    return 0;
   }, 30);
   EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 7);
+  EXPECT_EQ(codes[1], 0);
+  // Now both ranks all-reduce while junk arrives at rank 1: the result is still exact.
+  std::string dir2 = FreshDir("junk2");
+  auto codes2 = RunRanks(size, [&](int rank) {
+    FileStore store(dir2);
+    ZmqRing ring(rank, size, store);
+    if (rank == 0) {
+      std::string ep = store.Get("ring-1", 1000);
+      ep = ep.substr(0, ep.find(' '));
+      void* ctx = zmq_ctx_new();
+      void* s = zmq_socket(ctx, ZMQ_PUSH);
+      zmq_connect(s, ep.c_str());
+      for (int i = 0; i < 50; ++i) zmq_send(s, "garbage!", 8, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      zmq_close(s);
+      zmq_ctx_term(ctx);
+    }
+    std::vector<float> v(1000, float(rank + 1));
+    ring.AllReduce(v.data(), 1000, ReduceOp::kSum);
+    for (float x : v) if (x != 3.0f) return 1;
+    return 0;
+  }, 30);
+  EXPECT_EQ(codes2[0], 0);
+  EXPECT_EQ(codes2[1], 0);
 }
 
 }  // namespace
