@@ -54,16 +54,16 @@ class Momentum : public Optimizer {
 };
 
 // LARS (You et al. 2017; seed 003 Algorithm 1): local lr = eta ||w|| / (||g|| + wd ||w||);
-// v = m v + lr * local * (g + wd w); w -= v. Tensors without decay (bias, BN) use plain
-// momentum with local = 1, as is common practice.
+// v = m v + lr * local * (g + wd w); w -= v. Every tensor gets its trust ratio (bias and
+// BN too, only without weight decay): at large-batch learning rates (lr 16 at 2K) a plain
+// step on them diverges. A tensor whose norm is still 0 (zero-initialised bias) takes
+// local = eta, i.e. the ratio ||w|| / ||g|| counted as 1.
 void LarsUpdate(const OptimizerHyper& h, float* w, const float* g, int64_t n, bool decay, float lr,
                 std::vector<float>& v, float blend_scale) {
   float wd = decay ? h.weight_decay : 0.f;
-  double local = 1.0;
-  if (decay) {
-    double wn = Norm(w, n), gn = Norm(g, n);
-    if (wn > 0 && gn > 0) local = h.trust_coefficient * wn / (gn + wd * wn);
-  }
+  double local = h.trust_coefficient;
+  double wn = Norm(w, n), gn = Norm(g, n);
+  if (wn > 0 && gn > 0) local = h.trust_coefficient * wn / (gn + wd * wn);
   float s = float(lr * local);
   for (int64_t i = 0; i < n; ++i) {
     v[i] = h.momentum * v[i] + s * (g[i] + wd * w[i]);
