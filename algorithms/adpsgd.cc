@@ -58,6 +58,12 @@ class AdPsgd : public Algorithm {
       zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof linger);
       int64_t maxmsg = int64_t(total_) * 4 + 64;  // a model's worth, no more
       zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+      const JobConfig& c = *env_.config;
+      if (c.curve_enabled()) {  // gossip is encrypted like every other link of the job
+        int one = 1;
+        zmq_setsockopt(router_, ZMQ_CURVE_SERVER, &one, sizeof one);
+        zmq_setsockopt(router_, ZMQ_CURVE_SECRETKEY, c.curve_server_secret.c_str(), 40);
+      }
       std::string bind = "tcp://" + env_.config->workers[size_t(env_.rank)].host + ":*";
       if (zmq_bind(router_, bind.c_str()) != 0) throw Error("adpsgd: bind " + bind + ": " + zmq_strerror(zmq_errno()));
       char ep[256];
@@ -72,6 +78,12 @@ class AdPsgd : public Algorithm {
         void* s = zmq_socket(ctx_, ZMQ_DEALER);
         int linger = 0;
         zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+        const JobConfig& c = *env_.config;
+        if (c.curve_enabled()) {
+          zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, c.curve_server_public.c_str(), 40);
+          zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, c.curve_client_public.c_str(), 40);
+          zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c.curve_client_secret.c_str(), 40);
+        }
         std::string ep = store.Get("adpsgd-" + std::to_string(r), 60000);
         if (zmq_connect(s, ep.c_str()) != 0) throw Error("adpsgd: connect to rank " + std::to_string(r) + " at " + ep);
         peers_.push_back({r, s, true});

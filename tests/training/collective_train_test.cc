@@ -10,6 +10,8 @@
 #include <set>
 #include <thread>
 
+#include <zmq.h>
+
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
 
@@ -68,6 +70,18 @@ TEST(CollectiveTraining, TorusAndHierarchicalAllReduce) {
   std::set<std::string> hashes;
   for (auto& e : Events(r, "end")) hashes.insert(JsonField(e, "weights_hash").value_or("?"));
   EXPECT_EQ(hashes.size(), 1u);
+}
+
+// With [security] keys every link of the job is CurveZMQ: ring and gossip too.
+TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
+  char spub[41], ssec[41], cpub[41], csec[41];
+  ASSERT_EQ(zmq_curve_keypair(spub, ssec), 0);
+  ASSERT_EQ(zmq_curve_keypair(cpub, csec), 0);
+  std::string keys = std::string("[security]\nserver_public_key = \"") + spub + "\"\nserver_secret_key = \"" + ssec +
+                     "\"\nclient_public_key = \"" + cpub + "\"\nclient_secret_key = \"" + csec + "\"\n\n";
+  Outcome o = Train("curve_adpsgd", 4, "mlp", 6000, 1, "[algorithm]\nname = \"adpsgd\"\n\n" + keys);
+  EXPECT_GE(o.accuracy, 0.70) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u);
 }
 
 TEST(CollectiveTraining, DoubleBufferReachesTarget) {
