@@ -84,6 +84,24 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
   EXPECT_EQ(o.hashes.size(), 1u);
 }
 
+// "auto" measures, then picks: an uneven worker -> adpsgd, slow links -> dgc.
+TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
+  auto choice = [](const std::string& name, const std::string& workers) {
+    std::string dir = FreshDir(name);
+    std::string job = FmnistJob(name, dir + "/out", 4, "mlp", 6000, 1, std::string("[algorithm]\nname = \"auto\"\n\n") + kMomentum);
+    job.replace(job.find("workers = 4"), 11, "workers = " + workers);
+    JobRun r = RunJob(dir, job, 300);
+    EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+    EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.70) << r.done_line;
+    std::set<std::string> picks;
+    for (auto& e : Events(r, "auto")) picks.insert(JsonField(e, "choice").value_or("?"));
+    EXPECT_EQ(picks.size(), 1u) << "every worker must decide the same";
+    return picks.empty() ? std::string("none") : *picks.begin();
+  };
+  EXPECT_EQ(choice("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]"), "adpsgd");
+  EXPECT_EQ(choice("auto_slow_links", "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]"), "dgc");
+}
+
 TEST(CollectiveTraining, DoubleBufferReachesTarget) {
   // A 1-step-stale gradient lowers the stable learning rate under momentum 0.9.
   Outcome o = Train("double_buffer", 4, "mlp", 12000, 3, "[algorithm]\nname = \"double_buffer\"\n\n",
