@@ -81,6 +81,11 @@ std::string Fmt(const char* f, double v) {
 }
 
 int Run(const std::string& job_path) {
+  if (FLAGS_resume) {
+    // Say so plainly rather than let the servers fail on a flag they do not know.
+    fprintf(stderr, "shoal: --resume: checkpoints are not implemented yet (see README, \"Not yet\")\n");
+    return 2;
+  }
   JobConfig cfg;
   try {
     cfg = LoadJobConfig(job_path);
