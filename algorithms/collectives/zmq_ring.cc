@@ -67,10 +67,14 @@ struct ZmqRing::Msg {
 namespace {
 void ReleaseSent(void*, void* hint) { static_cast<std::atomic<int64_t>*>(hint)->fetch_sub(1); }
 
+// Who can reach our abstract Unix socket: same host AND same network namespace (abstract
+// sockets live in the namespace, so network-namespace test hosts must use TCP).
 std::string HostName() {
   char h[256] = {0};
   gethostname(h, sizeof h - 1);
-  return h;
+  char ns[128] = {0};
+  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  return std::string(h) + "/" + (n > 0 ? std::string(ns, size_t(n)) : std::string("?"));
 }
 }  // namespace
 
@@ -109,8 +113,9 @@ ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts)
   std::string id = opts_.prefix + "-" + std::to_string(rank) + "-" + std::to_string(getpid()) + "-" +
                    std::to_string(reinterpret_cast<uintptr_t>(this));
   // Peers on this host connect over a Unix socket: faster than TCP loopback.
-  ipc_path_ = "/tmp/shoal-" + id;
-  std::string ipc = "ipc://" + ipc_path_;
+  // Linux's abstract socket namespace ("@"): nothing on disk, so a killed rank leaves no
+  // file behind.
+  std::string ipc = "ipc://@shoal-" + id;
   ZmqCheck(zmq_bind(pull_, ipc.c_str()), "ring rank " + std::to_string(rank) + ": bind " + ipc);
   mon_pull_ = MonitorSocket(ctx_, pull_, id + "-pull");
   store.Set(opts_.prefix + "-" + std::to_string(rank), std::string(ep) + " " + ipc + " " + HostName());
@@ -140,7 +145,6 @@ ZmqRing::~ZmqRing() {
   for (void* s : {mon_pull_, pull_, push_})
     if (s) zmq_close(s);
   if (ctx_) zmq_ctx_term(ctx_);
-  if (!ipc_path_.empty()) unlink(ipc_path_.c_str());
 }
 
 void ZmqRing::WaitSendsReleased() {

@@ -83,7 +83,6 @@ class ZmqRing : public Communicator {
   int64_t bytes_sent_ = 0;
   std::vector<uint8_t> scratch_;
   std::atomic<int64_t> inflight_{0};  // zero-copy sends ZeroMQ has not released yet
-  std::string ipc_path_;
   RateLimiter limiter_;
 };
 
