@@ -152,21 +152,7 @@ TEST(CollectiveTraining, BadJobFileStartsNothing) {
 TEST(CollectiveTraining, KilledWorkerFailsTheJobFastWithAReport) {
   std::string dir = FreshDir("kill");
   std::string toml = FmnistJob("kill", dir + "/out", 3, "mlp", 60000, 5, "[algorithm]\nname = \"allreduce\"\n\n") + kMomentum;
-  std::thread killer([&] {
-    // Wait until training is under way, then SIGKILL worker 1.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::ifstream m(dir + "/out/metrics.jsonl");
-      std::string l;
-      int trains = 0;
-      while (std::getline(m, l)) trains += l.find("\"event\":\"train\"") != std::string::npos;
-      if (trains >= 3) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    // "[g]": the pattern must not match the shell that runs pkill.
-    std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml --rank 1'";
-    if (system(cmd.c_str()) != 0) {}
-  });
+  std::thread killer([&] { KillWhenTraining(dir, 1, 3); });
   auto t0 = std::chrono::steady_clock::now();
   JobRun r = RunJob(dir, toml, 300);
   killer.join();

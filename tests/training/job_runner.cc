@@ -5,13 +5,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "common/json_fields.h"
 #include "common/metrics.h"
+#include "tests/ps/ps_test_util.h"
 
 namespace shoal {
 namespace testing {
@@ -29,13 +32,6 @@ std::string FreshDir(const std::string& name) {
   std::string d = std::string(tmp ? tmp : "/tmp") + "/" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(n++);
   MakeDirs(d);
   return d;
-}
-
-static std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s, const std::vector<std::string>& extra_args) {
@@ -74,23 +70,25 @@ std::string FmnistJob(const std::string& name, const std::string& out_dir, int w
   return s.str();
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::string ServersLine(int n) {
   std::string s = "servers = [";
   for (int i = 0; i < n; ++i) s += std::string(i ? ", " : "") + "\"127.0.0.1:" + std::to_string(FreePort()) + "\"";
   return s + "]\n";
+}
+
+void KillWhenTraining(const std::string& dir, int rank, int train_events) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream m(dir + "/out/metrics.jsonl");
+    std::string l;
+    int trains = 0;
+    while (std::getline(m, l)) trains += l.find("\"event\":\"train\"") != std::string::npos;
+    if (trains >= train_events) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // "[g]": the pattern must not match the shell that runs pkill.
+  std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml --rank " + std::to_string(rank) + "'";
+  if (system(cmd.c_str()) != 0) {}
 }
 
 std::vector<std::string> Events(const JobRun& r, const std::string& event) {

@@ -24,10 +24,11 @@ JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s, co
 // A Fashion-MNIST job with the given algorithm/model/optimizer sections appended.
 std::string FmnistJob(const std::string& name, const std::string& out_dir, int workers, const std::string& model,
                       int64_t train_samples, int epochs, const std::string& extra);
-// A TCP port free on 127.0.0.1 right now (the kernel's pick for port 0).
-int FreePort();
 // `[cluster] servers = [...]` line with n fresh loopback ports.
 std::string ServersLine(int n);
+// Waits (bounded) until the job in `dir` has logged `train_events` train events, then
+// SIGKILLs its worker `rank`.
+void KillWhenTraining(const std::string& dir, int rank, int train_events);
 // The metrics lines whose "event" is `event`.
 std::vector<std::string> Events(const JobRun& r, const std::string& event);
 

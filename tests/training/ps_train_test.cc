@@ -104,19 +104,7 @@ TEST(PsTraining, SspNeverExceedsItsBound) {
 TEST(PsTraining, AsyncGoesOnWhenAWorkerIsKilled) {
   std::string dir = FreshDir("async_kill");
   std::string t = FmnistJob("async_kill", dir + "/out", 3, "mlp", 30000, 2, std::string("[algorithm]\nname = \"ps_async\"\n\n") + kOpt);
-  std::thread killer([&] {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::ifstream m(dir + "/out/metrics.jsonl");
-      std::string l;
-      int trains = 0;
-      while (std::getline(m, l)) trains += l.find("\"event\":\"train\"") != std::string::npos;
-      if (trains >= 6) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml --rank 2'";
-    if (system(cmd.c_str()) != 0) {}
-  });
+  std::thread killer([&] { KillWhenTraining(dir, 2, 6); });
   JobRun r = RunJob(dir, t, 300);
   killer.join();
   EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
