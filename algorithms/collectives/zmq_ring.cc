@@ -82,6 +82,16 @@ ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts)
     : rank_(rank), size_(size), opts_(opts), limiter_(opts.bandwidth_bytes_per_s) {
   if (size < 1 || rank < 0 || rank >= size) throw Error("ring: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
   if (size == 1) return;
+  try {
+    Wire(store);
+  } catch (...) {
+    Abort();  // no destructor runs for a half-built ring
+    throw;
+  }
+}
+
+void ZmqRing::Wire(Store& store) {
+  const int rank = rank_, size = size_;
   ctx_ = zmq_ctx_new();
   pull_ = zmq_socket(ctx_, ZMQ_PULL);
   push_ = zmq_socket(ctx_, ZMQ_PUSH);
@@ -136,21 +146,43 @@ ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts)
 }
 
 ZmqRing::~ZmqRing() {
-  WaitSendsReleased();
-  // Unwinding from a failed collective: what is still queued for a dead ring is moot.
-  if (std::uncaught_exceptions() > 0 && push_) {
-    int linger = 0;
-    zmq_setsockopt(push_, ZMQ_LINGER, &linger, sizeof linger);
+  bool abort = std::uncaught_exceptions() > 0;
+  if (ctx_ && !abort) {
+    try {
+      WaitSendsReleased();
+    } catch (const std::exception&) {
+      abort = true;
+    }
   }
-  for (void* s : {mon_pull_, pull_, push_})
-    if (s) zmq_close(s);
-  if (ctx_) zmq_ctx_term(ctx_);
+  Close(abort);
+}
+
+void ZmqRing::Abort() { Close(true); }
+
+// Closes every socket (on abort with zero linger: what is queued for a dead ring is moot)
+// and terminates the context. zmq_ctx_term returns only after the I/O thread has let go of
+// every message, so no zero-copy send still reads a caller's buffer once this returns: a
+// failed collective unwinds into its caller, which then frees that buffer.
+void ZmqRing::Close(bool abort) {
+  if (!ctx_) return;
+  int zero = 0;
+  for (void* s : {mon_pull_, pull_, push_}) {
+    if (!s) continue;
+    if (abort) zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(s);
+  }
+  mon_pull_ = pull_ = push_ = nullptr;
+  while (zmq_ctx_term(ctx_) != 0 && zmq_errno() == EINTR) {
+  }
+  ctx_ = nullptr;
 }
 
 void ZmqRing::WaitSendsReleased() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
   while (inflight_.load() > 0) {
-    if (std::chrono::steady_clock::now() > deadline || std::uncaught_exceptions() > 0) return;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error("ring rank " + std::to_string(rank_) + ": rank " + std::to_string(Mod(rank_ + 1, size_)) +
+                  " (right neighbour) took nothing for " + std::to_string(opts_.timeout_ms) + " ms");
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
@@ -267,7 +299,8 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
   if (size_ == 1) {
     return;
   }
-  {
+  CheckUsable();
+  try {
     ++seq_;
     const int N = size_;
     const size_t es = DTypeSize(wire);
@@ -336,13 +369,21 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
       recv_chunk(Mod(rank_ - step, N), uint32_t(N + step), false, "all-reduce");
     }
     WaitSendsReleased();  // the caller may overwrite `data` once we return
+  } catch (...) {
+    Abort();  // ZeroMQ may still hold `data` in a zero-copy send: let go before unwinding
+    throw;
   }
+}
+
+void ZmqRing::CheckUsable() const {
+  if (!ctx_) throw Error("ring rank " + std::to_string(rank_) + ": the ring was torn down by an earlier failed collective");
 }
 
 void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
   auto* o = static_cast<uint8_t*>(out);
   memcpy(o + bytes * rank_, in, size_t(bytes));
   if (size_ == 1) return;
+  CheckUsable();
   ++seq_;
   for (int step = 0; step < size_ - 1; ++step) {
     int send_c = Mod(rank_ - step, size_), recv_c = Mod(rank_ - step - 1, size_);
@@ -359,6 +400,7 @@ void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
 void ZmqRing::Broadcast(void* data, int64_t bytes, int root) {
   if (size_ == 1) return;
   if (root < 0 || root >= size_) throw Error("ring broadcast: root " + std::to_string(root) + " outside size " + std::to_string(size_));
+  CheckUsable();
   ++seq_;
   // Passed along the ring from the root; the rank before the root does not forward.
   int dist = Mod(rank_ - root, size_);

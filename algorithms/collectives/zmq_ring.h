@@ -64,6 +64,10 @@ class ZmqRing : public Communicator {
   void Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_scatter, bool all_gather);
   void Send(const Header& h, const void* payload, size_t bytes, bool zero_copy);
   void WaitSendsReleased();
+  void Wire(Store& store);
+  void Close(bool abort);
+  void Abort();
+  void CheckUsable() const;
   // Receives one message from the left neighbour into `msg` (bounded wait).
   void Recv(Msg* msg, const char* what);
   bool TryRecv(Msg* msg, const char* what);
@@ -77,8 +81,8 @@ class ZmqRing : public Communicator {
   void* mon_pull_ = nullptr;
   bool left_connected_ = false;
   bool left_gone_ = false;
-  int live_left_ = 0;
-  int64_t dropped_ = 0;  // malformed messages ignored  // accepted connections on the PULL socket still open
+  int live_left_ = 0;  // accepted connections on the PULL socket still open
+  int64_t dropped_ = 0;  // malformed messages ignored
   uint32_t seq_ = 0;  // collective sequence number, checked on every message
   int64_t bytes_sent_ = 0;
   std::vector<uint8_t> scratch_;
