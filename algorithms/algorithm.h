@@ -43,6 +43,7 @@ struct AlgorithmEnv {
   std::shared_ptr<Optimizer> optimizer;
   std::shared_ptr<LrSchedule> schedule;
   MetricsWriter* metrics = nullptr;
+  bool resume = false;  // continue from the job's newest complete checkpoint
 };
 
 class Algorithm {
@@ -60,6 +61,10 @@ class Algorithm {
   // Extra figures for progress lines and metrics (bytes_sent, staleness, ...).
   virtual int64_t bytes_sent() const { return 0; }
   virtual void AddMetrics(JsonObject* out) const { (void)out; }
+  // Checkpoints: algorithms that keep them resume in Init when env.resume is set and say
+  // here how many global steps the restored model has done (training continues there).
+  virtual bool KeepsCheckpoints() const { return false; }
+  virtual int64_t ResumedStep() const { return 0; }
   // Rank 0 of a collective job stops everyone at the target: all ranks must agree when to
   // stop, so algorithms that synchronize decide it together.
   virtual bool AgreeToStop(bool mine) { return mine; }

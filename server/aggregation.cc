@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "algorithms/optimizers/optimizer.h"
+#include "common/byte_codec.h"
 #include "common/error.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/dataset.h"
@@ -28,6 +29,39 @@ class OptimizerRule : public UpdateRule {
     int64_t total = cfg.epochs * spe;
     if (cfg.max_steps > 0) total = std::min(total, cfg.max_steps);
     schedule_ = std::make_unique<LrSchedule>(LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * cfg.world_size(), spe, total));
+  }
+
+  std::string SaveState(const StoredTensor& t) const override {
+    ByteWriter w;
+    auto* st = static_cast<const RuleState*>(t.rule_state.get());
+    if (!st) return {};
+    w.Put(st->pushes).Put(int32_t(st->count)).Put(st->opt.steps).Put(uint32_t(st->opt.slots.size()));
+    for (auto& slot : st->opt.slots) w.Floats(slot);
+    w.Floats(st->sum);
+    return std::move(w.str());
+  }
+
+  void LoadState(StoredTensor& t, std::string_view bytes) const override {
+    t.rule_state.reset();
+    if (bytes.empty()) return;  // never updated
+    ByteReader r(bytes, "optimizer state");
+    auto st = std::make_shared<RuleState>();
+    st->pushes = r.Get<int64_t>();
+    st->count = r.Get<int32_t>();
+    st->opt.steps = r.Get<int64_t>();
+    uint32_t slots = r.Get<uint32_t>();
+    SHOAL_CHECK(slots <= 16, "optimizer state: " + std::to_string(slots) + " slots");
+    const size_t n = t.elements();
+    for (uint32_t i = 0; i < slots; ++i) {
+      st->opt.slots.push_back(r.Floats());
+      SHOAL_CHECK(st->opt.slots.back().size() == n || st->opt.slots.back().empty(),
+                  "optimizer state: a slot of " + std::to_string(st->opt.slots.back().size()) + " for " + std::to_string(n) + " elements");
+    }
+    st->sum = r.Floats();
+    SHOAL_CHECK(st->sum.empty() || st->sum.size() == n, "optimizer state: a partial sum of the wrong size");
+    SHOAL_CHECK(st->pushes >= 0 && st->count >= 0 && st->count < contributors_ + 1, "optimizer state: bad counters");
+    r.ExpectDone();
+    t.rule_state = std::move(st);
   }
 
   void Apply(const std::string& name, StoredTensor& param, const void* grad, size_t bytes) override {

@@ -50,7 +50,9 @@ bool Coordinator::IsAlive(msg::Role role, int rank) const {
 bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
   auto h = m.header();
   auto kind = h.getKind();
-  if (kind != msg::Kind::REGISTER && kind != msg::Kind::BARRIER && kind != msg::Kind::HEARTBEAT) return false;
+  if (kind != msg::Kind::REGISTER && kind != msg::Kind::BARRIER && kind != msg::Kind::HEARTBEAT &&
+      kind != msg::Kind::CHECKPOINT_COMMIT && kind != msg::Kind::RESUME_QUERY)
+    return false;
   Key key{int(h.getRole()), h.getRank()};
   bool worker = h.getRole() == msg::Role::WORKER;
   int limit = worker ? cfg_.world_size() : int(cfg_.servers.size());
@@ -65,7 +67,43 @@ bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
   Seen(key, now);
   if (kind == msg::Kind::REGISTER) OnRegister(m);
   if (kind == msg::Kind::BARRIER) OnBarrier(m);
+  if (kind == msg::Kind::CHECKPOINT_COMMIT || kind == msg::Kind::RESUME_QUERY) OnCheckpoint(m);
   return true;
+}
+
+// The commit is the moment a checkpoint becomes the one to resume from: a worker sends it
+// only after every shard acknowledged writing it.
+void Coordinator::OnCheckpoint(const InMessage& m) {
+  auto h = m.header();
+  if (!checkpointer_) {
+    ReplyError(m.identity, h.getRequestId(), "coordinator: this job keeps no checkpoints ([job] checkpoint_dir is not set)");
+    return;
+  }
+  CheckpointRecord rec;
+  try {
+    if (h.getKind() == msg::Kind::CHECKPOINT_COMMIT) {
+      rec = FromWire(h.getCheckpoint());
+      SHOAL_CHECK(rec.id > 0 && rec.step >= 0 && rec.epoch >= 0 && rec.batch >= 0 && rec.shards == cfg_.servers.size(),
+                  "commit of a malformed checkpoint record (id " + std::to_string(rec.id) + ", " +
+                      std::to_string(rec.shards) + " shards)");
+      checkpointer_->Commit(rec);
+      LOG(INFO) << "coordinator: checkpoint " << rec.id << " complete (step " << rec.step << ", epoch " << rec.epoch
+                << ", batch " << rec.batch << ")";
+    } else {
+      rec = checkpointer_->Committed();
+    }
+  } catch (const Error& e) {
+    ReplyError(m.identity, h.getRequestId(), std::string("coordinator: ") + e.what());
+    return;
+  }
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::CHECKPOINT_ACK);
+  r.setRequestId(h.getRequestId());
+  r.setRole(msg::Role::SERVER);
+  r.setRank(0);
+  ToWire(rec, r.initCheckpoint());
+  reply_(m.identity, out);
 }
 
 void Coordinator::OnRegister(const InMessage& m) {

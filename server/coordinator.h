@@ -11,6 +11,7 @@
 
 #include "common/config.h"
 #include "common/transport/transport.h"
+#include "server/checkpointer.h"
 
 namespace shoal {
 
@@ -37,6 +38,10 @@ class Coordinator {
   // Reports members whose heartbeats stopped; call periodically.
   void Tick(Clock::time_point now);
 
+  // Where committed checkpoints are recorded (shard 0's checkpointer); nullptr = no
+  // checkpoints in this job, and commits or resume queries get an error saying so.
+  void SetCheckpointer(Checkpointer* c) { checkpointer_ = c; }
+
   bool IsAlive(msg::Role role, int rank) const;
   size_t placed_tensors() const { return placement_.size(); }
 
@@ -54,6 +59,7 @@ class Coordinator {
   void Seen(const Key& k, Clock::time_point now);
   void OnRegister(const InMessage& m);
   void OnBarrier(const InMessage& m);
+  void OnCheckpoint(const InMessage& m);
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
   void FailBarriers(const std::string& why);
   static std::string Name(const Key& k);
@@ -63,6 +69,7 @@ class Coordinator {
   std::map<Key, MemberState> members_;
   std::vector<TensorPlacement> placement_;
   std::map<std::string, BarrierState> barriers_;
+  Checkpointer* checkpointer_ = nullptr;
 };
 
 }  // namespace shoal

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <zmq.hpp>
 
@@ -36,6 +37,9 @@ class UpdateRule {
  public:
   virtual ~UpdateRule() = default;
   virtual void Apply(const std::string& name, StoredTensor& param, const void* grad, size_t bytes) = 0;
+  // The per-tensor state as bytes for a checkpoint, and back (the rule checks what it reads).
+  virtual std::string SaveState(const StoredTensor& t) const { (void)t; return {}; }
+  virtual void LoadState(StoredTensor& t, std::string_view bytes) const { (void)t; (void)bytes; }
 };
 
 // Default rule: accumulate (param += grad).
@@ -61,6 +65,10 @@ class KvShard {
   // nullptr when absent.
   const StoredTensor* Find(const std::string& name) const;
   size_t size() const { return tensors_.size(); }
+  const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
+  const UpdateRule& rule() const { return *rule_; }
+  // Replaces everything held with `tensors` (a checkpoint being restored).
+  void ReplaceAll(std::map<std::string, StoredTensor> tensors) { tensors_ = std::move(tensors); }
   uint64_t bytes() const;
 
  private:

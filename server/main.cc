@@ -14,6 +14,7 @@
 DEFINE_string(config, "", "job file (TOML)");
 DEFINE_int32(shard, 0, "which [cluster] servers entry this process serves");
 DEFINE_string(bind, "", "endpoint to bind instead of servers[shard], e.g. tcp://0.0.0.0:7701");
+DEFINE_bool(resume, false, "load the job's newest complete checkpoint before serving (else start clean)");
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);
     // The parameter-server algorithms run the job's optimizer here, on whole tensors.
     if (auto rule = shoal::MakeServerUpdateRule(cfg)) server->kv().SetUpdateRule(std::move(rule));
+    server->OpenCheckpoints(FLAGS_resume);
   } catch (const std::exception& e) {
     fprintf(stderr, "shoal-server: %s\n", e.what());
     return 2;

@@ -1,10 +1,12 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <glog/logging.h>
 #include <kj/exception.h>
 
 #include "common/error.h"
+#include "worker/client/client.h"
 
 namespace shoal {
 namespace {
@@ -64,6 +66,56 @@ Server::~Server() {
   auth_.reset();
 }
 
+void Server::OpenCheckpoints(bool resume) {
+  if (cfg_.checkpoint_dir.empty()) {
+    SHOAL_CHECK(!resume, cfg_.path + ": [job] checkpoint_dir: not set, so there is no checkpoint to resume from");
+    return;
+  }
+  checkpointer_ = std::make_unique<Checkpointer>(cfg_.checkpoint_dir, shard_, /*fresh=*/!resume);
+  if (coordinator_) coordinator_->SetCheckpointer(checkpointer_.get());
+  if (!resume) return;
+  CheckpointRecord rec;
+  if (shard_ == 0) {
+    rec = checkpointer_->Committed();
+  } else {
+    ClientOptions o;
+    o.role = msg::Role::SERVER;
+    o.rank = shard_;
+    o.heartbeat = false;
+    o.timeout_ms = int(std::max<int64_t>(30000, cfg_.heartbeat_timeout_ms * 4));
+    rec = Client(cfg_, o).NewestCheckpoint();
+  }
+  SHOAL_CHECK(rec.id > 0, who_ + ": --resume: no complete checkpoint in " + cfg_.checkpoint_dir);
+  SHOAL_CHECK(rec.shards == cfg_.servers.size(), who_ + ": --resume: checkpoint " + std::to_string(rec.id) + " was written by " +
+                                                   std::to_string(rec.shards) + " shards, the job has " +
+                                                   std::to_string(cfg_.servers.size()));
+  checkpointer_->Load(rec.id, &kv_);
+  resumed_step_ = rec.step;
+  LOG(INFO) << who_ << ": resumed checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size()
+            << " tensors, " << kv_.bytes() << " bytes) from " << checkpointer_->path();
+}
+
+void Server::HandleCheckpoint(InMessage& m) {
+  auto h = m.header();
+  SHOAL_CHECK(checkpointer_, "checkpoint requested but this job keeps none ([job] checkpoint_dir is not set)");
+  CheckpointRecord rec = FromWire(h.getCheckpoint());
+  SHOAL_CHECK(rec.id > 0 && rec.shards == cfg_.servers.size(),
+              "checkpoint request with id " + std::to_string(rec.id) + " for " + std::to_string(rec.shards) + " shards");
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t bytes = checkpointer_->Write(rec, kv_);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  LOG(INFO) << who_ << ": wrote checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size() << " tensors, "
+            << bytes << " bytes) in " << ms << " ms";
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::CHECKPOINT_ACK);
+  r.setRequestId(h.getRequestId());
+  r.setRole(msg::Role::SERVER);
+  r.setRank(shard_);
+  ToWire(rec, r.initCheckpoint());
+  transport_->Send(out, &m.identity);
+}
+
 void Server::Run(const std::atomic<bool>& stop) {
   auto last_tick = Coordinator::Clock::now();
   while (!stop) {
@@ -111,9 +163,12 @@ void Server::HandleMessage(InMessage& m) {
     case msg::Kind::PUSH:
     case msg::Kind::PUSH_PULL: return HandlePush(m);
     case msg::Kind::PULL: return HandlePull(m);
+    case msg::Kind::CHECKPOINT: return HandleCheckpoint(m);
     case msg::Kind::REGISTER:
     case msg::Kind::BARRIER:
     case msg::Kind::HEARTBEAT:
+    case msg::Kind::CHECKPOINT_COMMIT:
+    case msg::Kind::RESUME_QUERY:
       throw Error("message kind " + std::to_string(int(kind)) + " belongs to the coordinator (shard 0)");
     default:
       throw Error("unknown message kind " + std::to_string(int(kind)));

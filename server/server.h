@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "common/transport/heartbeat.h"
 #include "common/transport/transport.h"
+#include "server/checkpointer.h"
 #include "server/coordinator.h"
 #include "server/kv_shard.h"
 
@@ -28,6 +29,13 @@ class Server {
   ~Server();
   const std::string& endpoint() const { return endpoint_; }
   KvShard& kv() { return kv_; }
+  // Checkpoints to [job] checkpoint_dir (nothing when it is not set). `resume`: load the
+  // job's newest complete checkpoint first (shard 0 reads it from its own record, other
+  // shards ask the coordinator); otherwise start clean. Call before Run, after the update
+  // rule is set (it decodes the optimizer state).
+  void OpenCheckpoints(bool resume);
+  // The step the shard resumed at (0 for a fresh start).
+  int64_t resumed_step() const { return resumed_step_; }
   // Serves until `stop` becomes true.
   void Run(const std::atomic<bool>& stop);
 
@@ -35,6 +43,7 @@ class Server {
   void HandleMessage(InMessage& m);
   void HandlePush(InMessage& m);
   void HandlePull(InMessage& m);
+  void HandleCheckpoint(InMessage& m);
   void SendTensors(const zmq::message_t& to, uint64_t request_id, const std::vector<std::string>& names);
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
   void Warn(const std::string& line);
@@ -48,6 +57,8 @@ class Server {
   std::unique_ptr<Transport> transport_;
   std::string endpoint_;
   KvShard kv_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  int64_t resumed_step_ = 0;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<HeartbeatSender> heartbeat_;
   Coordinator::Clock::time_point warn_window_{};

@@ -158,10 +158,13 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   env.optimizer = MakeOptimizer(cfg.optimizer, cfg.optimizer_opts);
   env.schedule = std::make_shared<LrSchedule>(LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * world,
                                                                        env.steps_per_epoch, env.total_steps));
+  env.resume = opts.resume;
   MetricsWriter metrics;
   metrics.Open(cfg.output_dir + "/metrics.jsonl");
   env.metrics = &metrics;
   std::unique_ptr<Algorithm> algo = MakeAlgorithm(cfg.algorithm, env);
+  if (opts.resume && !algo->KeepsCheckpoints())
+    throw Error("--resume: algorithm \"" + algo->Name() + "\" keeps no checkpoints (the parameter-server algorithms do)");
 
   HostParams params(*model, *backend);
   params.PullWeightsAndGrads();
@@ -174,7 +177,15 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   fflush(stdout);
 
   TrainResult res;
-  int64_t step = 0;
+  // A resumed job continues at the checkpoint's data position: the same batches, in the
+  // same order, as if it had never stopped.
+  int64_t step = algo->ResumedStep();
+  const int64_t first_epoch = step / env.steps_per_epoch, first_batch = step % env.steps_per_epoch;
+  if (step > 0) {
+    printf("worker %d: resumed at step %lld (epoch %lld, batch %lld)\n", rank, (long long)step, (long long)first_epoch,
+           (long long)first_batch);
+    metrics.Write("resume", step, JsonObject().Add("rank", rank).Add("epoch", first_epoch).Add("batch", first_batch));
+  }
   double compute_s = 0, comm_s = 0, wait_s = 0;
   int64_t samples = 0;
   auto t_start = Clock::now();
@@ -186,8 +197,12 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   Batch b;
   bool stop = false;
   double acc = 0;
-  for (int64_t epoch = 0; epoch < cfg.epochs && !stop; ++epoch) {
-    train.StartEpoch(epoch);
+  if (cfg.max_steps > 0 && step >= cfg.max_steps) stop = true;
+  for (int64_t epoch = first_epoch; epoch < cfg.epochs && !stop; ++epoch) {
+    if (epoch == first_epoch && first_batch > 0)
+      train.Seek({epoch, first_batch});
+    else
+      train.StartEpoch(epoch);
     while (!stop) {
       auto t0 = Clock::now();
       if (!train.Next(&b)) break;

@@ -34,6 +34,7 @@ class ParameterServer : public Algorithm {
     o.rank = env.rank;
     o.timeout_ms = int(a.GetInt("timeout_ms", 60000, 100, 86400000));
     wait_timeout_ms_ = o.timeout_ms;
+    checkpoints_ = !env.config->checkpoint_dir.empty();
     client_ = std::make_unique<Client>(*env.config, o);
   }
   std::string Name() const override {
@@ -50,7 +51,13 @@ class ParameterServer : public Algorithm {
     for (int r = 0; r < env_.world; ++r) specs.push_back({ClockName(r), DType::kF32, {1}});
     specs.push_back({kStopName, DType::kF32, {1}});
     client_->Register(specs);
-    if (env_.rank == 0) {
+    if (env_.resume) {
+      // The shards loaded the committed checkpoint before serving: pull it, seed nothing.
+      CheckpointRecord rec = client_->NewestCheckpoint();
+      SHOAL_CHECK(rec.id > 0, "--resume: the coordinator has no complete checkpoint in " + env_.config->checkpoint_dir);
+      resumed_step_ = rec.step;
+      last_step_ = rec.step;
+    } else if (env_.rank == 0) {
       // Rank 0 seeds the servers with the initial weights (every worker built the same).
       std::vector<TensorRef> refs;
       for (auto& p : params) refs.push_back({p.name, DType::kF32, Shape(p), p.w, size_t(p.n) * 4, nullptr});
@@ -72,6 +79,9 @@ class ParameterServer : public Algorithm {
     }
     client_->Wait(client_->Push(grads, msg::PushOp::APPLY));
     if (mode_ == Mode::kSync) client_->Barrier("step-" + std::to_string(info.step));
+    last_step_ = info.step + 1;
+    int64_t every = env_.config->checkpoint_every_steps;
+    if (checkpoints_ && every > 0 && last_step_ % every == 0) CheckpointNow();
     if (mode_ == Mode::kSsp) WaitForSlowest(info.step + 1);
     PullWeights(params);
   }
@@ -81,11 +91,12 @@ class ParameterServer : public Algorithm {
       clock_ = 1e30f;
       client_->Wait(client_->Push({{ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr}}, msg::PushOp::APPLY));
     }
-    if (mode_ == Mode::kSync) {
-      client_->Barrier("finish");
-      PullWeights(params);
-    }
+    if (mode_ == Mode::kSync) client_->Barrier("finish");
+    if (checkpoints_ && env_.rank == 0 && last_step_ > 0) WriteCheckpoint();
+    if (mode_ == Mode::kSync) PullWeights(params);
   }
+  bool KeepsCheckpoints() const override { return true; }
+  int64_t ResumedStep() const override { return resumed_step_; }
   bool ModelChangedAtFinish() const override { return mode_ == Mode::kSync; }
 
   bool AgreeToStop(bool mine) override {
@@ -127,6 +138,23 @@ class ParameterServer : public Algorithm {
     }
   }
 
+  // Rank 0 asks the shards to write the checkpoint. Synchronous jobs do it at the step's
+  // end while the others wait at a barrier, so it holds exactly `last_step_` steps;
+  // asynchronous jobs do not stop (the checkpoint holds what the shards had then).
+  void CheckpointNow() {
+    if (env_.rank == 0) WriteCheckpoint();
+    if (mode_ == Mode::kSync) client_->Barrier("checkpoint-" + std::to_string(last_step_));
+  }
+  void WriteCheckpoint() {
+    CheckpointRecord rec;
+    rec.id = uint64_t(last_step_);
+    rec.step = last_step_;
+    rec.epoch = last_step_ / env_.steps_per_epoch;
+    rec.batch = last_step_ % env_.steps_per_epoch;
+    rec.shards = uint32_t(env_.config->servers.size());
+    client_->Checkpoint(rec);
+  }
+
   // SSP: wait until my clock is at most `staleness` ahead of the slowest worker's.
   void WaitForSlowest(int64_t mine) {
     std::vector<std::string> clocks;
@@ -156,6 +184,8 @@ class ParameterServer : public Algorithm {
 
   AlgorithmEnv env_;
   Mode mode_;
+  bool checkpoints_ = false;  // [job] checkpoint_dir is set
+  int64_t resumed_step_ = 0, last_step_ = 0;
   int64_t staleness_ = 3;
   int wait_timeout_ms_ = 60000;
   std::unique_ptr<Client> client_;

@@ -19,6 +19,10 @@ enum Kind {
   heartbeat @9;      # member -> coordinator; never answered
   error @10;         # any -> requester: what went wrong, for requestId
   pushPull @11;      # push, answered by a pullReply with the pushed tensors' new values
+  checkpoint @12;    # worker -> every shard: write checkpoint `checkpoint.id`; answered by checkpointAck
+  checkpointAck @13; # carries `checkpoint` (resumeQuery: id 0 = no complete checkpoint)
+  checkpointCommit @14;  # worker -> coordinator: every shard wrote `checkpoint.id`; it is now the newest complete one
+  resumeQuery @15;   # member -> coordinator: which checkpoint to resume from; answered by checkpointAck
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }
@@ -59,6 +63,16 @@ struct ClusterMap {
   members @3 :List(Member);
 }
 
+# One checkpoint of a job: taken after `step` global steps; the data position the workers
+# continue from is (epoch, batch) with batch counted within that epoch.
+struct CheckpointInfo {
+  id @0 :UInt64;     # 0 = none
+  step @1 :Int64;
+  epoch @2 :Int64;
+  batch @3 :Int64;
+  shards @4 :UInt32; # how many shards wrote it (a job must resume with as many)
+}
+
 struct Header {
   kind @0 :Kind;
   requestId @1 :UInt64;          # echoed in the answer
@@ -70,4 +84,5 @@ struct Header {
   cluster @7 :ClusterMap;        # clusterMap
   barrierName @8 :Text;          # barrier, barrierDone
   message @9 :Text;              # error
+  checkpoint @10 :CheckpointInfo;  # checkpoint, checkpointAck, checkpointCommit
 }

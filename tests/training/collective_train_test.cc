@@ -152,7 +152,7 @@ TEST(CollectiveTraining, BadJobFileStartsNothing) {
 TEST(CollectiveTraining, KilledWorkerFailsTheJobFastWithAReport) {
   std::string dir = FreshDir("kill");
   std::string toml = FmnistJob("kill", dir + "/out", 3, "mlp", 60000, 5, "[algorithm]\nname = \"allreduce\"\n\n") + kMomentum;
-  std::thread killer([&] { KillWhenTraining(dir, 1, 3); });
+  std::thread killer([&] { KillWhenTraining(dir, "--rank 1", 3); });
   auto t0 = std::chrono::steady_clock::now();
   JobRun r = RunJob(dir, toml, 300);
   killer.join();

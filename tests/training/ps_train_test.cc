@@ -104,7 +104,7 @@ TEST(PsTraining, SspNeverExceedsItsBound) {
 TEST(PsTraining, AsyncGoesOnWhenAWorkerIsKilled) {
   std::string dir = FreshDir("async_kill");
   std::string t = FmnistJob("async_kill", dir + "/out", 3, "mlp", 30000, 2, std::string("[algorithm]\nname = \"ps_async\"\n\n") + kOpt);
-  std::thread killer([&] { KillWhenTraining(dir, 2, 6); });
+  std::thread killer([&] { KillWhenTraining(dir, "--rank 2", 6); });
   JobRun r = RunJob(dir, t, 300);
   killer.join();
   EXPECT_EQ(r.exit_code, 0) << r.stderr_text;

@@ -45,7 +45,11 @@ double UnixNow() {
 // Follows metrics.jsonl as the job's processes append to it.
 class MetricsFollower {
  public:
-  explicit MetricsFollower(std::string path) : path_(std::move(path)) {}
+  // `from_end`: only lines appended from now on (a resumed job's file holds the earlier run).
+  MetricsFollower(std::string path, bool from_end) : path_(std::move(path)) {
+    std::ifstream in(path_, std::ios::binary | std::ios::ate);
+    if (from_end && in) offset_ = in.tellg();
+  }
   std::vector<std::string> NewLines() {
     std::vector<std::string> out;
     std::ifstream in(path_, std::ios::binary);
@@ -81,11 +85,6 @@ std::string Fmt(const char* f, double v) {
 }
 
 int Run(const std::string& job_path) {
-  if (FLAGS_resume) {
-    // Say so plainly rather than let the servers fail on a flag they do not know.
-    fprintf(stderr, "shoal: --resume: checkpoints are not implemented yet (see README, \"Not yet\")\n");
-    return 2;
-  }
   JobConfig cfg;
   try {
     cfg = LoadJobConfig(job_path);
@@ -107,6 +106,16 @@ int Run(const std::string& job_path) {
     fprintf(stderr, "shoal: %s\n", e.what());
     return 2;
   }
+  if (FLAGS_resume && !servers) {
+    fprintf(stderr, "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints (the parameter-server algorithms do)\n",
+            job_path.c_str(), cfg.algorithm.c_str());
+    return 2;
+  }
+  if (FLAGS_resume && cfg.checkpoint_dir.empty()) {
+    fprintf(stderr, "shoal: %s: --resume: [job] checkpoint_dir is not set, so there is nothing to resume from\n",
+            job_path.c_str());
+    return 2;
+  }
   if (servers && cfg.servers.empty()) {
     fprintf(stderr, "shoal: %s: [cluster] servers: algorithm \"%s\" needs at least one server\n",
             job_path.c_str(), cfg.algorithm.c_str());
@@ -122,6 +131,7 @@ int Run(const std::string& job_path) {
     fprintf(stderr, "shoal: %s\n", e.what());
     return 2;
   }
+  MetricsFollower follow(metrics_path, /*from_end=*/FLAGS_resume);
   double start = UnixNow();
   setenv("SHOAL_JOB_START", std::to_string(start).c_str(), 1);
   // oneDNN's OpenMP threads otherwise spin while idle, and several processes of one job
@@ -159,7 +169,6 @@ int Run(const std::string& job_path) {
           cfg.world_size(), servers ? (", " + std::to_string(cfg.servers.size()) + " server(s)").c_str() : "",
           log_dir.c_str());
 
-  MetricsFollower follow(metrics_path);
   Progress p;
   bool tty = isatty(2);
   int workers_done = 0, workers_failed = 0;

@@ -212,9 +212,8 @@ void Client::Dispatch(int shard, InMessage& m) {
   }
   Request& req = it->second;
   req.waiting.erase(shard);
+  if (h.getKind() == req.ack) return;  // push or checkpoint done
   switch (h.getKind()) {
-    case msg::Kind::PUSH_ACK:
-      break;
     case msg::Kind::ERROR:
       req.error += (req.error.empty() ? "" : "; ") + std::string(h.getMessage());
       break;
@@ -293,6 +292,42 @@ void Client::Barrier(const std::string& name) {
   Header(h, msg::Kind::BARRIER, id);
   h.setBarrierName(name);
   Control(m, id, "barrier '" + name + "'");
+}
+
+}  // namespace shoal
+
+namespace shoal {
+
+void Client::Checkpoint(const CheckpointRecord& rec) {
+  SHOAL_CHECK(!shards_.empty(), "checkpoint before Register");
+  uint64_t id = next_id_++;
+  Request& req = pending_[id];
+  req.ack = msg::Kind::CHECKPOINT_ACK;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    OutMessage m;
+    auto h = m.header();
+    Header(h, msg::Kind::CHECKPOINT, id);
+    ToWire(rec, h.initCheckpoint());
+    shards_[s]->Send(m);
+    req.waiting.insert(int(s));
+  }
+  Wait(int(id));
+  OutMessage m;
+  id = next_id_++;
+  auto h = m.header();
+  Header(h, msg::Kind::CHECKPOINT_COMMIT, id);
+  ToWire(rec, h.initCheckpoint());
+  Control(m, id, "checkpoint " + std::to_string(rec.id) + " commit");
+}
+
+CheckpointRecord Client::NewestCheckpoint() {
+  OutMessage m;
+  uint64_t id = next_id_++;
+  Header(m.header(), msg::Kind::RESUME_QUERY, id);
+  InMessage r = Control(m, id, "resume query");
+  SHOAL_CHECK(r.header().getKind() == msg::Kind::CHECKPOINT_ACK,
+              "resume query: the coordinator answered with message kind " + std::to_string(int(r.header().getKind())));
+  return FromWire(r.header().getCheckpoint());
 }
 
 }  // namespace shoal

@@ -14,6 +14,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/checkpoint_record.h"
 #include "common/config.h"
 #include "common/dtype.h"
 #include "common/transport/heartbeat.h"
@@ -93,6 +94,13 @@ class Client {
   // Returns once every worker of the job has reached the barrier of that name.
   void Barrier(const std::string& name);
 
+  // Checkpoints: every shard writes `rec` (blocks until all acknowledged), then the
+  // coordinator commits it as the newest complete one. Call at a point where the shards'
+  // state is the one to resume from.
+  void Checkpoint(const CheckpointRecord& rec);
+  // The newest complete checkpoint the coordinator knows (id 0: none).
+  CheckpointRecord NewestCheckpoint();
+
   const ClusterInfo& cluster() const { return cluster_; }
   uint64_t bytes_sent() const;
 
@@ -103,6 +111,7 @@ class Client {
     std::map<std::string, size_t> slot;  // pull: name -> index in *out
     std::string error;
     std::shared_ptr<std::atomic<int>> unreleased;  // pushed frames ZeroMQ still holds
+    msg::Kind ack = msg::Kind::PUSH_ACK;  // the answer kind that means done
   };
   int ShardOf(const std::string& name) const;
   int SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out);

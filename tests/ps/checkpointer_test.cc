@@ -1,0 +1,204 @@
+// RocksDB checkpoints of a shard: exact round trip of tensors and optimizer state, the
+// newest two kept, a fresh job never sees an earlier run's, corrupted records named, and
+// a writer SIGKILLed at random moments never leaves a checkpoint half there.
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "server/aggregation.h"
+#include "server/checkpointer.h"
+#include "server/kv_shard.h"
+
+namespace shoal {
+namespace {
+
+zmq::message_t Floats(const std::vector<float>& v) { return zmq::message_t(v.data(), v.size() * 4); }
+std::vector<float> Values(const KvShard& kv, const std::string& name) {
+  const StoredTensor* t = kv.Find(name);
+  if (!t) return {};
+  const float* p = reinterpret_cast<const float*>(t->buf->data());
+  return std::vector<float>(p, p + t->elements());
+}
+
+std::string Dir(const std::string& name) {
+  static int n = 0;
+  return ::testing::TempDir() + "/ckpt_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(n++);
+}
+
+CheckpointRecord Rec(uint64_t id) {
+  CheckpointRecord r;
+  r.id = id;
+  r.step = int64_t(id);
+  r.epoch = int64_t(id) / 10;
+  r.batch = int64_t(id) % 10;
+  r.shards = 1;
+  return r;
+}
+
+JobConfig PsJob(const std::string& algorithm) {
+  return ParseJobConfig(
+      "[job]\nname = \"t\"\n[cluster]\nservers = [\"127.0.0.1:1\"]\nworkers = 2\n[model]\nname = \"mlp\"\n"
+      "[data]\nformat = \"idx\"\ntrain = \"/usr/share/datasets/fashion-mnist/train\"\n"
+      "test = \"/usr/share/datasets/fashion-mnist/t10k\"\nbatch_size = 32\nmax_train_samples = 640\n"
+      "[algorithm]\nname = \"" + algorithm + "\"\n[optimizer]\nname = \"lamb\"\nlr = 0.01\nweight_decay = 0.01\n"
+      "[train]\nepochs = 2\n",
+      "job.toml");
+}
+
+TEST(Checkpointer, TensorsAndOptimizerStateRoundTripExactly) {
+  JobConfig cfg = PsJob("ps_async");
+  KvShard a, b;
+  a.SetUpdateRule(MakeServerUpdateRule(cfg));
+  b.SetUpdateRule(MakeServerUpdateRule(cfg));
+  a.Push("fc.weight", DType::kF32, {2, 3}, Floats({1, 2, 3, 4, 5, 6}), msg::PushOp::ASSIGN);
+  a.Push("fc.bias", DType::kF32, {3}, Floats({0.5f, -0.5f, 0}), msg::PushOp::ASSIGN);
+  a.Push("half", DType::kF16, {2}, zmq::message_t("\x01\x3c\x00\x40", 4), msg::PushOp::ASSIGN);
+  for (int i = 0; i < 5; ++i) {  // LAMB's moments and step counts now differ from zero
+    a.Push("fc.weight", DType::kF32, {2, 3}, Floats({0.1f, -0.2f, 0.3f, 0.1f * i, 0, 1}), msg::PushOp::APPLY);
+    a.Push("fc.bias", DType::kF32, {3}, Floats({1, 1, -1}), msg::PushOp::APPLY);
+  }
+  std::string dir = Dir("roundtrip");
+  {
+    Checkpointer c(dir, 0, /*fresh=*/true);
+    EXPECT_GT(c.Write(Rec(7), a), 36u);
+    c.Commit(Rec(7));
+  }
+  Checkpointer c(dir, 0, /*fresh=*/false);
+  EXPECT_EQ(c.Committed().id, 7u);
+  EXPECT_EQ(c.Committed().batch, 7);
+  c.Load(7, &b);
+  ASSERT_EQ(b.size(), 3u);
+  for (auto& [name, t] : a.tensors()) {
+    const StoredTensor* u = b.Find(name);
+    ASSERT_TRUE(u) << name;
+    EXPECT_EQ(u->dtype, t.dtype);
+    EXPECT_EQ(u->shape, t.shape);
+    EXPECT_EQ(u->version, t.version);
+    ASSERT_EQ(u->buf->size(), t.buf->size());
+    EXPECT_EQ(memcmp(u->buf->data(), t.buf->data(), t.buf->size()), 0) << name;
+  }
+  // The same next update on both: identical only if moments and step counts came back.
+  for (KvShard* kv : {&a, &b}) {
+    kv->Push("fc.weight", DType::kF32, {2, 3}, Floats({0.3f, 0.3f, -0.3f, 0.2f, 0.1f, 0}), msg::PushOp::APPLY);
+    kv->Push("fc.bias", DType::kF32, {3}, Floats({-1, 2, 0.5f}), msg::PushOp::APPLY);
+  }
+  EXPECT_EQ(Values(a, "fc.weight"), Values(b, "fc.weight"));
+  EXPECT_EQ(Values(a, "fc.bias"), Values(b, "fc.bias"));
+  // Against a shard that lost its state: the update differs, so the check above has teeth.
+  KvShard cold;
+  cold.SetUpdateRule(MakeServerUpdateRule(cfg));
+  cold.Push("fc.weight", DType::kF32, {2, 3}, zmq::message_t(a.Find("fc.weight")->buf->data(), 24), msg::PushOp::ASSIGN);
+  KvShard warm;
+  warm.SetUpdateRule(MakeServerUpdateRule(cfg));
+  c.Load(7, &warm);
+  cold.Push("fc.weight", DType::kF32, {2, 3}, Floats({1, 1, 1, 1, 1, 1}), msg::PushOp::APPLY);
+  warm.Push("fc.weight", DType::kF32, {2, 3}, Floats({1, 1, 1, 1, 1, 1}), msg::PushOp::APPLY);
+  EXPECT_NE(Values(cold, "fc.weight"), Values(warm, "fc.weight"));
+}
+
+TEST(Checkpointer, KeepsTheNewestTwoAndAFreshJobStartsEmpty) {
+  std::string dir = Dir("keep");
+  KvShard kv;
+  kv.Push("w", DType::kF32, {2}, Floats({1, 2}), msg::PushOp::ASSIGN);
+  {
+    Checkpointer c(dir, 3, true);
+    EXPECT_EQ(c.Committed().id, 0u);
+    for (uint64_t id : {10, 20, 30, 40}) c.Write(Rec(id), kv);
+    EXPECT_EQ(c.Written(), (std::vector<uint64_t>{40, 30}));
+    c.Write(Rec(40), kv);  // a repeated id replaces itself
+    EXPECT_EQ(c.Written(), (std::vector<uint64_t>{40, 30}));
+    c.Commit(Rec(30));
+    // After a resume from 30 the timeline moves on from there: 40 of the old one goes.
+    c.Write(Rec(35), kv);
+    EXPECT_EQ(c.Written(), (std::vector<uint64_t>{35, 30}));
+    KvShard out;
+    EXPECT_THROW(c.Load(10, &out), Error);
+  }
+  Checkpointer again(dir, 3, /*fresh=*/true);
+  EXPECT_TRUE(again.Written().empty());
+  EXPECT_EQ(again.Committed().id, 0u);
+}
+
+TEST(Checkpointer, CorruptedRecordsAreNamedNotTrusted) {
+  std::string dir = Dir("corrupt");
+  KvShard kv;
+  kv.Push("layer.w", DType::kF32, {4}, Floats({1, 2, 3, 4}), msg::PushOp::ASSIGN);
+  {
+    Checkpointer c(dir, 0, true);
+    c.Write(Rec(5), kv);
+  }
+  {  // flip the stored tensor into garbage, as a bad disk or another program would
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir + "/shard-0", &db).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "t/0000000000000005/layer.w", "SHCK\x00garbage").ok());
+    delete db;
+  }
+  Checkpointer c(dir, 0, false);
+  KvShard out;
+  try {
+    c.Load(5, &out);
+    FAIL() << "loaded a corrupted checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer.w"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(out.size(), 0u) << "nothing half-loaded";
+}
+
+// A writer killed at random moments: every checkpoint with a manifest loads whole, with
+// the values it was written with; the newest written is never older than two before.
+TEST(Checkpointer, AWriterKilledMidWriteLeavesEveryCheckpointWhole) {
+  std::string dir = Dir("crash");
+  std::mt19937 rng(7);
+  const size_t kFloats = 1 << 20;  // 4 MiB a tensor, 3 tensors: writes take a while
+  uint64_t next = 1;
+  for (int round = 0; round < 6; ++round) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      try {
+        Checkpointer c(dir, 0, round == 0);
+        KvShard kv;
+        for (uint64_t id = next;; ++id) {
+          for (int t = 0; t < 3; ++t)
+            kv.Push("t" + std::to_string(t), DType::kF32, {int64_t(kFloats)},
+                    Floats(std::vector<float>(kFloats, float(id * 10 + t))), msg::PushOp::ASSIGN);
+          c.Write(Rec(id), kv);
+        }
+      } catch (...) {
+        _exit(3);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 200));
+    kill(pid, SIGKILL);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT_TRUE(WIFSIGNALED(st)) << "the writer failed on its own";
+    Checkpointer c(dir, 0, false);
+    std::vector<uint64_t> ids = c.Written();
+    ASSERT_FALSE(ids.empty()) << "round " << round;
+    ASSERT_LE(ids.size(), 2u);
+    for (uint64_t id : ids) {
+      KvShard kv;
+      c.Load(id, &kv);
+      ASSERT_EQ(kv.size(), 3u);
+      for (int t = 0; t < 3; ++t) {
+        std::vector<float> v = Values(kv, "t" + std::to_string(t));
+        ASSERT_EQ(v.size(), kFloats);
+        EXPECT_EQ(v.front(), float(id * 10 + t));
+        EXPECT_EQ(v.back(), float(id * 10 + t));
+      }
+    }
+    next = ids.front() + 1;
+  }
+}
+
+}  // namespace
+}  // namespace shoal
