@@ -86,6 +86,11 @@ void Coordinator::OnCheckpoint(const InMessage& m) {
       SHOAL_CHECK(rec.id > 0 && rec.step >= 0 && rec.epoch >= 0 && rec.batch >= 0 && rec.shards == cfg_.servers.size(),
                   "commit of a malformed checkpoint record (id " + std::to_string(rec.id) + ", " +
                       std::to_string(rec.shards) + " shards)");
+      // Shard 0 wrote it too (every shard acknowledged before a worker commits): a commit
+      // naming anything else is not from a worker of this job.
+      std::vector<uint64_t> here = checkpointer_->Written();
+      SHOAL_CHECK(std::find(here.begin(), here.end(), rec.id) != here.end(),
+                  "commit of checkpoint " + std::to_string(rec.id) + ", which shard 0 never wrote");
       checkpointer_->Commit(rec);
       LOG(INFO) << "coordinator: checkpoint " << rec.id << " complete (step " << rec.step << ", epoch " << rec.epoch
                 << ", batch " << rec.batch << ")";

@@ -2,6 +2,7 @@
 // loopback, training on real Fashion-MNIST.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -111,6 +112,50 @@ TEST(PsTraining, AsyncGoesOnWhenAWorkerIsKilled) {
   EXPECT_NE(r.stderr_text.find("worker 2 stopped: killed by signal"), std::string::npos) << r.stderr_text;
   EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
   EXPECT_GE(Accuracy(r), 0.75) << r.done_line;
+}
+
+int64_t MaxStep(const std::vector<std::string>& lines) {
+  int64_t m = 0;
+  for (auto& l : lines) m = std::max<int64_t>(m, int64_t(JsonNumber(l, "step").value_or(0)));
+  return m;
+}
+
+// A parameter server SIGKILLed mid-training: the launcher stops the job naming it, and
+// `--resume` restarts every process from the newest complete checkpoint; the job then
+// finishes with its step count continuing from there and its accuracy on target.
+TEST(PsTraining, ServerKilledMidTrainingResumesFromTheNewestCheckpoint) {
+  std::string dir = FreshDir("resume");
+  // 12000 samples, 2 workers, batch 32: 187 steps an epoch, 561 in all.
+  std::string t = FmnistJob("resume", dir + "/out", 2, "mlp", 12000, 3, std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kOpt);
+  t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 40\n");
+  std::thread killer([&] { KillWhenTraining(dir, "--shard 1", 10); });
+  JobRun first = RunJob(dir, t, 300);
+  killer.join();
+  ASSERT_NE(first.exit_code, 0) << first.stdout_text;
+  EXPECT_NE(first.stderr_text.find("server 1 stopped: killed by signal"), std::string::npos) << first.stderr_text;
+  int64_t reached = MaxStep(Events(first, "train"));
+  ASSERT_GE(reached, 80) << "killed before two checkpoints";
+  ASSERT_LT(reached, 561) << "the job ended before the kill";
+
+  JobRun second = RunJob(dir, t, 300, {"--resume"});
+  ASSERT_EQ(second.exit_code, 0) << second.stderr_text;
+  auto resumes = Events(second, "resume");
+  ASSERT_EQ(resumes.size(), 2u) << "one resume line per worker";
+  int64_t at = int64_t(JsonNumber(resumes[0], "step").value_or(-1));
+  EXPECT_EQ(JsonNumber(resumes[1], "step").value_or(-2), at);
+  EXPECT_EQ(at % 40, 0) << at;
+  // (a checkpoint is written at the end of its step, just before that step's log line)
+  EXPECT_LE(at, reached + 20) << "a checkpoint from after the kill?";
+  EXPECT_GE(at, reached - 80) << "not the newest complete checkpoint";
+  // Steps go on from the checkpoint: the resumed run logs no step at or before it.
+  std::vector<std::string> after(second.metrics.begin() + int64_t(first.metrics.size()), second.metrics.end());
+  int64_t first_after = 1 << 30;
+  for (auto& l : after)
+    if (JsonField(l, "event").value_or("") == "train")
+      first_after = std::min<int64_t>(first_after, int64_t(JsonNumber(l, "step").value_or(0)));
+  EXPECT_GT(first_after, at);
+  EXPECT_EQ(JsonNumber(second.done_line, "steps").value_or(-1), 561) << second.done_line;
+  EXPECT_GE(Accuracy(second), 0.80) << second.done_line;
 }
 
 // Workers started one by one by Open MPI's mpirun take rank and size from its environment.
