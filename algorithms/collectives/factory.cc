@@ -2,9 +2,11 @@
 
 #include <cstdlib>
 
+#include "algorithms/collectives/nccl_comm.h"
 #include "algorithms/collectives/torus.h"
 #include "algorithms/collectives/zmq_ring.h"
 #include "common/error.h"
+#include "worker/engine/tensor.h"
 
 namespace shoal {
 
@@ -19,8 +21,8 @@ std::string RunId() {
 std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, const std::string& name) {
   const ConfigSection& o = env.config->algorithm_opts;
   std::string kind = o.GetString("collective", "ring");
-  if (kind != "ring" && kind != "torus2d" && kind != "hierarchical")
-    throw Error(o.Where("collective") + ": expected \"ring\", \"torus2d\" or \"hierarchical\", got \"" + kind + "\"");
+  if (kind != "ring" && kind != "torus2d" && kind != "hierarchical" && kind != "nccl")
+    throw Error(o.Where("collective") + ": expected \"ring\", \"torus2d\", \"hierarchical\" or \"nccl\", got \"" + kind + "\"");
   std::string dir = o.GetString("rendezvous_dir", env.config->output_dir + "/rendezvous");
   // The store lives as long as the process: the ring only reads it while wiring.
   static std::unique_ptr<FileStore> store;
@@ -36,6 +38,19 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, co
   ro.curve_client_public = env.config->curve_client_public;
   ro.curve_client_secret = env.config->curve_client_secret;
   if (kind == "ring") return std::unique_ptr<Communicator>(new ZmqRing(env.rank, env.world, *store, ro));
+  if (kind == "nccl") {
+    // NCCL reduces on the GPUs: every worker of the job must have one (mixed CPU and GPU
+    // workers use the ring, which takes both).
+    for (size_t r = 0; r < env.config->workers.size(); ++r)
+      if (ParseDevice(env.config->workers[r].device).is_cpu())
+        throw Error(o.Where("collective") + ": \"nccl\" needs every worker on a GPU, but worker " + std::to_string(r) +
+                    " is on the CPU (use \"ring\" for a mixed job)");
+    NcclOptions no;
+    no.device = ParseDevice(env.config->workers[size_t(env.rank)].device).index;
+    no.prefix = name;
+    no.timeout_ms = ro.timeout_ms;
+    return std::unique_ptr<Communicator>(new NcclComm(env.rank, env.world, *store, no));
+  }
   int cols = 1;
   if (kind == "torus2d") {
     int def = 1;

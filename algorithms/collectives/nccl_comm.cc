@@ -1,0 +1,214 @@
+#include "algorithms/collectives/nccl_comm.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void CudaCheck(cudaError_t e, const std::string& where) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(where + ": " + cudaGetErrorString(e));
+  }
+}
+
+std::string Hex(const void* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t b = static_cast<const uint8_t*>(p)[i];
+    s += d[b >> 4];
+    s += d[b & 15];
+  }
+  return s;
+}
+
+void Unhex(const std::string& s, void* out, size_t n) {
+  SHOAL_CHECK(s.size() == 2 * n, "nccl: the published unique id has " + std::to_string(s.size()) + " hex digits, expected " +
+                                     std::to_string(2 * n));
+  auto val = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw Error("nccl: the published unique id is not hex");
+  };
+  for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(out)[i] = uint8_t(val(s[2 * i]) << 4 | val(s[2 * i + 1]));
+}
+
+}  // namespace
+
+int NcclVisibleDevices(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = cudaGetErrorString(e);
+    return 0;
+  }
+  if (why) *why = n > 0 ? std::to_string(n) + " CUDA device(s)" : "cudaGetDeviceCount found 0 devices";
+  return n;
+}
+
+struct NcclComm::Impl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  void* dev = nullptr;  // staging buffer on the GPU
+  size_t dev_bytes = 0;
+  std::vector<uint8_t> host;  // fp16/bf16 wire encoding
+  int timeout_ms = 0;
+  int rank = 0;
+  bool aborted = false;
+
+  // NCCL calls in non-blocking mode may return ncclInProgress: wait, bounded, for the
+  // communicator to settle; on error or timeout abort it so no rank is left hanging.
+  void Settle(ncclResult_t r, const std::string& what) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (r == ncclInProgress) {
+      if (Clock::now() > deadline) Fail(what + ": no progress for " + std::to_string(timeout_ms) + " ms (a rank stopped?)");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ncclCommGetAsyncError(comm, &r);
+    }
+    if (r != ncclSuccess) Fail(what + ": " + ncclGetErrorString(r));
+  }
+  // Waits for the stream (the collective's completion), watching NCCL's async errors.
+  void Finish(const std::string& what) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (true) {
+      cudaError_t e = cudaStreamQuery(stream);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) {
+        cudaGetLastError();
+        Fail(what + ": " + cudaGetErrorString(e));
+      }
+      ncclResult_t r = ncclSuccess;
+      ncclCommGetAsyncError(comm, &r);
+      if (r != ncclSuccess && r != ncclInProgress) Fail(what + ": " + ncclGetErrorString(r));
+      if (Clock::now() > deadline) Fail(what + ": not done after " + std::to_string(timeout_ms) + " ms (a rank stopped?)");
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  [[noreturn]] void Fail(const std::string& why) {
+    if (comm && !aborted) {
+      ncclCommAbort(comm);
+      aborted = true;
+      comm = nullptr;
+    }
+    throw Error("nccl rank " + std::to_string(rank) + ": " + why);
+  }
+  void* Staging(size_t bytes) {
+    if (bytes > dev_bytes) {
+      if (dev) cudaFree(dev);
+      dev = nullptr;
+      CudaCheck(cudaMalloc(&dev, bytes), "nccl: staging buffer of " + std::to_string(bytes) + " bytes");
+      dev_bytes = bytes;
+    }
+    return dev;
+  }
+  void Usable() {
+    if (!comm) throw Error("nccl rank " + std::to_string(rank) + ": the communicator was aborted by an earlier failure");
+  }
+};
+
+NcclComm::NcclComm(int rank, int size, Store& store, const NcclOptions& opts)
+    : impl_(std::make_unique<Impl>()), rank_(rank), size_(size) {
+  SHOAL_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
+  std::string why;
+  int n = NcclVisibleDevices(&why);
+  if (n == 0) throw Error("nccl: no CUDA device: " + why);
+  SHOAL_CHECK(opts.device >= 0 && opts.device < n,
+              "nccl: cuda:" + std::to_string(opts.device) + " does not exist (" + std::to_string(n) + " device(s))");
+  impl_->timeout_ms = opts.timeout_ms;
+  impl_->rank = rank;
+  CudaCheck(cudaSetDevice(opts.device), "nccl: cudaSetDevice(" + std::to_string(opts.device) + ")");
+  CudaCheck(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "nccl: stream");
+  ncclUniqueId id;
+  const std::string key = opts.prefix + "-nccl-id";
+  if (rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) throw Error(std::string("nccl: ncclGetUniqueId: ") + ncclGetErrorString(r));
+    store.Set(key, Hex(&id, sizeof id));
+  } else {
+    Unhex(store.Get(key, opts.timeout_ms), &id, sizeof id);
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every wait stays ours to bound
+  ncclResult_t r = ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) throw Error(std::string("nccl: ncclCommInitRankConfig: ") + ncclGetErrorString(r));
+  impl_->Settle(r, "init of " + std::to_string(size) + " ranks");
+}
+
+NcclComm::~NcclComm() {
+  if (impl_->comm) {
+    if (cudaStreamSynchronize(impl_->stream) == cudaSuccess)
+      ncclCommDestroy(impl_->comm);
+    else
+      ncclCommAbort(impl_->comm);
+  }
+  if (impl_->dev) cudaFree(impl_->dev);
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+void NcclComm::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
+  if (n <= 0) return;
+  impl_->Usable();
+  const size_t es = DTypeSize(wire);
+  const size_t bytes = size_t(n) * es;
+  void* dev = impl_->Staging(bytes);
+  const void* src = data;
+  if (wire != DType::kF32) {
+    impl_->host.resize(bytes);
+    EncodeFloats(data, size_t(n), wire, impl_->host.data());
+    src = impl_->host.data();
+  }
+  CudaCheck(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, impl_->stream), "nccl all-reduce: upload");
+  ncclDataType_t t = wire == DType::kF32 ? ncclFloat32 : wire == DType::kF16 ? ncclFloat16 : ncclBfloat16;
+  impl_->Settle(ncclAllReduce(dev, dev, size_t(n), t, op == ReduceOp::kMean ? ncclAvg : ncclSum, impl_->comm, impl_->stream),
+                "all-reduce");
+  void* dst = wire == DType::kF32 ? static_cast<void*>(data) : static_cast<void*>(impl_->host.data());
+  CudaCheck(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToHost, impl_->stream), "nccl all-reduce: download");
+  impl_->Finish("all-reduce of " + std::to_string(n) + " elements");
+  if (wire != DType::kF32) DecodeFloats(impl_->host.data(), size_t(n), wire, data);
+  bytes_sent_ += int64_t(2 * bytes * size_t(size_ - 1) / size_t(size_));
+}
+
+void NcclComm::AllGather(const void* in, int64_t bytes, void* out) {
+  impl_->Usable();
+  if (bytes <= 0) return;
+  uint8_t* dev = static_cast<uint8_t*>(impl_->Staging(size_t(bytes) * size_t(size_ + 1)));
+  uint8_t* dev_out = dev + bytes;
+  CudaCheck(cudaMemcpyAsync(dev, in, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl all-gather: upload");
+  impl_->Settle(ncclAllGather(dev, dev_out, size_t(bytes), ncclUint8, impl_->comm, impl_->stream), "all-gather");
+  CudaCheck(cudaMemcpyAsync(out, dev_out, size_t(bytes) * size_t(size_), cudaMemcpyDeviceToHost, impl_->stream),
+            "nccl all-gather: download");
+  impl_->Finish("all-gather of " + std::to_string(bytes) + " bytes");
+  bytes_sent_ += bytes * (size_ - 1);
+}
+
+void NcclComm::Broadcast(void* data, int64_t bytes, int root) {
+  impl_->Usable();
+  SHOAL_CHECK(root >= 0 && root < size_, "nccl broadcast: root " + std::to_string(root) + " outside size " + std::to_string(size_));
+  if (bytes <= 0) return;
+  void* dev = impl_->Staging(size_t(bytes));
+  if (rank_ == root)
+    CudaCheck(cudaMemcpyAsync(dev, data, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl broadcast: upload");
+  impl_->Settle(ncclBroadcast(dev, dev, size_t(bytes), ncclUint8, root, impl_->comm, impl_->stream), "broadcast");
+  CudaCheck(cudaMemcpyAsync(data, dev, size_t(bytes), cudaMemcpyDeviceToHost, impl_->stream), "nccl broadcast: download");
+  impl_->Finish("broadcast of " + std::to_string(bytes) + " bytes");
+  if (rank_ == root) bytes_sent_ += bytes;
+}
+
+void NcclComm::Barrier() {
+  float x = 0;
+  AllReduce(&x, 1, ReduceOp::kSum);
+}
+
+}  // namespace shoal

@@ -1,0 +1,145 @@
+// NCCL communicator: without a GPU it says so (and a job asking for it with CPU workers
+// gets a clear error); with GPUs, exact sums and identical fp16 means across processes,
+// one GPU per rank (skipped, saying why, where there are fewer than two).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/collectives/factory.h"
+#include "algorithms/collectives/nccl_comm.h"
+#include "common/config.h"
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+// CUDA must not be initialised in a process that forks ranks: count devices in a child.
+int DevicesSeenByAChild() {
+  pid_t p = fork();
+  if (p == 0) _exit(std::min(NcclVisibleDevices(nullptr), 100));
+  int st = 0;
+  waitpid(p, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
+}
+
+std::vector<int> RunRanks(int size, const std::function<int(int)>& body, int timeout_s = 120) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < size; ++r) {
+    pid_t p = fork();
+    if (p == 0) {
+      int rc = 99;
+      try {
+        rc = body(r);
+      } catch (const std::exception& e) {
+        fprintf(stderr, "rank %d: %s\n", r, e.what());
+        rc = 42;
+      }
+      _exit(rc);
+    }
+    pids.push_back(p);
+  }
+  std::vector<int> codes(size, -1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  for (int r = 0; r < size; ++r) {
+    while (codes[r] == -1) {
+      int st;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      } else if (std::chrono::steady_clock::now() > deadline) {
+        kill(pids[r], SIGKILL);
+        waitpid(pids[r], nullptr, 0);
+        codes[r] = 255;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  }
+  return codes;
+}
+
+std::string Dir(const std::string& name) {
+  return ::testing::TempDir() + "/nccl_" + name + "_" + std::to_string(getpid());
+}
+
+TEST(Nccl, WithoutADeviceTheErrorSaysSo) {
+  if (DevicesSeenByAChild() > 0) GTEST_SKIP() << "a CUDA device is present: the no-device path cannot be shown here";
+  FileStore store(Dir("nodev"));
+  try {
+    NcclComm c(0, 1, store);
+    FAIL() << "constructed an NCCL communicator without a GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Nccl, AJobOfCpuWorkersCannotAskForIt) {
+  JobConfig cfg = ParseJobConfig(
+      "[job]\nname = \"n\"\noutput_dir = \"" + Dir("job") + "\"\n[cluster]\nworkers = [{device = \"cpu\"}, {device = \"cpu\"}]\n"
+      "[data]\nformat = \"synthetic\"\ntrain = \"\"\ntest = \"\"\n"
+      "[algorithm]\nname = \"allreduce\"\ncollective = \"nccl\"\n",
+      "job.toml");
+  AlgorithmEnv env;
+  env.config = &cfg;
+  env.rank = 0;
+  env.world = 2;
+  try {
+    MakeWorkerCommunicator(env, "allreduce");
+    FAIL() << "nccl accepted CPU workers";
+  } catch (const Error& e) {
+    std::string w = e.what();
+    EXPECT_NE(w.find("collective"), std::string::npos) << w;
+    EXPECT_NE(w.find("worker 0 is on the CPU"), std::string::npos) << w;
+  }
+}
+
+TEST(Nccl, OneRankPerGpuSumsExactlyAndHalfMeansAgree) {
+  int devices = DevicesSeenByAChild();
+  if (devices < 1) GTEST_SKIP() << "no CUDA device on this machine";
+  const int size = std::min(devices, 4);
+  std::string dir = Dir("sum");
+  auto codes = RunRanks(size, [&](int rank) {
+    FileStore store(dir);
+    NcclOptions o;
+    o.device = rank;
+    o.timeout_ms = 60000;
+    NcclComm comm(rank, size, store, o);
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(4099), int64_t(1) << 20}) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float((rank * 7 + i * 3) % 23) - 11.0f;
+      comm.AllReduce(v.data(), n, ReduceOp::kSum);
+      for (int64_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int r = 0; r < size; ++r) want += float((r * 7 + i * 3) % 23) - 11.0f;
+        if (v[size_t(i)] != want) return 1;
+      }
+    }
+    std::vector<float> h(5001);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = 0.37f * float(i % 13) + 0.01f * float(rank);
+    comm.AllReduce(h.data(), int64_t(h.size()), ReduceOp::kMean, DType::kF16);
+    std::vector<float> all(h.size() * size_t(size));
+    comm.AllGather(h.data(), int64_t(h.size() * 4), all.data());
+    for (int r = 1; r < size; ++r)
+      if (memcmp(all.data(), all.data() + h.size() * size_t(r), h.size() * 4) != 0) return 2;
+    for (size_t i = 0; i < h.size(); ++i) {
+      double want = 0.37 * double(i % 13) + 0.01 * (size - 1) / 2.0;
+      if (std::abs(h[i] - want) > 0.01 + 2e-3 * std::abs(want)) return 3;
+    }
+    std::vector<int32_t> b(333, rank == 0 ? 77 : -1);
+    comm.Broadcast(b.data(), int64_t(b.size() * 4), 0);
+    for (int32_t x : b)
+      if (x != 77) return 4;
+    return 0;
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace shoal
