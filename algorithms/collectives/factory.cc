@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "algorithms/collectives/hierarchical_nccl.h"
 #include "algorithms/collectives/nccl_comm.h"
 #include "algorithms/collectives/torus.h"
 #include "algorithms/collectives/zmq_ring.h"
@@ -70,6 +71,11 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, co
           (i % size_t(cols) == 0 && i > 0 && w[i].host == w[i - 1].host))
         throw Error(env.config->path + ": [cluster] workers: hierarchical all-reduce needs the same number of workers on every host, listed host by host");
   }
+  bool all_gpus = kind == "hierarchical";
+  for (auto& w : env.config->workers) all_gpus = all_gpus && !ParseDevice(w.device).is_cpu();
+  if (all_gpus)  // NCCL inside each host, rings across hosts
+    return std::unique_ptr<Communicator>(new HierarchicalNccl(
+        env.rank, env.world, cols, ParseDevice(env.config->workers[size_t(env.rank)].device).index, *store, ro, name));
   return std::unique_ptr<Communicator>(new Torus2D(env.rank, env.world, cols, *store, ro, name));
 }
 

@@ -100,6 +100,27 @@ TEST(Nccl, AJobOfCpuWorkersCannotAskForIt) {
   }
 }
 
+// An all-GPU hierarchical job takes NCCL inside the host: without a GPU that says so.
+TEST(Nccl, HierarchicalOnGpuWorkersUsesNcclInsideTheHost) {
+  if (DevicesSeenByAChild() > 0) GTEST_SKIP() << "a CUDA device is present: the no-device path cannot be shown here";
+  JobConfig cfg = ParseJobConfig(
+      "[job]\nname = \"h\"\noutput_dir = \"" + Dir("hier") + "\"\n[cluster]\n"
+      "workers = [{device = \"cuda:0\"}]\n"
+      "[data]\nformat = \"synthetic\"\ntrain = \"\"\ntest = \"\"\n"
+      "[algorithm]\nname = \"allreduce\"\ncollective = \"hierarchical\"\n",
+      "job.toml");
+  AlgorithmEnv env;
+  env.config = &cfg;
+  env.rank = 0;
+  env.world = 1;
+  try {
+    MakeWorkerCommunicator(env, "allreduce");
+    FAIL() << "built a GPU communicator without a GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nccl: no CUDA device"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Nccl, OneRankPerGpuSumsExactlyAndHalfMeansAgree) {
   int devices = DevicesSeenByAChild();
   if (devices < 1) GTEST_SKIP() << "no CUDA device on this machine";
