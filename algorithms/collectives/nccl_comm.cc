@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "worker/engine/backend.h"
 
 namespace shoal {
 namespace {
@@ -45,18 +46,6 @@ void Unhex(const std::string& s, void* out, size_t n) {
 }
 
 }  // namespace
-
-int NcclVisibleDevices(std::string* why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    if (why) *why = cudaGetErrorString(e);
-    return 0;
-  }
-  if (why) *why = n > 0 ? std::to_string(n) + " CUDA device(s)" : "cudaGetDeviceCount found 0 devices";
-  return n;
-}
 
 struct NcclComm::Impl {
   ncclComm_t comm = nullptr;
@@ -122,7 +111,7 @@ NcclComm::NcclComm(int rank, int size, Store& store, const NcclOptions& opts)
     : impl_(std::make_unique<Impl>()), rank_(rank), size_(size) {
   SHOAL_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
   std::string why;
-  int n = NcclVisibleDevices(&why);
+  int n = CudaDeviceCount(&why);
   if (n == 0) throw Error("nccl: no CUDA device: " + why);
   SHOAL_CHECK(opts.device >= 0 && opts.device < n,
               "nccl: cuda:" + std::to_string(opts.device) + " does not exist (" + std::to_string(n) + " device(s))");

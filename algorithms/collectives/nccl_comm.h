@@ -43,7 +43,4 @@ class NcclComm : public Communicator {
   int64_t bytes_sent_ = 0;
 };
 
-// CUDA devices this process can see (0 with the reason in *why when none).
-int NcclVisibleDevices(std::string* why);
-
 }  // namespace shoal

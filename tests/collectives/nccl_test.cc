@@ -17,6 +17,8 @@
 #include "algorithms/collectives/nccl_comm.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "tests/collectives/run_ranks.h"
+#include "worker/engine/backend.h"
 
 namespace shoal {
 namespace {
@@ -24,45 +26,10 @@ namespace {
 // CUDA must not be initialised in a process that forks ranks: count devices in a child.
 int DevicesSeenByAChild() {
   pid_t p = fork();
-  if (p == 0) _exit(std::min(NcclVisibleDevices(nullptr), 100));
+  if (p == 0) _exit(std::min(CudaDeviceCount(nullptr), 100));
   int st = 0;
   waitpid(p, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
-}
-
-std::vector<int> RunRanks(int size, const std::function<int(int)>& body, int timeout_s = 120) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < size; ++r) {
-    pid_t p = fork();
-    if (p == 0) {
-      int rc = 99;
-      try {
-        rc = body(r);
-      } catch (const std::exception& e) {
-        fprintf(stderr, "rank %d: %s\n", r, e.what());
-        rc = 42;
-      }
-      _exit(rc);
-    }
-    pids.push_back(p);
-  }
-  std::vector<int> codes(size, -1);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  for (int r = 0; r < size; ++r) {
-    while (codes[r] == -1) {
-      int st;
-      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
-        codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      } else if (std::chrono::steady_clock::now() > deadline) {
-        kill(pids[r], SIGKILL);
-        waitpid(pids[r], nullptr, 0);
-        codes[r] = 255;
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-    }
-  }
-  return codes;
 }
 
 std::string Dir(const std::string& name) {
