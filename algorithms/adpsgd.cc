@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/store.h"
 #include "common/error.h"
 #include "common/rate_limiter.h"
@@ -38,7 +37,7 @@ class AdPsgd : public Algorithm {
       : env_(env), updater_(env), rng_(env.config->seed * 31 + uint64_t(env.rank)),
         limiter_(env.config->workers[size_t(env.rank)].bandwidth_mbps * 1e6 / 8) {
     timeout_ms_ = int(env.config->algorithm_opts.GetInt("gossip_timeout_ms", 10000, 10, 3600000));
-    comm_ = MakeWorkerCommunicator(env, "adpsgd");  // start/stop agreement and the final average
+    comm_ = env.make_communicator("adpsgd");  // start/stop agreement and the final average
   }
   ~AdPsgd() override { StopResponder(); }
   std::string Name() const override { return "adpsgd"; }
@@ -50,8 +49,8 @@ class AdPsgd : public Algorithm {
     model_.resize(size_t(total_));
     Gather(params, model_.data());
     ctx_ = zmq_ctx_new();
-    std::string dir = env_.config->algorithm_opts.GetString("rendezvous_dir", env_.config->output_dir + "/rendezvous");
-    FileStore store(dir + "/" + RunId());
+    SHOAL_CHECK(env_.store, "adpsgd: the environment has no rendezvous store");
+    Store& store = *env_.store;
     if (passive()) {
       router_ = zmq_socket(ctx_, ZMQ_ROUTER);
       int linger = 1000;
@@ -272,7 +271,7 @@ class AdPsgd : public Algorithm {
   mutable int64_t consensus_n_ = 0;
 };
 
-const bool kRegistered = RegisterAlgorithm("adpsgd", false,
+const bool kRegistered = RegisterAlgorithm("adpsgd",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new AdPsgd(env)); });
 
 }  // namespace

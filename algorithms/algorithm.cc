@@ -8,44 +8,27 @@
 namespace shoal {
 namespace {
 
-struct Entry {
-  bool needs_servers;
-  AlgorithmFactory factory;
-};
-
-std::map<std::string, Entry>& Registry() {
-  static std::map<std::string, Entry> r;
+std::map<std::string, AlgorithmFactory>& Registry() {
+  static std::map<std::string, AlgorithmFactory> r;
   return r;
 }
 
 }  // namespace
 
-bool RegisterAlgorithm(const std::string& name, bool needs_servers, AlgorithmFactory f) {
-  Registry()[name] = Entry{needs_servers, std::move(f)};
+bool RegisterAlgorithm(const std::string& name, AlgorithmFactory f) {
+  FactsOf(name);  // throws for a name with no facts
+  if (!Registry().emplace(name, std::move(f)).second)
+    throw Error("algorithm \"" + name + "\" is registered twice");
   return true;
 }
 
-std::vector<std::string> AlgorithmNames() {
-  std::vector<std::string> out;
-  for (auto& [k, v] : Registry()) out.push_back(k);
-  return out;
-}
-
-static const Entry& Find(const std::string& name) {
-  auto it = Registry().find(name);
-  if (it == Registry().end()) {
-    std::string known;
-    for (auto& n : AlgorithmNames()) known += (known.empty() ? "" : ", ") + n;
-    throw Error("unknown algorithm \"" + name + "\" (known: " + known + ")");
-  }
-  return it->second;
-}
-
 std::unique_ptr<Algorithm> MakeAlgorithm(const std::string& name, const AlgorithmEnv& env) {
-  return Find(name).factory(env);
+  FactsOf(name);  // the error lists the known algorithms
+  auto it = Registry().find(name);
+  if (it == Registry().end())
+    throw Error("algorithm \"" + name + "\" is not linked into this binary (link //algorithms:all)");
+  return it->second(env);
 }
-
-bool AlgorithmNeedsServers(const std::string& name) { return Find(name).needs_servers; }
 
 void LocalUpdater::Apply(const std::vector<ParamView>& params, int64_t step) {
   if (states_.size() != params.size()) states_.resize(params.size());

@@ -1,8 +1,8 @@
 // Algorithm: how workers agree on the model. One per job, chosen by [algorithm] name.
 // The trainer computes gradients and calls Step once per step; the algorithm leaves the
 // weights to use for the next step in ParamView::w (applying an optimizer locally,
-// pushing to servers, all-reducing, gossiping...). Adding one = a header + a source in
-// algorithms/ + one RegisterAlgorithm line.
+// pushing to servers, all-reducing, gossiping...). Adding one = a source in algorithms/,
+// its row in the facts table (algorithms/facts.cc) and one RegisterAlgorithm line.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/collectives/communicator.h"
+#include "algorithms/facts.h"
 #include "algorithms/optimizers/optimizer.h"
 #include "common/config.h"
 #include "common/metrics.h"
@@ -32,8 +34,14 @@ struct StepInfo {
   double loss = 0;
 };
 
+class Client;  // the parameter-server client (common/ps/client.h)
+struct ClientOptions;
+class Store;   // the rendezvous store (algorithms/collectives/store.h)
+
 // What an algorithm may use: the job, this worker's place in it, the optimizer and
-// schedule built from [optimizer], and the metrics sink.
+// schedule built from [optimizer], the metrics sink, and its ways to reach the other
+// processes. Built once per worker by MakeAlgorithmEnv (algorithms/env.h); tests fill the
+// factories with in-process fakes, so no algorithm builds its own connections.
 struct AlgorithmEnv {
   const JobConfig* config = nullptr;
   int rank = 0;
@@ -44,6 +52,13 @@ struct AlgorithmEnv {
   std::shared_ptr<LrSchedule> schedule;
   MetricsWriter* metrics = nullptr;
   bool resume = false;  // continue from the job's newest complete checkpoint
+  // A Communicator among the job's workers; `name` keeps the rendezvous keys of two
+  // communicators of one job apart (one per use: "allreduce", "adpsgd", ...).
+  std::function<std::unique_ptr<Communicator>(const std::string& name)> make_communicator;
+  // A client of the job's parameter servers.
+  std::function<std::unique_ptr<Client>(const ClientOptions& opts)> make_ps_client;
+  // Where peers publish and find endpoints (adpsgd's gossip listeners).
+  std::shared_ptr<Store> store;
 };
 
 class Algorithm {
@@ -61,9 +76,8 @@ class Algorithm {
   // Extra figures for progress lines and metrics (bytes_sent, staleness, ...).
   virtual int64_t bytes_sent() const { return 0; }
   virtual void AddMetrics(JsonObject* out) const { (void)out; }
-  // Checkpoints: algorithms that keep them resume in Init when env.resume is set and say
-  // here how many global steps the restored model has done (training continues there).
-  virtual bool KeepsCheckpoints() const { return false; }
+  // Checkpoints: algorithms whose facts say they keep them resume in Init when env.resume
+  // is set and say here how many global steps the restored model has done.
   virtual int64_t ResumedStep() const { return 0; }
   // Rank 0 of a collective job stops everyone at the target: all ranks must agree when to
   // stop, so algorithms that synchronize decide it together.
@@ -72,13 +86,11 @@ class Algorithm {
 
 using AlgorithmFactory = std::function<std::unique_ptr<Algorithm>(const AlgorithmEnv&)>;
 
-// Registration from static initializers; `needs_servers` tells the launcher to start the
-// job's parameter servers.
-bool RegisterAlgorithm(const std::string& name, bool needs_servers, AlgorithmFactory f);
+// Registration from static initializers. Throws shoal::Error for a name already registered
+// or missing from the facts table (a programming error: the binary stops at start-up).
+bool RegisterAlgorithm(const std::string& name, AlgorithmFactory f);
 // Throws shoal::Error "unknown algorithm "x" (known: ...)" for names not registered.
 std::unique_ptr<Algorithm> MakeAlgorithm(const std::string& name, const AlgorithmEnv& env);
-bool AlgorithmNeedsServers(const std::string& name);
-std::vector<std::string> AlgorithmNames();
 
 // Applies env.optimizer to every tensor with this step's LR (shared by algorithms that
 // update locally). States are kept per tensor index.

@@ -3,7 +3,6 @@
 // same optimizer step (sgd, momentum, lars, lamb, still...) locally, so weights stay
 // identical on every worker, bit for bit.
 #include "algorithms/algorithm.h"
-#include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/fusion.h"
 
 namespace shoal {
@@ -16,7 +15,7 @@ class AllReduce : public Algorithm {
         updater_(env),
         fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)),
         wire_(ParseDType(env.config->algorithm_opts.GetString("wire_dtype", "fp32"))) {
-    comm_ = MakeWorkerCommunicator(env, "allreduce");
+    comm_ = env.make_communicator("allreduce");
   }
   std::string Name() const override { return "allreduce"; }
 
@@ -44,7 +43,7 @@ class AllReduce : public Algorithm {
   std::unique_ptr<Communicator> comm_;
 };
 
-const bool kRegistered = RegisterAlgorithm("allreduce", false,
+const bool kRegistered = RegisterAlgorithm("allreduce",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new AllReduce(env)); });
 
 }  // namespace

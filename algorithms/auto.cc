@@ -13,7 +13,6 @@
 #include <cstdio>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/fusion.h"
 
 namespace shoal {
@@ -30,7 +29,7 @@ class Auto : public Algorithm {
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
     bmuf_ratio_ = a.GetDouble("bmuf_ratio", 1.0, 0, 1e6);
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);
-    comm_ = MakeWorkerCommunicator(env, "auto");
+    comm_ = env.make_communicator("auto");
   }
   std::string Name() const override { return chosen_ ? "auto:" + chosen_->Name() : "auto"; }
 
@@ -114,7 +113,7 @@ class Auto : public Algorithm {
   Clock::time_point last_step_end_;
 };
 
-const bool kRegistered = RegisterAlgorithm("auto", false,
+const bool kRegistered = RegisterAlgorithm("auto",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Auto(env)); });
 
 }  // namespace

@@ -7,7 +7,6 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/block_momentum.h"
-#include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/fusion.h"
 
 namespace shoal {
@@ -23,7 +22,7 @@ class Bmuf : public Algorithm {
     bp_.lr = float(a.GetDouble("block_lr", 1.0, 0, 1000));
     bp_.nesterov = a.GetBool("nesterov", true);
     warmup_steps_ = int64_t(a.GetDouble("sync_warmup_epochs", 0, 0, 1e6) * double(env.steps_per_epoch));
-    comm_ = MakeWorkerCommunicator(env, "bmuf");
+    comm_ = env.make_communicator("bmuf");
   }
   std::string Name() const override { return "bmuf"; }
 
@@ -94,7 +93,7 @@ class Bmuf : public Algorithm {
   std::vector<float> global_, start_, v_;
 };
 
-const bool kRegistered = RegisterAlgorithm("bmuf", false,
+const bool kRegistered = RegisterAlgorithm("bmuf",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Bmuf(env)); });
 
 }  // namespace

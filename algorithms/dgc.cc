@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/fusion.h"
 #include "algorithms/compressors/dgc_compressor.h"
 #include "common/error.h"
@@ -30,7 +29,7 @@ class Dgc : public Algorithm {
     d.min_compress = a.GetInt("min_compress_elements", 1024, 1, int64_t(1) << 40);
     opts_ = d;
     comp_.reset(new DgcCompressor(d, c.seed * 7919 + uint64_t(env.rank)));
-    comm_ = MakeWorkerCommunicator(env, "dgc");
+    comm_ = env.make_communicator("dgc");
   }
   std::string Name() const override { return "dgc"; }
 
@@ -108,7 +107,7 @@ class Dgc : public Algorithm {
   double sparsity_now_ = 0;
 };
 
-const bool kRegistered = RegisterAlgorithm("dgc", false,
+const bool kRegistered = RegisterAlgorithm("dgc",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Dgc(env)); });
 
 }  // namespace

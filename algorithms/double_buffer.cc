@@ -4,7 +4,6 @@
 #include <future>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/fusion.h"
 
 namespace shoal {
@@ -17,7 +16,7 @@ class DoubleBuffer : public Algorithm {
         updater_(env),
         fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)),
         wire_(ParseDType(env.config->algorithm_opts.GetString("wire_dtype", "fp32"))) {
-    comm_ = MakeWorkerCommunicator(env, "double_buffer");
+    comm_ = env.make_communicator("double_buffer");
   }
   ~DoubleBuffer() override {
     if (pending_.valid()) pending_.wait();
@@ -81,7 +80,7 @@ class DoubleBuffer : public Algorithm {
   int64_t stale_step_ = 0;
 };
 
-const bool kRegistered = RegisterAlgorithm("double_buffer", false,
+const bool kRegistered = RegisterAlgorithm("double_buffer",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new DoubleBuffer(env)); });
 
 }  // namespace

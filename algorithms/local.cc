@@ -17,7 +17,7 @@ class Local : public Algorithm {
   LocalUpdater updater_;
 };
 
-const bool kRegistered = RegisterAlgorithm("local", /*needs_servers=*/false,
+const bool kRegistered = RegisterAlgorithm("local",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Local(env)); });
 
 }  // namespace

@@ -6,8 +6,6 @@
 #include "algorithms/optimizers/optimizer.h"
 #include "common/byte_codec.h"
 #include "common/error.h"
-#include "worker/data/data_loader.h"
-#include "worker/data/dataset.h"
 
 namespace shoal {
 namespace {
@@ -20,15 +18,30 @@ struct RuleState {
   int64_t pushes = 0;
 };
 
+// Until the first worker's plan arrives the rule knows the optimizer but not the
+// schedule; it can still restore checkpointed state (resume loads before anyone registers).
 class OptimizerRule : public UpdateRule {
  public:
-  OptimizerRule(const JobConfig& cfg, int contributors)
-      : contributors_(contributors), world_(std::max(1, cfg.world_size())) {
+  explicit OptimizerRule(const JobConfig& cfg)
+      : cfg_(cfg), max_contributors_(std::max(1, cfg.world_size())) {
     opt_ = MakeOptimizer(cfg.optimizer, cfg.optimizer_opts);
-    int64_t spe = StepsPerEpoch(cfg);
-    int64_t total = cfg.epochs * spe;
-    if (cfg.max_steps > 0) total = std::min(total, cfg.max_steps);
-    schedule_ = std::make_unique<LrSchedule>(LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * cfg.world_size(), spe, total));
+  }
+
+  void SetPlan(const TrainingPlan& plan) override {
+    SHOAL_CHECK(plan.steps_per_epoch >= 1 && plan.total_steps >= 0 && plan.global_batch >= 1,
+                "training plan with " + std::to_string(plan.steps_per_epoch) + " steps per epoch, " +
+                    std::to_string(plan.total_steps) + " steps, global batch " + std::to_string(plan.global_batch));
+    SHOAL_CHECK(plan.workers >= 1 && plan.workers <= max_contributors_,
+                "training plan for " + std::to_string(plan.workers) + " workers; the job has " +
+                    std::to_string(max_contributors_));
+    SHOAL_CHECK(plan.rule == msg::ServerRule::APPLY_EACH || plan.rule == msg::ServerRule::MEAN_OF_WORKERS ||
+                    plan.rule == msg::ServerRule::NONE,
+                "training plan with unknown server rule " + std::to_string(int(plan.rule)));
+    rule_ = plan.rule;
+    world_ = plan.workers;
+    contributors_ = plan.rule == msg::ServerRule::MEAN_OF_WORKERS ? plan.workers : 1;
+    schedule_ = std::make_unique<LrSchedule>(
+        LrSchedule::FromConfig(cfg_.optimizer_opts, plan.global_batch, plan.steps_per_epoch, plan.total_steps));
   }
 
   std::string SaveState(const StoredTensor& t) const override {
@@ -59,7 +72,7 @@ class OptimizerRule : public UpdateRule {
     }
     st->sum = r.Floats();
     SHOAL_CHECK(st->sum.empty() || st->sum.size() == n, "optimizer state: a partial sum of the wrong size");
-    SHOAL_CHECK(st->pushes >= 0 && st->count >= 0 && st->count < contributors_ + 1, "optimizer state: bad counters");
+    SHOAL_CHECK(st->pushes >= 0 && st->count >= 0 && st->count < max_contributors_ + 1, "optimizer state: bad counters");
     r.ExpectDone();
     t.rule_state = std::move(st);
   }
@@ -70,6 +83,8 @@ class OptimizerRule : public UpdateRule {
       memcpy(param.buf->data(), grad, bytes);
       return;
     }
+    SHOAL_CHECK(schedule_, "push of '" + name + "' with op apply before any worker sent its training plan");
+    SHOAL_CHECK(rule_ != msg::ServerRule::NONE, "push of '" + name + "' with op apply: this job runs no optimizer on the servers");
     SHOAL_CHECK(param.dtype == DType::kF32, "push of '" + name + "': the server optimizer needs fp32 tensors");
     const size_t n = param.elements();
     SHOAL_CHECK(bytes == n * 4, "push of '" + name + "': " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " floats");
@@ -103,33 +118,16 @@ class OptimizerRule : public UpdateRule {
     opt_->Apply(w, g, n, decay, c, &st->opt);
   }
 
-  int contributors_, world_;
+  JobConfig cfg_;
+  const int max_contributors_;
+  msg::ServerRule rule_ = msg::ServerRule::NONE;
+  int contributors_ = 1, world_ = 1;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<LrSchedule> schedule_;
 };
 
 }  // namespace
 
-int64_t StepsPerEpoch(const JobConfig& cfg) {
-  DatasetOptions d;
-  d.seed = cfg.seed;
-  d.synthetic_samples = cfg.synthetic_samples * cfg.world_size();
-  d.synthetic_image_size = cfg.synthetic_image_size;
-  d.synthetic_classes = cfg.synthetic_classes;
-  d.max_samples = cfg.max_train_samples;
-  auto train = LoadDataset(cfg.data_format, cfg.train_path, d);
-  DataLoaderOptions o;
-  o.batch_size = cfg.batch_size;
-  o.world_size = cfg.world_size();
-  o.prefetch = 0;
-  DataLoader loader(train, o);
-  return std::max<int64_t>(1, loader.batches_per_epoch());
-}
-
-std::unique_ptr<UpdateRule> MakeServerUpdateRule(const JobConfig& cfg) {
-  if (cfg.algorithm == "ps_async" || cfg.algorithm == "ps_ssp") return std::make_unique<OptimizerRule>(cfg, 1);
-  if (cfg.algorithm == "ps_sync") return std::make_unique<OptimizerRule>(cfg, cfg.world_size());
-  return nullptr;
-}
+std::unique_ptr<UpdateRule> MakeServerUpdateRule(const JobConfig& cfg) { return std::make_unique<OptimizerRule>(cfg); }
 
 }  // namespace shoal

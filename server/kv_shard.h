@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 
 #include "common/dtype.h"
+#include "common/training_plan.h"
 #include "common/messages/schema.capnp.h"
 
 namespace shoal {
@@ -37,6 +38,9 @@ class UpdateRule {
  public:
   virtual ~UpdateRule() = default;
   virtual void Apply(const std::string& name, StoredTensor& param, const void* grad, size_t bytes) = 0;
+  // The workers' training plan (schedule, which pushes make a step); throws shoal::Error
+  // for one the rule cannot follow.
+  virtual void SetPlan(const TrainingPlan& plan) { (void)plan; }
   // The per-tensor state as bytes for a checkpoint, and back (the rule checks what it reads).
   virtual std::string SaveState(const StoredTensor& t) const { (void)t; return {}; }
   virtual void LoadState(StoredTensor& t, std::string_view bytes) const { (void)t; (void)bytes; }
@@ -67,6 +71,7 @@ class KvShard {
   size_t size() const { return tensors_.size(); }
   const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
   const UpdateRule& rule() const { return *rule_; }
+  void SetPlan(const TrainingPlan& plan) { rule_->SetPlan(plan); }
   // Replaces everything held with `tensors` (a checkpoint being restored).
   void ReplaceAll(std::map<std::string, StoredTensor> tensors) { tensors_ = std::move(tensors); }
   uint64_t bytes() const;

@@ -35,8 +35,9 @@ int main(int argc, char** argv) {
     shoal::JobConfig cfg = shoal::LoadJobConfig(FLAGS_config);
     if (cfg.servers.empty()) throw shoal::Error(FLAGS_config + ": [cluster] servers: expected at least one \"host:port\"");
     server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);
-    // The parameter-server algorithms run the job's optimizer here, on whole tensors.
-    if (auto rule = shoal::MakeServerUpdateRule(cfg)) server->kv().SetUpdateRule(std::move(rule));
+    // The parameter-server algorithms run the job's optimizer here, on whole tensors; the
+    // workers' plan (at registration) says how.
+    server->kv().SetUpdateRule(shoal::MakeServerUpdateRule(cfg));
     server->OpenCheckpoints(FLAGS_resume);
   } catch (const std::exception& e) {
     fprintf(stderr, "shoal-server: %s\n", e.what());

@@ -6,7 +6,7 @@
 #include <kj/exception.h>
 
 #include "common/error.h"
-#include "worker/client/client.h"
+#include "common/ps/client.h"
 
 namespace shoal {
 namespace {
@@ -116,6 +116,27 @@ void Server::HandleCheckpoint(InMessage& m) {
   transport_->Send(out, &m.identity);
 }
 
+void Server::HandlePlan(InMessage& m) {
+  auto h = m.header();
+  TrainingPlan plan = FromWire(h.getPlan());
+  if (plan_) {
+    SHOAL_CHECK(*plan_ == plan, "worker " + std::to_string(h.getRank()) +
+                                    "'s training plan disagrees with the first worker's (different job files?)");
+  } else {
+    kv_.SetPlan(plan);
+    plan_ = std::make_unique<TrainingPlan>(plan);
+    LOG(INFO) << who_ << ": training plan: " << plan.steps_per_epoch << " steps/epoch, " << plan.total_steps
+              << " steps, global batch " << plan.global_batch << ", " << plan.workers << " workers";
+  }
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::PLAN_ACK);
+  r.setRequestId(h.getRequestId());
+  r.setRole(msg::Role::SERVER);
+  r.setRank(shard_);
+  transport_->Send(out, &m.identity);
+}
+
 void Server::Run(const std::atomic<bool>& stop) {
   auto last_tick = Coordinator::Clock::now();
   while (!stop) {
@@ -164,6 +185,7 @@ void Server::HandleMessage(InMessage& m) {
     case msg::Kind::PUSH_PULL: return HandlePush(m);
     case msg::Kind::PULL: return HandlePull(m);
     case msg::Kind::CHECKPOINT: return HandleCheckpoint(m);
+    case msg::Kind::PLAN: return HandlePlan(m);
     case msg::Kind::REGISTER:
     case msg::Kind::BARRIER:
     case msg::Kind::HEARTBEAT:

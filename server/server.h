@@ -44,6 +44,7 @@ class Server {
   void HandlePush(InMessage& m);
   void HandlePull(InMessage& m);
   void HandleCheckpoint(InMessage& m);
+  void HandlePlan(InMessage& m);
   void SendTensors(const zmq::message_t& to, uint64_t request_id, const std::vector<std::string>& names);
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
   void Warn(const std::string& line);
@@ -59,6 +60,7 @@ class Server {
   KvShard kv_;
   std::unique_ptr<Checkpointer> checkpointer_;
   int64_t resumed_step_ = 0;
+  std::unique_ptr<TrainingPlan> plan_;  // the first worker's; later ones must agree
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<HeartbeatSender> heartbeat_;
   Coordinator::Clock::time_point warn_window_{};

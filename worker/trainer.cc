@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/env.h"
 #include "common/error.h"
 #include "common/metrics.h"
 #include "worker/data/data_loader.h"
@@ -148,23 +149,12 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   std::unique_ptr<Model> model = MakeModel(cfg.model, *backend, mo);
   model->InitParameters(cfg.seed);  // same seed on every worker: identical start
 
-  AlgorithmEnv env;
-  env.config = &cfg;
-  env.rank = rank;
-  env.world = world;
-  env.steps_per_epoch = train.batches_per_epoch();
-  env.total_steps = cfg.epochs * env.steps_per_epoch;
-  if (cfg.max_steps > 0) env.total_steps = std::min(env.total_steps, cfg.max_steps);
-  env.optimizer = MakeOptimizer(cfg.optimizer, cfg.optimizer_opts);
-  env.schedule = std::make_shared<LrSchedule>(LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * world,
-                                                                       env.steps_per_epoch, env.total_steps));
-  env.resume = opts.resume;
+  if (opts.resume && !FactsOf(cfg.algorithm).keeps_checkpoints)
+    throw Error("--resume: algorithm \"" + cfg.algorithm + "\" keeps no checkpoints (the parameter-server algorithms do)");
   MetricsWriter metrics;
   metrics.Open(cfg.output_dir + "/metrics.jsonl");
-  env.metrics = &metrics;
+  AlgorithmEnv env = MakeAlgorithmEnv(cfg, rank, train.batches_per_epoch(), &metrics, opts.resume);
   std::unique_ptr<Algorithm> algo = MakeAlgorithm(cfg.algorithm, env);
-  if (opts.resume && !algo->KeepsCheckpoints())
-    throw Error("--resume: algorithm \"" + algo->Name() + "\" keeps no checkpoints (the parameter-server algorithms do)");
 
   HostParams params(*model, *backend);
   params.PullWeightsAndGrads();

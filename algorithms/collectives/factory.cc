@@ -7,7 +7,7 @@
 #include "algorithms/collectives/torus.h"
 #include "algorithms/collectives/zmq_ring.h"
 #include "common/error.h"
-#include "worker/engine/tensor.h"
+#include "common/device.h"
 
 namespace shoal {
 
@@ -19,64 +19,64 @@ std::string RunId() {
   return "0";
 }
 
-std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, const std::string& name) {
-  const ConfigSection& o = env.config->algorithm_opts;
+std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int rank, Store& store,
+                                                     const std::string& name) {
+  const ConfigSection& o = cfg.algorithm_opts;
+  const int world = cfg.world_size();
+  if (rank < 0 || rank >= world)
+    throw Error(cfg.path + ": rank " + std::to_string(rank) + " is outside the job's " + std::to_string(world) + " worker(s)");
   std::string kind = o.GetString("collective", "ring");
   if (kind != "ring" && kind != "torus2d" && kind != "hierarchical" && kind != "nccl")
     throw Error(o.Where("collective") + ": expected \"ring\", \"torus2d\", \"hierarchical\" or \"nccl\", got \"" + kind + "\"");
-  std::string dir = o.GetString("rendezvous_dir", env.config->output_dir + "/rendezvous");
-  // The store lives as long as the process: the ring only reads it while wiring.
-  static std::unique_ptr<FileStore> store;
-  store.reset(new FileStore(dir + "/" + RunId()));
   RingOptions ro;
   ro.prefix = name;
   ro.timeout_ms = int(o.GetInt("collective_timeout_ms", 120000, 100, 86400000));
   ro.segment_bytes = o.GetInt("segment_bytes", 1 << 20, 256, int64_t(1) << 30);
-  ro.bind_host = env.config->workers[size_t(env.rank)].host;
-  ro.bandwidth_bytes_per_s = env.config->workers[size_t(env.rank)].bandwidth_mbps * 1e6 / 8;
-  ro.curve_server_public = env.config->curve_server_public;
-  ro.curve_server_secret = env.config->curve_server_secret;
-  ro.curve_client_public = env.config->curve_client_public;
-  ro.curve_client_secret = env.config->curve_client_secret;
-  if (kind == "ring") return std::unique_ptr<Communicator>(new ZmqRing(env.rank, env.world, *store, ro));
+  ro.bind_host = cfg.workers[size_t(rank)].host;
+  ro.bandwidth_bytes_per_s = cfg.workers[size_t(rank)].bandwidth_mbps * 1e6 / 8;
+  ro.curve_server_public = cfg.curve_server_public;
+  ro.curve_server_secret = cfg.curve_server_secret;
+  ro.curve_client_public = cfg.curve_client_public;
+  ro.curve_client_secret = cfg.curve_client_secret;
+  if (kind == "ring") return std::unique_ptr<Communicator>(new ZmqRing(rank, world, store, ro));
   if (kind == "nccl") {
     // NCCL reduces on the GPUs: every worker of the job must have one (mixed CPU and GPU
     // workers use the ring, which takes both).
-    for (size_t r = 0; r < env.config->workers.size(); ++r)
-      if (ParseDevice(env.config->workers[r].device).is_cpu())
+    for (size_t r = 0; r < cfg.workers.size(); ++r)
+      if (ParseDevice(cfg.workers[r].device).is_cpu())
         throw Error(o.Where("collective") + ": \"nccl\" needs every worker on a GPU, but worker " + std::to_string(r) +
                     " is on the CPU (use \"ring\" for a mixed job)");
     NcclOptions no;
-    no.device = ParseDevice(env.config->workers[size_t(env.rank)].device).index;
+    no.device = ParseDevice(cfg.workers[size_t(rank)].device).index;
     no.prefix = name;
     no.timeout_ms = ro.timeout_ms;
-    return std::unique_ptr<Communicator>(new NcclComm(env.rank, env.world, *store, no));
+    return std::unique_ptr<Communicator>(new NcclComm(rank, world, store, no));
   }
   int cols = 1;
   if (kind == "torus2d") {
     int def = 1;
-    for (int c = 1; c * c <= env.world; ++c)
-      if (env.world % c == 0) def = env.world / c;  // the most square grid, cols >= rows
-    cols = int(o.GetInt("torus_cols", def, 1, env.world));
-    if (env.world % cols != 0)
-      throw Error(o.Where("torus_cols") + ": " + std::to_string(cols) + " does not divide the " + std::to_string(env.world) + " workers");
+    for (int c = 1; c * c <= world; ++c)
+      if (world % c == 0) def = world / c;  // the most square grid, cols >= rows
+    cols = int(o.GetInt("torus_cols", def, 1, world));
+    if (world % cols != 0)
+      throw Error(o.Where("torus_cols") + ": " + std::to_string(cols) + " does not divide the " + std::to_string(world) + " workers");
   } else {
     // Hierarchical: one grid row per host; workers must be listed host by host, the same
     // number on each host.
-    const auto& w = env.config->workers;
+    const auto& w = cfg.workers;
     cols = 1;
     while (cols < int(w.size()) && w[size_t(cols)].host == w[0].host) ++cols;
     for (size_t i = 0; i < w.size(); ++i)
       if (w.size() % size_t(cols) != 0 || w[i].host != w[i - i % size_t(cols)].host ||
           (i % size_t(cols) == 0 && i > 0 && w[i].host == w[i - 1].host))
-        throw Error(env.config->path + ": [cluster] workers: hierarchical all-reduce needs the same number of workers on every host, listed host by host");
+        throw Error(cfg.path + ": [cluster] workers: hierarchical all-reduce needs the same number of workers on every host, listed host by host");
   }
   bool all_gpus = kind == "hierarchical";
-  for (auto& w : env.config->workers) all_gpus = all_gpus && !ParseDevice(w.device).is_cpu();
+  for (auto& w : cfg.workers) all_gpus = all_gpus && !ParseDevice(w.device).is_cpu();
   if (all_gpus)  // NCCL inside each host, rings across hosts
     return std::unique_ptr<Communicator>(new HierarchicalNccl(
-        env.rank, env.world, cols, ParseDevice(env.config->workers[size_t(env.rank)].device).index, *store, ro, name));
-  return std::unique_ptr<Communicator>(new Torus2D(env.rank, env.world, cols, *store, ro, name));
+        rank, world, cols, ParseDevice(cfg.workers[size_t(rank)].device).index, store, ro, name));
+  return std::unique_ptr<Communicator>(new Torus2D(rank, world, cols, store, ro, name));
 }
 
 }  // namespace shoal

@@ -1,15 +1,19 @@
-// Builds a worker's Communicator from the job: [algorithm] collective = "ring" (default)
-// with rendezvous through a FileStore under the job's output_dir (one machine or a shared
-// filesystem), keyed by the run id so a stale run's files are never read.
+// Builds a worker's Communicator from the job: [algorithm] collective = "ring" (default),
+// "torus2d", "hierarchical" or "nccl", meeting its peers through `store`.
 #pragma once
 #include <memory>
+#include <string>
 
-#include "algorithms/algorithm.h"
 #include "algorithms/collectives/communicator.h"
+#include "algorithms/collectives/store.h"
+#include "common/config.h"
 
 namespace shoal {
 
-std::unique_ptr<Communicator> MakeWorkerCommunicator(const AlgorithmEnv& env, const std::string& name = "ring");
+// `name` prefixes the store keys, so several communicators of one job never meet the wrong
+// peers. The store must outlive the wiring (the constructor's return).
+std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int rank, Store& store,
+                                                     const std::string& name = "ring");
 // SHOAL_RUN_ID from the launcher, else the Slurm / Open MPI job id, else "0".
 std::string RunId();
 

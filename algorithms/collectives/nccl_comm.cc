@@ -9,19 +9,12 @@
 #include <vector>
 
 #include "common/error.h"
-#include "worker/engine/backend.h"
+#include "common/cuda/platform.h"
 
 namespace shoal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void CudaCheck(cudaError_t e, const std::string& where) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw Error(where + ": " + cudaGetErrorString(e));
-  }
-}
 
 std::string Hex(const void* p, size_t n) {
   static const char* d = "0123456789abcdef";
@@ -97,7 +90,7 @@ struct NcclComm::Impl {
     if (bytes > dev_bytes) {
       if (dev) cudaFree(dev);
       dev = nullptr;
-      CudaCheck(cudaMalloc(&dev, bytes), "nccl: staging buffer of " + std::to_string(bytes) + " bytes");
+      CheckCuda(cudaMalloc(&dev, bytes), "nccl: staging buffer of " + std::to_string(bytes) + " bytes");
       dev_bytes = bytes;
     }
     return dev;
@@ -117,8 +110,8 @@ NcclComm::NcclComm(int rank, int size, Store& store, const NcclOptions& opts)
               "nccl: cuda:" + std::to_string(opts.device) + " does not exist (" + std::to_string(n) + " device(s))");
   impl_->timeout_ms = opts.timeout_ms;
   impl_->rank = rank;
-  CudaCheck(cudaSetDevice(opts.device), "nccl: cudaSetDevice(" + std::to_string(opts.device) + ")");
-  CudaCheck(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "nccl: stream");
+  CheckCuda(cudaSetDevice(opts.device), "nccl: cudaSetDevice(" + std::to_string(opts.device) + ")");
+  CheckCuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "nccl: stream");
   ncclUniqueId id;
   const std::string key = opts.prefix + "-nccl-id";
   if (rank == 0) {
@@ -158,12 +151,12 @@ void NcclComm::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
     EncodeFloats(data, size_t(n), wire, impl_->host.data());
     src = impl_->host.data();
   }
-  CudaCheck(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, impl_->stream), "nccl all-reduce: upload");
+  CheckCuda(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, impl_->stream), "nccl all-reduce: upload");
   ncclDataType_t t = wire == DType::kF32 ? ncclFloat32 : wire == DType::kF16 ? ncclFloat16 : ncclBfloat16;
   impl_->Settle(ncclAllReduce(dev, dev, size_t(n), t, op == ReduceOp::kMean ? ncclAvg : ncclSum, impl_->comm, impl_->stream),
                 "all-reduce");
   void* dst = wire == DType::kF32 ? static_cast<void*>(data) : static_cast<void*>(impl_->host.data());
-  CudaCheck(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToHost, impl_->stream), "nccl all-reduce: download");
+  CheckCuda(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToHost, impl_->stream), "nccl all-reduce: download");
   impl_->Finish("all-reduce of " + std::to_string(n) + " elements");
   if (wire != DType::kF32) DecodeFloats(impl_->host.data(), size_t(n), wire, data);
   bytes_sent_ += int64_t(2 * bytes * size_t(size_ - 1) / size_t(size_));
@@ -174,9 +167,9 @@ void NcclComm::AllGather(const void* in, int64_t bytes, void* out) {
   if (bytes <= 0) return;
   uint8_t* dev = static_cast<uint8_t*>(impl_->Staging(size_t(bytes) * size_t(size_ + 1)));
   uint8_t* dev_out = dev + bytes;
-  CudaCheck(cudaMemcpyAsync(dev, in, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl all-gather: upload");
+  CheckCuda(cudaMemcpyAsync(dev, in, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl all-gather: upload");
   impl_->Settle(ncclAllGather(dev, dev_out, size_t(bytes), ncclUint8, impl_->comm, impl_->stream), "all-gather");
-  CudaCheck(cudaMemcpyAsync(out, dev_out, size_t(bytes) * size_t(size_), cudaMemcpyDeviceToHost, impl_->stream),
+  CheckCuda(cudaMemcpyAsync(out, dev_out, size_t(bytes) * size_t(size_), cudaMemcpyDeviceToHost, impl_->stream),
             "nccl all-gather: download");
   impl_->Finish("all-gather of " + std::to_string(bytes) + " bytes");
   bytes_sent_ += bytes * (size_ - 1);
@@ -188,9 +181,9 @@ void NcclComm::Broadcast(void* data, int64_t bytes, int root) {
   if (bytes <= 0) return;
   void* dev = impl_->Staging(size_t(bytes));
   if (rank_ == root)
-    CudaCheck(cudaMemcpyAsync(dev, data, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl broadcast: upload");
+    CheckCuda(cudaMemcpyAsync(dev, data, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl broadcast: upload");
   impl_->Settle(ncclBroadcast(dev, dev, size_t(bytes), ncclUint8, root, impl_->comm, impl_->stream), "broadcast");
-  CudaCheck(cudaMemcpyAsync(data, dev, size_t(bytes), cudaMemcpyDeviceToHost, impl_->stream), "nccl broadcast: download");
+  CheckCuda(cudaMemcpyAsync(data, dev, size_t(bytes), cudaMemcpyDeviceToHost, impl_->stream), "nccl broadcast: download");
   impl_->Finish("broadcast of " + std::to_string(bytes) + " bytes");
   if (rank_ == root) bytes_sent_ += bytes;
 }

@@ -13,7 +13,7 @@
 
 #include "algorithms/algorithm.h"
 #include "common/error.h"
-#include "worker/client/client.h"
+#include "common/ps/client.h"
 
 namespace shoal {
 namespace {
@@ -35,7 +35,7 @@ class ParameterServer : public Algorithm {
     o.timeout_ms = int(a.GetInt("timeout_ms", 60000, 100, 86400000));
     wait_timeout_ms_ = o.timeout_ms;
     checkpoints_ = !env.config->checkpoint_dir.empty();
-    client_ = std::make_unique<Client>(*env.config, o);
+    client_ = env.make_ps_client(o);
   }
   std::string Name() const override {
     return mode_ == Mode::kAsync ? "ps_async" : mode_ == Mode::kSsp ? "ps_ssp" : "ps_sync";
@@ -50,7 +50,18 @@ class ParameterServer : public Algorithm {
     }
     for (int r = 0; r < env_.world; ++r) specs.push_back({ClockName(r), DType::kF32, {1}});
     specs.push_back({kStopName, DType::kF32, {1}});
-    client_->Register(specs);
+    // The shards learn the schedule and their update rule from this plan, never from data.
+    TrainingPlan plan;
+    plan.steps_per_epoch = env_.steps_per_epoch;
+    plan.total_steps = env_.total_steps;
+    plan.workers = env_.world;
+    plan.global_batch = env_.config->batch_size * env_.world;
+    switch (FactsOf(Name()).server_update) {
+      case ServerUpdate::kApplyEach: plan.rule = msg::ServerRule::APPLY_EACH; break;
+      case ServerUpdate::kMeanOfWorkers: plan.rule = msg::ServerRule::MEAN_OF_WORKERS; break;
+      case ServerUpdate::kNone: plan.rule = msg::ServerRule::NONE; break;
+    }
+    client_->Register(specs, &plan);
     if (env_.resume) {
       // The shards loaded the committed checkpoint before serving: pull it, seed nothing.
       CheckpointRecord rec = client_->NewestCheckpoint();
@@ -95,7 +106,6 @@ class ParameterServer : public Algorithm {
     if (checkpoints_ && env_.rank == 0 && last_step_ > 0) WriteCheckpoint();
     if (mode_ == Mode::kSync) PullWeights(params);
   }
-  bool KeepsCheckpoints() const override { return true; }
   int64_t ResumedStep() const override { return resumed_step_; }
   bool ModelChangedAtFinish() const override { return mode_ == Mode::kSync; }
 
@@ -197,11 +207,11 @@ class ParameterServer : public Algorithm {
   double staleness_seen_ = 0, max_staleness_ = 0;
 };
 
-const bool kAsync = RegisterAlgorithm("ps_async", true,
+const bool kAsync = RegisterAlgorithm("ps_async",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kAsync)); });
-const bool kSsp = RegisterAlgorithm("ps_ssp", true,
+const bool kSsp = RegisterAlgorithm("ps_ssp",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kSsp)); });
-const bool kSync = RegisterAlgorithm("ps_sync", true,
+const bool kSync = RegisterAlgorithm("ps_sync",
     [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kSync)); });
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "server/server.h"
-#include "worker/client/client.h"
+#include "common/ps/client.h"
 
 DEFINE_int64(min_bytes, 4 << 10, "smallest message size");
 DEFINE_int64(max_bytes, 64 << 20, "largest message size");

@@ -23,6 +23,8 @@ enum Kind {
   checkpointAck @13; # carries `checkpoint` (resumeQuery: id 0 = no complete checkpoint)
   checkpointCommit @14;  # worker -> coordinator: every shard wrote `checkpoint.id`; it is now the newest complete one
   resumeQuery @15;   # member -> coordinator: which checkpoint to resume from; answered by checkpointAck
+  plan @16;          # worker -> every shard at registration: `plan`, what the shard's update rule needs; answered by planAck
+  planAck @17;
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }
@@ -73,6 +75,23 @@ struct CheckpointInfo {
   shards @4 :UInt32; # how many shards wrote it (a job must resume with as many)
 }
 
+# How a shard applies pushes with op = apply (the parameter-server algorithms' optimizer).
+enum ServerRule {
+  none @0;           # the job runs no optimizer on the servers
+  applyEach @1;      # every push is one worker's step (ps_async, ps_ssp)
+  meanOfWorkers @2;  # sum the pushes of all `workers`, apply their mean once (ps_sync)
+}
+
+# What a shard must know of the training to run the job's optimizer, learned from the
+# workers at registration (a server never reads the data set).
+struct TrainingPlan {
+  stepsPerEpoch @0 :Int64;  # global steps in one epoch
+  totalSteps @1 :Int64;     # global steps of the whole run (the LR schedule's horizon)
+  rule @2 :ServerRule;
+  workers @3 :Int32;        # workers whose pushes make one global step
+  globalBatch @4 :Int64;    # samples in one global step (LR scaling)
+}
+
 struct Header {
   kind @0 :Kind;
   requestId @1 :UInt64;          # echoed in the answer
@@ -85,4 +104,5 @@ struct Header {
   barrierName @8 :Text;          # barrier, barrierDone
   message @9 :Text;              # error
   checkpoint @10 :CheckpointInfo;  # checkpoint, checkpointAck, checkpointCommit
+  plan @11 :TrainingPlan;          # plan
 }

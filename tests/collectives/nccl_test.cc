@@ -12,13 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/algorithm.h"
 #include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/nccl_comm.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "tests/collectives/run_ranks.h"
-#include "worker/engine/backend.h"
+#include "common/cuda/platform.h"
 
 namespace shoal {
 namespace {
@@ -53,12 +52,9 @@ TEST(Nccl, AJobOfCpuWorkersCannotAskForIt) {
       "[data]\nformat = \"synthetic\"\ntrain = \"\"\ntest = \"\"\n"
       "[algorithm]\nname = \"allreduce\"\ncollective = \"nccl\"\n",
       "job.toml");
-  AlgorithmEnv env;
-  env.config = &cfg;
-  env.rank = 0;
-  env.world = 2;
+  FileStore store(Dir("job-store"));
   try {
-    MakeWorkerCommunicator(env, "allreduce");
+    MakeWorkerCommunicator(cfg, 0, store, "allreduce");
     FAIL() << "nccl accepted CPU workers";
   } catch (const Error& e) {
     std::string w = e.what();
@@ -76,12 +72,9 @@ TEST(Nccl, HierarchicalOnGpuWorkersUsesNcclInsideTheHost) {
       "[data]\nformat = \"synthetic\"\ntrain = \"\"\ntest = \"\"\n"
       "[algorithm]\nname = \"allreduce\"\ncollective = \"hierarchical\"\n",
       "job.toml");
-  AlgorithmEnv env;
-  env.config = &cfg;
-  env.rank = 0;
-  env.world = 1;
+  FileStore store(Dir("hier-store"));
   try {
-    MakeWorkerCommunicator(env, "allreduce");
+    MakeWorkerCommunicator(cfg, 0, store, "allreduce");
     FAIL() << "built a GPU communicator without a GPU";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("nccl: no CUDA device"), std::string::npos) << e.what();

@@ -13,6 +13,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/cuda/platform.h"
 #include "worker/engine/backend.h"
 
 #ifndef SHOAL_TEST_AGAINST_CPU_ENGINE

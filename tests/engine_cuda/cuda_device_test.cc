@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/cuda/platform.h"
 #include "worker/engine/backend.h"
 
 namespace shoal {

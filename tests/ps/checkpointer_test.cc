@@ -44,6 +44,19 @@ CheckpointRecord Rec(uint64_t id) {
   return r;
 }
 
+// The job's server rule with the plan two ps_async workers would send.
+std::unique_ptr<UpdateRule> PlannedRule(const JobConfig& cfg) {
+  auto rule = MakeServerUpdateRule(cfg);
+  TrainingPlan plan;
+  plan.steps_per_epoch = 10;
+  plan.total_steps = 20;
+  plan.rule = msg::ServerRule::APPLY_EACH;
+  plan.workers = 2;
+  plan.global_batch = 64;
+  rule->SetPlan(plan);
+  return rule;
+}
+
 JobConfig PsJob(const std::string& algorithm) {
   return ParseJobConfig(
       "[job]\nname = \"t\"\n[cluster]\nservers = [\"127.0.0.1:1\"]\nworkers = 2\n[model]\nname = \"mlp\"\n"
@@ -57,8 +70,8 @@ JobConfig PsJob(const std::string& algorithm) {
 TEST(Checkpointer, TensorsAndOptimizerStateRoundTripExactly) {
   JobConfig cfg = PsJob("ps_async");
   KvShard a, b;
-  a.SetUpdateRule(MakeServerUpdateRule(cfg));
-  b.SetUpdateRule(MakeServerUpdateRule(cfg));
+  a.SetUpdateRule(PlannedRule(cfg));
+  b.SetUpdateRule(PlannedRule(cfg));
   a.Push("fc.weight", DType::kF32, {2, 3}, Floats({1, 2, 3, 4, 5, 6}), msg::PushOp::ASSIGN);
   a.Push("fc.bias", DType::kF32, {3}, Floats({0.5f, -0.5f, 0}), msg::PushOp::ASSIGN);
   a.Push("half", DType::kF16, {2}, zmq::message_t("\x01\x3c\x00\x40", 4), msg::PushOp::ASSIGN);
@@ -95,10 +108,10 @@ TEST(Checkpointer, TensorsAndOptimizerStateRoundTripExactly) {
   EXPECT_EQ(Values(a, "fc.bias"), Values(b, "fc.bias"));
   // Against a shard that lost its state: the update differs, so the check above has teeth.
   KvShard cold;
-  cold.SetUpdateRule(MakeServerUpdateRule(cfg));
+  cold.SetUpdateRule(PlannedRule(cfg));
   cold.Push("fc.weight", DType::kF32, {2, 3}, zmq::message_t(a.Find("fc.weight")->buf->data(), 24), msg::PushOp::ASSIGN);
   KvShard warm;
-  warm.SetUpdateRule(MakeServerUpdateRule(cfg));
+  warm.SetUpdateRule(PlannedRule(cfg));
   c.Load(7, &warm);
   cold.Push("fc.weight", DType::kF32, {2, 3}, Floats({1, 1, 1, 1, 1, 1}), msg::PushOp::APPLY);
   warm.Push("fc.weight", DType::kF32, {2, 3}, Floats({1, 1, 1, 1, 1, 1}), msg::PushOp::APPLY);

@@ -6,7 +6,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "tests/ps/ps_test_util.h"
-#include "worker/client/client.h"
+#include "common/ps/client.h"
 
 namespace shoal {
 namespace {

@@ -3,7 +3,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
-#include "algorithms/algorithm.h"
+#include "algorithms/facts.h"
 #include "algorithms/optimizers/optimizer.h"
 #include "common/config.h"
 #include "tests/training/job_runner.h"
@@ -22,7 +22,7 @@ TEST(Configs, AllLoadAndNameKnownParts) {
     ++n;
     SCOPED_TRACE(f);
     JobConfig c = LoadJobConfig(dir + "/" + f);
-    EXPECT_NO_THROW(AlgorithmNeedsServers(c.algorithm));
+    EXPECT_NO_THROW(FactsOf(c.algorithm));
     EXPECT_NO_THROW(MakeOptimizer(c.optimizer, c.optimizer_opts));
     EXPECT_NO_THROW(LrSchedule::FromConfig(c.optimizer_opts, c.batch_size * c.world_size(), 100, 1000));
   }

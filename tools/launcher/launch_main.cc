@@ -18,7 +18,7 @@
 
 #include <algorithm>
 
-#include "algorithms/algorithm.h"
+#include "algorithms/facts.h"
 #include "algorithms/optimizers/optimizer.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -92,13 +92,14 @@ int Run(const std::string& job_path) {
     fprintf(stderr, "shoal: %s\n", e.what());
     return 2;
   }
-  bool servers = false;
+  AlgorithmFacts facts;
   try {
-    servers = AlgorithmNeedsServers(cfg.algorithm);
+    facts = FactsOf(cfg.algorithm);
   } catch (const Error& e) {
     fprintf(stderr, "shoal: %s: [algorithm] name: %s\n", job_path.c_str(), e.what());
     return 2;
   }
+  const bool servers = facts.needs_servers;
   try {  // the optimizer and schedule keys too: a typo must stop the job before it starts
     MakeOptimizer(cfg.optimizer, cfg.optimizer_opts);
     LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * cfg.world_size(), 1, 1);
@@ -106,7 +107,7 @@ int Run(const std::string& job_path) {
     fprintf(stderr, "shoal: %s\n", e.what());
     return 2;
   }
-  if (FLAGS_resume && !servers) {
+  if (FLAGS_resume && !facts.keeps_checkpoints) {
     fprintf(stderr, "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints (the parameter-server algorithms do)\n",
             job_path.c_str(), cfg.algorithm.c_str());
     return 2;
@@ -174,7 +175,8 @@ int Run(const std::string& job_path) {
   int workers_done = 0, workers_failed = 0;
   double last_print = 0;
   // Workers that may die without ending the job (asynchronous algorithms).
-  bool tolerant = cfg.algorithm_opts.GetBool("tolerate_worker_failure", cfg.algorithm == "ps_async" || cfg.algorithm == "ps_ssp");
+  bool tolerant = cfg.algorithm_opts.GetBool("tolerate_worker_failure",
+                                             facts.tolerated_deaths == ToleratedDeaths::kAnyButLast);
   int rc = 0;
   while (true) {
     if (g_stop_signal) {

@@ -113,8 +113,6 @@ std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
 // The CUDA backend on device `index`; throws shoal::Error with a clear message when no
 // CUDA device is present (never crashes).
 std::unique_ptr<Backend> MakeCudaBackend(int index);
-// Number of usable CUDA devices (0 without a driver or GPU); *why gets the reason.
-int CudaDeviceCount(std::string* why = nullptr);
 std::unique_ptr<Backend> MakeBackend(const Device& d, int threads = 0);
 
 }  // namespace shoal

@@ -7,21 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "common/device.h"
 #include "common/dtype.h"
 
 namespace shoal {
-
-enum class DeviceKind : uint8_t { kCpu = 0, kCuda = 1 };
-
-struct Device {
-  DeviceKind kind = DeviceKind::kCpu;
-  int index = 0;
-  bool is_cpu() const { return kind == DeviceKind::kCpu; }
-  std::string ToString() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
-  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
-};
-// Parses "cpu" | "cuda" | "cuda:N"; throws shoal::Error otherwise.
-Device ParseDevice(const std::string& s);
 
 using Shape = std::vector<int64_t>;
 inline int64_t NumElements(const Shape& s) {

@@ -385,18 +385,6 @@ double CudaBackend::SumSquares(const Tensor& x) {
 
 // ---- factories declared in backend.h
 
-int CudaDeviceCount(std::string* why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    if (why) *why = cudaGetErrorString(e);
-    return 0;
-  }
-  if (why) *why = n > 0 ? std::to_string(n) + " CUDA device(s)" : "cudaGetDeviceCount found 0 devices";
-  return n;
-}
-
 std::unique_ptr<Backend> MakeCudaBackend(int index) {
   std::string why;
   const int n = CudaDeviceCount(&why);

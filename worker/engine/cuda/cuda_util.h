@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "common/cuda/platform.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "worker/engine/cuda/kernels.h"
@@ -13,12 +14,7 @@ namespace shoal {
 namespace cudautil {
 
 // Each check throws shoal::Error("<where>: <library message>") on failure.
-inline void Check(cudaError_t e, const std::string& where) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear a sticky launch error so the next call starts clean
-    throw Error(where + ": " + cudaGetErrorString(e));
-  }
-}
+inline void Check(cudaError_t e, const std::string& where) { CheckCuda(e, where); }
 inline void Check(cudnnStatus_t e, const std::string& where) {
   if (e != CUDNN_STATUS_SUCCESS) throw Error(where + ": cuDNN " + cudnnGetErrorString(e));
 }

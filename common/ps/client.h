@@ -17,6 +17,7 @@
 #include "common/checkpoint_record.h"
 #include "common/config.h"
 #include "common/dtype.h"
+#include "common/training_plan.h"
 #include "common/transport/heartbeat.h"
 #include "common/transport/transport.h"
 
@@ -79,8 +80,9 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Registers this member. The first registration that lists tensors fixes their
-  // placement on shards; later lists must name the same tensors and sizes.
-  const ClusterInfo& Register(const std::vector<TensorSpec>& tensors = {});
+  // placement on shards; later lists must name the same tensors and sizes. With `plan`,
+  // every shard then learns it (and refuses one that disagrees with an earlier worker's).
+  const ClusterInfo& Register(const std::vector<TensorSpec>& tensors = {}, const TrainingPlan* plan = nullptr);
   int Push(const std::vector<TensorRef>& tensors, msg::PushOp op = msg::PushOp::ADD);
   // Push, then pull the same tensors' new values, in one round trip per shard (the step
   // of a parameter-server worker: gradients out, weights back). Fills (*out)[i] for
@@ -114,6 +116,7 @@ class Client {
     msg::Kind ack = msg::Kind::PUSH_ACK;  // the answer kind that means done
   };
   int ShardOf(const std::string& name) const;
+  void SendPlan(const TrainingPlan& plan);
   int SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out);
   void Dispatch(int shard, InMessage& m);
   InMessage Control(OutMessage& m, uint64_t id, const std::string& what);

@@ -1,4 +1,4 @@
-#include "worker/client/client.h"
+#include "common/ps/client.h"
 
 #include <chrono>
 #include <glog/logging.h>
@@ -87,7 +87,7 @@ InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what) {
   }
 }
 
-const ClusterInfo& Client::Register(const std::vector<TensorSpec>& tensors) {
+const ClusterInfo& Client::Register(const std::vector<TensorSpec>& tensors, const TrainingPlan* plan) {
   OutMessage m;
   uint64_t id = next_id_++;
   auto h = m.header();
@@ -120,7 +120,23 @@ const ClusterInfo& Client::Register(const std::vector<TensorSpec>& tensors) {
   if (opts_.heartbeat && !heartbeat_)
     heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, "tcp://" + cfg_.servers[0], keys_, opts_.role, opts_.rank,
                                                    int(cfg_.heartbeat_ms));
+  if (plan) SendPlan(*plan);
   return cluster_;
+}
+
+void Client::SendPlan(const TrainingPlan& plan) {
+  uint64_t id = next_id_++;
+  Request& req = pending_[id];
+  req.ack = msg::Kind::PLAN_ACK;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    OutMessage m;
+    auto h = m.header();
+    Header(h, msg::Kind::PLAN, id);
+    ToWire(plan, h.initPlan());
+    shards_[s]->Send(m);
+    req.waiting.insert(int(s));
+  }
+  Wait(int(id));
 }
 
 int Client::ShardOf(const std::string& name) const {

@@ -1,0 +1,38 @@
+// What the rest of Shoal needs to know about each algorithm, in one table: the launcher
+// (start servers? which deaths end the job? can it resume?), the trainer and the servers
+// (through the workers' training plan) read it here instead of comparing names. Links
+// nothing but common/error, so a tool can ask without linking the algorithms.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace shoal {
+
+// Which worker deaths a job of this algorithm survives.
+enum class ToleratedDeaths {
+  kNone,       // synchronous: one death ends the job
+  kAnyButLast  // asynchronous: the others go on while one worker is left
+};
+
+// How the parameter servers apply pushed gradients (none for collective algorithms).
+enum class ServerUpdate {
+  kNone,
+  kApplyEach,     // every push is one worker's optimizer step
+  kMeanOfWorkers  // the mean of all workers' pushes of a step, applied once
+};
+
+struct AlgorithmFacts {
+  std::string name;
+  bool needs_servers = false;
+  bool keeps_checkpoints = false;
+  ToleratedDeaths tolerated_deaths = ToleratedDeaths::kNone;
+  ServerUpdate server_update = ServerUpdate::kNone;
+};
+
+// Throws shoal::Error `unknown algorithm "x" (known: ...)` for a name not in the table.
+const AlgorithmFacts& FactsOf(const std::string& name);
+// Every algorithm's facts, by name.
+const std::vector<AlgorithmFacts>& AllAlgorithmFacts();
+std::vector<std::string> AlgorithmNames();
+
+}  // namespace shoal
