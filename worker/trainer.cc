@@ -98,198 +98,256 @@ EvalResult Evaluate(Model& model, Backend& backend, DataLoader& test) {
   return r;
 }
 
+// One worker's run, in the order Train() calls the phases. Each phase leaves what the next
+// needs in the members.
+class Trainer {
+ public:
+  Trainer(const JobConfig& cfg, const TrainerOptions& opts)
+      : cfg_(cfg), opts_(opts), rank_(opts.rank), world_(cfg.world_size()) {
+    if (rank_ < 0 || rank_ >= world_)
+      throw Error(cfg.path + ": [cluster] workers: rank " + std::to_string(rank_) + " is outside the job's " +
+                  std::to_string(world_) + " worker(s)");
+  }
+
+  // The backend of this worker's device and its shard of the data.
+  void LoadData() {
+    const WorkerSpec& spec = cfg_.workers[size_t(rank_)];
+    int threads = opts_.threads > 0 ? opts_.threads : int(cfg_.threads);
+    backend_ = MakeBackend(ParseDevice(spec.device), threads);
+
+    DatasetOptions dopt;
+    dopt.seed = cfg_.seed;
+    dopt.synthetic_samples = cfg_.synthetic_samples * world_;
+    dopt.synthetic_image_size = cfg_.synthetic_image_size;
+    dopt.synthetic_classes = cfg_.synthetic_classes;
+    dopt.max_samples = cfg_.max_train_samples;
+    train_set_ = LoadDataset(cfg_.data_format, cfg_.train_path, dopt);
+    dopt.max_samples = cfg_.max_test_samples;
+    dopt.synthetic_samples = std::max<int64_t>(cfg_.batch_size, cfg_.synthetic_samples / 4);
+    std::shared_ptr<Dataset> test_set = LoadDataset(cfg_.data_format, cfg_.test_path, dopt);
+    test_set->UseNormalizationOf(*train_set_);
+
+    DataLoaderOptions lo;
+    lo.batch_size = cfg_.batch_size;
+    lo.rank = rank_;
+    lo.world_size = world_;
+    lo.seed = cfg_.seed;
+    lo.shuffle = true;
+    lo.drop_last = true;
+    lo.augment = cfg_.augment;
+    train_ = std::make_unique<DataLoader>(train_set_, lo);
+    if (train_->batches_per_epoch() < 1)
+      throw Error(cfg_.path + ": [data] batch_size: " + std::to_string(cfg_.batch_size) + " x " + std::to_string(world_) +
+                  " workers is larger than the training set (" + std::to_string(train_set_->size()) + " samples)");
+    DataLoaderOptions to = lo;
+    to.rank = 0;
+    to.world_size = 1;
+    to.shuffle = false;
+    to.drop_last = false;
+    to.augment = false;
+    to.batch_size = std::max<int64_t>(cfg_.batch_size, 256);
+    test_ = std::make_unique<DataLoader>(test_set, to);
+  }
+
+  // The model, initialized with the job's seed: the same start on every worker.
+  void BuildModel() {
+    ModelOptions mo;
+    mo.input_shape = train_set_->sample_shape();
+    mo.num_classes = train_set_->num_classes();
+    mo.zero_gamma_init = cfg_.zero_gamma_init;
+    mo.label_smoothing = float(cfg_.label_smoothing);
+    model_ = MakeModel(cfg_.model, *backend_, mo);
+    model_->InitParameters(cfg_.seed);
+    params_ = std::make_unique<HostParams>(*model_, *backend_);
+  }
+
+  // The algorithm, connected to its peers, with the starting weights (its own, rank 0's,
+  // the servers' or a checkpoint's).
+  void StartAlgorithm() {
+    if (opts_.resume && !FactsOf(cfg_.algorithm).keeps_checkpoints)
+      throw Error("--resume: algorithm \"" + cfg_.algorithm + "\" keeps no checkpoints (the parameter-server algorithms do)");
+    metrics_.Open(cfg_.output_dir + "/metrics.jsonl");
+    env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume);
+    algo_ = MakeAlgorithm(cfg_.algorithm, env_);
+    params_->PullWeightsAndGrads();
+    algo_->Init(params_->views());
+    params_->PushWeights();
+    printf("worker %d/%d: %s on %s, %s, %lld samples, %lld steps/epoch, algorithm %s, optimizer %s\n", rank_, world_,
+           cfg_.model.c_str(), backend_->Name().c_str(), cfg_.data_format.c_str(), (long long)train_set_->size(),
+           (long long)env_.steps_per_epoch, algo_->Name().c_str(), env_.optimizer->Name().c_str());
+    fflush(stdout);
+  }
+
+  // Epochs of steps, an evaluation after each, until the last epoch, max_steps or the
+  // target accuracy (agreed among the workers by the algorithm).
+  void TrainEpochs() {
+    // A resumed job continues at the checkpoint's data position: the same batches, in the
+    // same order, as if it had never stopped.
+    step_ = algo_->ResumedStep();
+    const int64_t first_epoch = step_ / env_.steps_per_epoch, first_batch = step_ % env_.steps_per_epoch;
+    if (step_ > 0) {
+      printf("worker %d: resumed at step %lld (epoch %lld, batch %lld)\n", rank_, (long long)step_,
+             (long long)first_epoch, (long long)first_batch);
+      metrics_.Write("resume", step_,
+                     JsonObject().Add("rank", rank_).Add("epoch", first_epoch).Add("batch", first_batch));
+    }
+    t_start_ = Clock::now();
+    bool stop = cfg_.max_steps > 0 && step_ >= cfg_.max_steps;
+    for (int64_t epoch = first_epoch; epoch < cfg_.epochs && !stop; ++epoch) {
+      if (epoch == first_epoch && first_batch > 0)
+        train_->Seek({epoch, first_batch});
+      else
+        train_->StartEpoch(epoch);
+      while (!stop && TrainStep(epoch)) stop = cfg_.max_steps > 0 && step_ >= cfg_.max_steps;
+      EvalResult ev = Evaluate(*model_, *backend_, *test_);
+      accuracy_ = ev.accuracy;
+      double sps = double(samples_) / std::max(1e-9, Since(t_start_));
+      metrics_.Write("eval", step_,
+                     JsonObject().Add("rank", rank_).Add("epoch", epoch + 1).Add("test_accuracy", ev.accuracy)
+                         .Add("test_loss", ev.loss).Add("samples_per_s", sps).Add("bytes_sent", algo_->bytes_sent()));
+      printf("worker %d: epoch %lld step %lld test_accuracy %.4f test_loss %.4f samples/s %.0f\n", rank_,
+             (long long)epoch + 1, (long long)step_, ev.accuracy, ev.loss, sps);
+      fflush(stdout);
+      bool reached = cfg_.target_accuracy > 0 && ev.accuracy >= cfg_.target_accuracy;
+      stop = algo_->AgreeToStop(stop || reached);
+    }
+  }
+
+  // The algorithm's final sync, a last evaluation if it changed the model, the weights'
+  // hash and export, and the end record.
+  TrainResult Finish() {
+    params_->PullWeightsAndGrads();
+    algo_->Finish(params_->views());
+    params_->PushWeights();
+    if (algo_->ModelChangedAtFinish()) {
+      EvalResult ev = Evaluate(*model_, *backend_, *test_);
+      accuracy_ = ev.accuracy;
+      metrics_.Write("eval", step_,
+                     JsonObject().Add("rank", rank_).Add("final", true).Add("test_accuracy", ev.accuracy)
+                         .Add("test_loss", ev.loss).Add("bytes_sent", algo_->bytes_sent()));
+      printf("worker %d: final model test_accuracy %.4f\n", rank_, ev.accuracy);
+    }
+    params_->PullWeightsAndGrads();
+    std::string hash = WeightsHash();
+    if (rank_ == 0 && !cfg_.export_weights.empty()) ExportWeights();
+
+    TrainResult res;
+    res.steps = step_;
+    res.test_accuracy = accuracy_;
+    res.samples_per_s = double(samples_) / std::max(1e-9, Since(t_start_));
+    res.bytes_sent = algo_->bytes_sent();
+    metrics_.Write("end", step_,
+                   JsonObject().Add("rank", rank_).Add("steps", step_).Add("test_accuracy", accuracy_)
+                       .Add("samples_per_s", res.samples_per_s).Add("bytes_sent", res.bytes_sent)
+                       .Add("compute_s", compute_s_).Add("comm_s", comm_s_).Add("wait_s", wait_s_)
+                       .Add("weights_hash", hash));
+    return res;
+  }
+
+ private:
+  // One step: next batch, forward/backward, the algorithm, a train record every
+  // log_every_steps. False when the epoch has no batch left.
+  bool TrainStep(int64_t epoch) {
+    auto t0 = Clock::now();
+    if (!train_->Next(&batch_)) return false;
+    wait_s_ += Since(t0);
+    auto t1 = Clock::now();
+    Shape shape = {batch_.n};
+    for (int64_t d : train_set_->sample_shape()) shape.push_back(d);
+    if (!x_.defined() || x_.shape() != shape) x_ = backend_->Empty(shape);
+    backend_->CopyFromHost(x_, batch_.images.data());
+    model_->ZeroGrad();
+    float loss = model_->TrainStep(x_, batch_.labels.data()).loss;
+    if (!std::isfinite(loss))
+      throw Error("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step_) +
+                  " (lower [optimizer] lr?)");
+    params_->PullWeightsAndGrads();
+    double compute = Since(t1);
+    compute_s_ += compute;
+    const double slowdown = cfg_.workers[size_t(rank_)].slowdown;
+    if (slowdown > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowdown * compute));
+    auto t2 = Clock::now();
+    StepInfo info;
+    info.step = step_;
+    info.epoch = epoch;
+    info.loss = loss;
+    algo_->Step(params_->views(), info);
+    params_->PushWeights();
+    comm_s_ += Since(t2);
+    ++step_;
+    samples_ += batch_.n;
+    window_samples_ += batch_.n;
+    loss_sum_ += loss;
+    ++loss_n_;
+    if (step_ % cfg_.log_every_steps == 0) LogTrain(epoch);
+    return true;
+  }
+
+  void LogTrain(int64_t epoch) {
+    double sps = double(window_samples_) / std::max(1e-9, Since(t_window_));
+    JsonObject f;
+    f.Add("rank", rank_).Add("epoch", epoch).Add("loss", loss_sum_ / double(loss_n_)).Add("samples_per_s", sps);
+    f.Add("lr", env_.schedule->At(step_ - 1)).Add("compute_s", compute_s_).Add("comm_s", comm_s_).Add("wait_s", wait_s_);
+    f.Add("bytes_sent", algo_->bytes_sent());
+    algo_->AddMetrics(&f);
+    metrics_.Write("train", step_, f);
+    t_window_ = Clock::now();
+    window_samples_ = 0;
+    loss_sum_ = 0;
+    loss_n_ = 0;
+  }
+
+  // FNV-1a of the final weights: synchronous algorithms must end bit-identical everywhere.
+  std::string WeightsHash() const {
+    uint64_t hash = 1469598103934665603ull;
+    for (auto& v : params_->views())
+      for (int64_t i = 0; i < v.n; ++i) {
+        uint32_t bits;
+        memcpy(&bits, &v.w[i], 4);
+        hash = (hash ^ bits) * 1099511628211ull;
+      }
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    return hex;
+  }
+
+  // Raw fp32, parameters in the model's stable order (Model::ParamLayout()).
+  void ExportWeights() const {
+    FILE* f = fopen(cfg_.export_weights.c_str(), "wb");
+    if (!f) throw Error(cfg_.export_weights + ": cannot write exported weights");
+    bool ok = true;
+    for (auto& v : params_->views()) ok = ok && fwrite(v.w, 4, size_t(v.n), f) == size_t(v.n);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) throw Error(cfg_.export_weights + ": short write of exported weights");
+  }
+
+  const JobConfig& cfg_;
+  const TrainerOptions opts_;
+  const int rank_, world_;
+  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<Dataset> train_set_;
+  std::unique_ptr<DataLoader> train_, test_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<HostParams> params_;
+  MetricsWriter metrics_;
+  AlgorithmEnv env_;
+  std::unique_ptr<Algorithm> algo_;
+  Tensor x_;
+  Batch batch_;
+  int64_t step_ = 0, samples_ = 0, window_samples_ = 0, loss_n_ = 0;
+  double compute_s_ = 0, comm_s_ = 0, wait_s_ = 0, loss_sum_ = 0, accuracy_ = 0;
+  Clock::time_point t_start_ = Clock::now(), t_window_ = Clock::now();
+};
+
 }  // namespace
 
 TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
-  const int rank = opts.rank, world = cfg.world_size();
-  if (rank < 0 || rank >= world)
-    throw Error(cfg.path + ": [cluster] workers: rank " + std::to_string(rank) + " is outside the job's " + std::to_string(world) + " worker(s)");
-  const WorkerSpec& spec = cfg.workers[size_t(rank)];
-  int threads = opts.threads > 0 ? opts.threads : int(cfg.threads);
-  std::unique_ptr<Backend> backend = MakeBackend(ParseDevice(spec.device), threads);
-
-  DatasetOptions dopt;
-  dopt.seed = cfg.seed;
-  dopt.synthetic_samples = cfg.synthetic_samples * world;
-  dopt.synthetic_image_size = cfg.synthetic_image_size;
-  dopt.synthetic_classes = cfg.synthetic_classes;
-  dopt.max_samples = cfg.max_train_samples;
-  std::shared_ptr<Dataset> train_set = LoadDataset(cfg.data_format, cfg.train_path, dopt);
-  dopt.max_samples = cfg.max_test_samples;
-  dopt.synthetic_samples = std::max<int64_t>(cfg.batch_size, cfg.synthetic_samples / 4);
-  std::shared_ptr<Dataset> test_set = LoadDataset(cfg.data_format, cfg.test_path, dopt);
-  test_set->UseNormalizationOf(*train_set);
-
-  DataLoaderOptions lo;
-  lo.batch_size = cfg.batch_size;
-  lo.rank = rank;
-  lo.world_size = world;
-  lo.seed = cfg.seed;
-  lo.shuffle = true;
-  lo.drop_last = true;
-  lo.augment = cfg.augment;
-  DataLoader train(train_set, lo);
-  if (train.batches_per_epoch() < 1)
-    throw Error(cfg.path + ": [data] batch_size: " + std::to_string(cfg.batch_size) + " x " + std::to_string(world) +
-                " workers is larger than the training set (" + std::to_string(train_set->size()) + " samples)");
-  DataLoaderOptions to = lo;
-  to.rank = 0;
-  to.world_size = 1;
-  to.shuffle = false;
-  to.drop_last = false;
-  to.augment = false;
-  to.batch_size = std::max<int64_t>(cfg.batch_size, 256);
-  DataLoader test(test_set, to);
-
-  ModelOptions mo;
-  mo.input_shape = train_set->sample_shape();
-  mo.num_classes = train_set->num_classes();
-  mo.zero_gamma_init = cfg.zero_gamma_init;
-  mo.label_smoothing = float(cfg.label_smoothing);
-  std::unique_ptr<Model> model = MakeModel(cfg.model, *backend, mo);
-  model->InitParameters(cfg.seed);  // same seed on every worker: identical start
-
-  if (opts.resume && !FactsOf(cfg.algorithm).keeps_checkpoints)
-    throw Error("--resume: algorithm \"" + cfg.algorithm + "\" keeps no checkpoints (the parameter-server algorithms do)");
-  MetricsWriter metrics;
-  metrics.Open(cfg.output_dir + "/metrics.jsonl");
-  AlgorithmEnv env = MakeAlgorithmEnv(cfg, rank, train.batches_per_epoch(), &metrics, opts.resume);
-  std::unique_ptr<Algorithm> algo = MakeAlgorithm(cfg.algorithm, env);
-
-  HostParams params(*model, *backend);
-  params.PullWeightsAndGrads();
-  algo->Init(params.views());
-  params.PushWeights();
-
-  printf("worker %d/%d: %s on %s, %s, %lld samples, %lld steps/epoch, algorithm %s, optimizer %s\n", rank, world,
-         cfg.model.c_str(), backend->Name().c_str(), cfg.data_format.c_str(), (long long)train_set->size(),
-         (long long)env.steps_per_epoch, algo->Name().c_str(), env.optimizer->Name().c_str());
-  fflush(stdout);
-
-  TrainResult res;
-  // A resumed job continues at the checkpoint's data position: the same batches, in the
-  // same order, as if it had never stopped.
-  int64_t step = algo->ResumedStep();
-  const int64_t first_epoch = step / env.steps_per_epoch, first_batch = step % env.steps_per_epoch;
-  if (step > 0) {
-    printf("worker %d: resumed at step %lld (epoch %lld, batch %lld)\n", rank, (long long)step, (long long)first_epoch,
-           (long long)first_batch);
-    metrics.Write("resume", step, JsonObject().Add("rank", rank).Add("epoch", first_epoch).Add("batch", first_batch));
-  }
-  double compute_s = 0, comm_s = 0, wait_s = 0;
-  int64_t samples = 0;
-  auto t_start = Clock::now();
-  auto t_window = Clock::now();
-  int64_t window_samples = 0;
-  double loss_sum = 0;
-  int64_t loss_n = 0;
-  Tensor x;
-  Batch b;
-  bool stop = false;
-  double acc = 0;
-  if (cfg.max_steps > 0 && step >= cfg.max_steps) stop = true;
-  for (int64_t epoch = first_epoch; epoch < cfg.epochs && !stop; ++epoch) {
-    if (epoch == first_epoch && first_batch > 0)
-      train.Seek({epoch, first_batch});
-    else
-      train.StartEpoch(epoch);
-    while (!stop) {
-      auto t0 = Clock::now();
-      if (!train.Next(&b)) break;
-      wait_s += Since(t0);
-      auto t1 = Clock::now();
-      Shape shape = {b.n};
-      for (int64_t d : train_set->sample_shape()) shape.push_back(d);
-      if (!x.defined() || x.shape() != shape) x = backend->Empty(shape);
-      backend->CopyFromHost(x, b.images.data());
-      model->ZeroGrad();
-      float loss = model->TrainStep(x, b.labels.data()).loss;
-      if (!std::isfinite(loss)) throw Error("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step) + " (lower [optimizer] lr?)");
-      params.PullWeightsAndGrads();
-      double compute = Since(t1);
-      compute_s += compute;
-      if (spec.slowdown > 0) std::this_thread::sleep_for(std::chrono::duration<double>(spec.slowdown * compute));
-      auto t2 = Clock::now();
-      StepInfo info;
-      info.step = step;
-      info.epoch = epoch;
-      info.loss = loss;
-      algo->Step(params.views(), info);
-      params.PushWeights();
-      comm_s += Since(t2);
-      ++step;
-      samples += b.n;
-      window_samples += b.n;
-      loss_sum += loss;
-      ++loss_n;
-      if (step % cfg.log_every_steps == 0) {
-        double sps = double(window_samples) / std::max(1e-9, Since(t_window));
-        JsonObject f;
-        f.Add("rank", rank).Add("epoch", epoch).Add("loss", loss_sum / double(loss_n)).Add("samples_per_s", sps);
-        f.Add("lr", env.schedule->At(step - 1)).Add("compute_s", compute_s).Add("comm_s", comm_s).Add("wait_s", wait_s);
-        f.Add("bytes_sent", algo->bytes_sent());
-        algo->AddMetrics(&f);
-        metrics.Write("train", step, f);
-        t_window = Clock::now();
-        window_samples = 0;
-        loss_sum = 0;
-        loss_n = 0;
-      }
-      if (cfg.max_steps > 0 && step >= cfg.max_steps) stop = true;
-    }
-    EvalResult ev = Evaluate(*model, *backend, test);
-    acc = ev.accuracy;
-    double sps = double(samples) / std::max(1e-9, Since(t_start));
-    metrics.Write("eval", step, JsonObject().Add("rank", rank).Add("epoch", epoch + 1).Add("test_accuracy", ev.accuracy)
-                                    .Add("test_loss", ev.loss).Add("samples_per_s", sps).Add("bytes_sent", algo->bytes_sent()));
-    printf("worker %d: epoch %lld step %lld test_accuracy %.4f test_loss %.4f samples/s %.0f\n", rank, (long long)epoch + 1,
-           (long long)step, ev.accuracy, ev.loss, sps);
-    fflush(stdout);
-    bool reached = cfg.target_accuracy > 0 && ev.accuracy >= cfg.target_accuracy;
-    stop = algo->AgreeToStop(stop || reached);
-  }
-  params.PullWeightsAndGrads();
-  algo->Finish(params.views());
-  params.PushWeights();
-  if (algo->ModelChangedAtFinish()) {
-    EvalResult ev = Evaluate(*model, *backend, test);
-    acc = ev.accuracy;
-    metrics.Write("eval", step, JsonObject().Add("rank", rank).Add("final", true).Add("test_accuracy", ev.accuracy)
-                                    .Add("test_loss", ev.loss).Add("bytes_sent", algo->bytes_sent()));
-    printf("worker %d: final model test_accuracy %.4f\n", rank, ev.accuracy);
-  }
-
-  // A hash of the final weights: synchronous algorithms must end bit-identical everywhere.
-  uint64_t hash = 1469598103934665603ull;
-  params.PullWeightsAndGrads();
-  for (auto& v : params.views())
-    for (int64_t i = 0; i < v.n; ++i) {
-      uint32_t bits;
-      memcpy(&bits, &v.w[i], 4);
-      hash = (hash ^ bits) * 1099511628211ull;
-    }
-  char hash_hex[32];
-  snprintf(hash_hex, sizeof hash_hex, "%016llx", (unsigned long long)hash);
-
-  if (rank == 0 && !cfg.export_weights.empty()) {
-    // Raw fp32, parameters in the model's stable order (Model::ParamLayout()).
-    FILE* f = fopen(cfg.export_weights.c_str(), "wb");
-    if (!f) throw Error(cfg.export_weights + ": cannot write exported weights");
-    bool ok = true;
-    for (auto& v : params.views()) ok = ok && fwrite(v.w, 4, size_t(v.n), f) == size_t(v.n);
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) throw Error(cfg.export_weights + ": short write of exported weights");
-  }
-
-  res.steps = step;
-  res.test_accuracy = acc;
-  res.samples_per_s = double(samples) / std::max(1e-9, Since(t_start));
-  res.bytes_sent = algo->bytes_sent();
-  metrics.Write("end", step, JsonObject().Add("rank", rank).Add("steps", step).Add("test_accuracy", acc)
-                                 .Add("samples_per_s", res.samples_per_s).Add("bytes_sent", res.bytes_sent)
-                                 .Add("compute_s", compute_s).Add("comm_s", comm_s).Add("wait_s", wait_s)
-                                 .Add("weights_hash", std::string(hash_hex)));
-  return res;
+  Trainer t(cfg, opts);
+  t.LoadData();
+  t.BuildModel();
+  t.StartAlgorithm();
+  t.TrainEpochs();
+  return t.Finish();
 }
 
 }  // namespace shoal

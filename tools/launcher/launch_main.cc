@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include <algorithm>
@@ -84,204 +85,259 @@ std::string Fmt(const char* f, double v) {
   return b;
 }
 
-int Run(const std::string& job_path) {
-  JobConfig cfg;
-  try {
-    cfg = LoadJobConfig(job_path);
-  } catch (const Error& e) {
-    fprintf(stderr, "shoal: %s\n", e.what());
-    return 2;
-  }
-  AlgorithmFacts facts;
-  try {
-    facts = FactsOf(cfg.algorithm);
-  } catch (const Error& e) {
-    fprintf(stderr, "shoal: %s: [algorithm] name: %s\n", job_path.c_str(), e.what());
-    return 2;
-  }
-  const bool servers = facts.needs_servers;
-  try {  // the optimizer and schedule keys too: a typo must stop the job before it starts
-    MakeOptimizer(cfg.optimizer, cfg.optimizer_opts);
-    LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * cfg.world_size(), 1, 1);
-  } catch (const Error& e) {
-    fprintf(stderr, "shoal: %s\n", e.what());
-    return 2;
-  }
-  if (FLAGS_resume && !facts.keeps_checkpoints) {
-    fprintf(stderr, "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints (the parameter-server algorithms do)\n",
-            job_path.c_str(), cfg.algorithm.c_str());
-    return 2;
-  }
-  if (FLAGS_resume && cfg.checkpoint_dir.empty()) {
-    fprintf(stderr, "shoal: %s: --resume: [job] checkpoint_dir is not set, so there is nothing to resume from\n",
-            job_path.c_str());
-    return 2;
-  }
-  if (servers && cfg.servers.empty()) {
-    fprintf(stderr, "shoal: %s: [cluster] servers: algorithm \"%s\" needs at least one server\n",
-            job_path.c_str(), cfg.algorithm.c_str());
-    return 2;
-  }
-  std::string metrics_path = cfg.output_dir + "/metrics.jsonl";
-  std::string log_dir = cfg.output_dir + "/logs";
-  MetricsWriter metrics;
-  try {
-    MakeDirs(log_dir);
-    metrics.Open(metrics_path, /*append=*/FLAGS_resume);
-  } catch (const Error& e) {
-    fprintf(stderr, "shoal: %s\n", e.what());
-    return 2;
-  }
-  MetricsFollower follow(metrics_path, /*from_end=*/FLAGS_resume);
-  double start = UnixNow();
-  setenv("SHOAL_JOB_START", std::to_string(start).c_str(), 1);
-  // oneDNN's OpenMP threads otherwise spin while idle, and several processes of one job
-  // share the cores: spinning collapses throughput (measured: resnet20 22-145 vs ~245
-  // samples/s under load). A user's own setting wins.
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-  // Keys this run's rendezvous so files of an earlier run are never read.
-  setenv("SHOAL_RUN_ID", (std::to_string((long long)start) + "-" + std::to_string(getpid())).c_str(), 1);
+// One `shoal run`, in the order Run() calls the phases. A phase that fails prints its one
+// line and returns the exit code; 0 means go on.
+class Launch {
+ public:
+  explicit Launch(std::string job_path) : job_path_(std::move(job_path)) {}
 
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  signal(SIGHUP, OnSignal);
-  ProcessGroup group;
-  std::vector<std::string> common_args = {"--config", job_path};
-  if (FLAGS_resume) common_args.push_back("--resume");
-  try {
-    if (servers)
-      for (size_t k = 0; k < cfg.servers.size(); ++k) {
-        std::vector<std::string> a = {FLAGS_bin_dir + "/server/shoal-server"};
+  // The job file, the algorithm's facts, the optimizer keys and the --resume preconditions:
+  // every mistake stops the job before anything starts.
+  int Check() {
+    try {
+      cfg_ = LoadJobConfig(job_path_);
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+      return 2;
+    }
+    try {
+      facts_ = FactsOf(cfg_.algorithm);
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s: [algorithm] name: %s\n", job_path_.c_str(), e.what());
+      return 2;
+    }
+    try {
+      MakeOptimizer(cfg_.optimizer, cfg_.optimizer_opts);
+      LrSchedule::FromConfig(cfg_.optimizer_opts, cfg_.batch_size * cfg_.world_size(), 1, 1);
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+      return 2;
+    }
+    if (FLAGS_resume && !facts_.keeps_checkpoints) {
+      fprintf(stderr, "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints (the parameter-server algorithms do)\n",
+              job_path_.c_str(), cfg_.algorithm.c_str());
+      return 2;
+    }
+    if (FLAGS_resume && cfg_.checkpoint_dir.empty()) {
+      fprintf(stderr, "shoal: %s: --resume: [job] checkpoint_dir is not set, so there is nothing to resume from\n",
+              job_path_.c_str());
+      return 2;
+    }
+    if (facts_.needs_servers && cfg_.servers.empty()) {
+      fprintf(stderr, "shoal: %s: [cluster] servers: algorithm \"%s\" needs at least one server\n", job_path_.c_str(),
+              cfg_.algorithm.c_str());
+      return 2;
+    }
+    return 0;
+  }
+
+  // The output and log directories, metrics.jsonl, and the environment every child inherits.
+  int PrepareOutput() {
+    metrics_path_ = cfg_.output_dir + "/metrics.jsonl";
+    log_dir_ = cfg_.output_dir + "/logs";
+    try {
+      MakeDirs(log_dir_);
+      metrics_.Open(metrics_path_, /*append=*/FLAGS_resume);
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+      return 2;
+    }
+    follow_ = std::make_unique<MetricsFollower>(metrics_path_, /*from_end=*/FLAGS_resume);
+    start_ = UnixNow();
+    setenv("SHOAL_JOB_START", std::to_string(start_).c_str(), 1);
+    // oneDNN's OpenMP threads otherwise spin while idle, and several processes of one job
+    // share the cores: spinning collapses throughput (measured: resnet20 22-145 vs ~245
+    // samples/s under load). A user's own setting wins.
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    // Keys this run's rendezvous so files of an earlier run are never read.
+    setenv("SHOAL_RUN_ID", (std::to_string((long long)start_) + "-" + std::to_string(getpid())).c_str(), 1);
+    return 0;
+  }
+
+  // Every server (if the algorithm needs them) and every worker, each logging to its file.
+  int StartProcesses() {
+    signal(SIGINT, OnSignal);
+    signal(SIGTERM, OnSignal);
+    signal(SIGHUP, OnSignal);
+    std::vector<std::string> common_args = {"--config", job_path_};
+    if (FLAGS_resume) common_args.push_back("--resume");
+    try {
+      if (facts_.needs_servers)
+        for (size_t k = 0; k < cfg_.servers.size(); ++k) {
+          std::vector<std::string> a = {FLAGS_bin_dir + "/server/shoal-server"};
+          a.insert(a.end(), common_args.begin(), common_args.end());
+          a.insert(a.end(), {"--shard", std::to_string(k)});
+          group_.Start("server " + std::to_string(k), a, log_dir_ + "/server-" + std::to_string(k) + ".log");
+        }
+      for (int r = 0; r < cfg_.world_size(); ++r) {
+        std::vector<std::string> a = {FLAGS_bin_dir + "/worker/shoal-worker"};
         a.insert(a.end(), common_args.begin(), common_args.end());
-        a.insert(a.end(), {"--shard", std::to_string(k)});
-        group.Start("server " + std::to_string(k), a, log_dir + "/server-" + std::to_string(k) + ".log");
+        a.insert(a.end(), {"--rank", std::to_string(r)});
+        group_.Start("worker " + std::to_string(r), a, log_dir_ + "/worker-" + std::to_string(r) + ".log");
       }
-    for (int r = 0; r < cfg.world_size(); ++r) {
-      std::vector<std::string> a = {FLAGS_bin_dir + "/worker/shoal-worker"};
-      a.insert(a.end(), common_args.begin(), common_args.end());
-      a.insert(a.end(), {"--rank", std::to_string(r)});
-      group.Start("worker " + std::to_string(r), a, log_dir + "/worker-" + std::to_string(r) + ".log");
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+      return 1;
     }
-  } catch (const Error& e) {
-    fprintf(stderr, "shoal: %s\n", e.what());
-    return 1;
+    fprintf(stderr, "shoal: job %s: %s, %d worker(s)%s; logs in %s\n", cfg_.name.c_str(), cfg_.algorithm.c_str(),
+            cfg_.world_size(),
+            facts_.needs_servers ? (", " + std::to_string(cfg_.servers.size()) + " server(s)").c_str() : "",
+            log_dir_.c_str());
+    return 0;
   }
-  fprintf(stderr, "shoal: job %s: %s, %d worker(s)%s; logs in %s\n", cfg.name.c_str(), cfg.algorithm.c_str(),
-          cfg.world_size(), servers ? (", " + std::to_string(cfg.servers.size()) + " server(s)").c_str() : "",
-          log_dir.c_str());
 
-  Progress p;
-  bool tty = isatty(2);
-  int workers_done = 0, workers_failed = 0;
-  double last_print = 0;
-  // Workers that may die without ending the job (asynchronous algorithms).
-  bool tolerant = cfg.algorithm_opts.GetBool("tolerate_worker_failure",
-                                             facts.tolerated_deaths == ToleratedDeaths::kAnyButLast);
-  int rc = 0;
-  while (true) {
-    if (g_stop_signal) {
-      fprintf(stderr, "\nshoal: %s received, stopping every process\n", strsignal(g_stop_signal));
-      group.StopAll();
-      return 130;
+  // Follows the job until every worker has ended: progress, failures (fatal unless the
+  // algorithm's facts tolerate that death), Ctrl-C.
+  int Supervise() {
+    tty_ = isatty(2);
+    // Workers that may die without ending the job (asynchronous algorithms).
+    const bool tolerant = cfg_.algorithm_opts.GetBool("tolerate_worker_failure",
+                                                      facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast);
+    while (true) {
+      if (g_stop_signal) {
+        fprintf(stderr, "\nshoal: %s received, stopping every process\n", strsignal(g_stop_signal));
+        group_.StopAll();
+        return 130;
+      }
+      ReadMetrics();
+      if (int rc = CheckProcesses(tolerant)) return rc;
+      if (workers_done_ + workers_failed_ == cfg_.world_size()) break;
+      PrintProgress();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    for (auto& line : follow.NewLines()) {
+    if (tty_) fprintf(stderr, "\n");
+    group_.StopAll();
+    return 0;
+  }
+
+  // The done record in metrics.jsonl, the plot, and the done JSON line last on stdout.
+  int Report() {
+    // Accuracy from rank 0's end record, totals over workers.
+    double acc = NAN, steps = 0, sps = 0, bytes = 0;
+    for (auto& [r, line] : p_.end_lines) {
+      if (r == 0 || std::isnan(acc)) acc = JsonNumber(line, "test_accuracy").value_or(NAN);
+      steps = std::max(steps, JsonNumber(line, "steps").value_or(0));
+      sps += JsonNumber(line, "samples_per_s").value_or(0);
+      bytes += JsonNumber(line, "bytes_sent").value_or(0);
+    }
+    double wall = UnixNow() - start_;
+    JsonObject fields;
+    fields.Add("job", cfg_.name).Add("algorithm", cfg_.algorithm).Add("test_accuracy", acc).Add("steps", int64_t(steps));
+    fields.Add("wall_s", wall).Add("samples_per_s", sps).Add("bytes_sent", int64_t(bytes)).Add("workers", cfg_.world_size());
+    if (workers_failed_) fields.Add("workers_failed", workers_failed_);
+    metrics_.Write("done", int64_t(steps), fields);
+    try {
+      WritePlotPng(cfg_.output_dir + "/plot.png", {p_.loss_plot, p_.acc_plot});
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+    }
+    JsonObject done;
+    done.Add("event", "done");
+    std::string body = fields.str();
+    std::string out = done.str();
+    out = out.substr(0, out.size() - 1) + "," + body.substr(1);
+    printf("%s\n", out.c_str());
+    fflush(stdout);
+    return 0;
+  }
+
+ private:
+  void ReadMetrics() {
+    for (auto& line : follow_->NewLines()) {
       auto ev = JsonField(line, "event");
       if (!ev) continue;
       int rank = int(JsonNumber(line, "rank").value_or(0));
       if (*ev == "train") {
-        p.epoch = JsonNumber(line, "epoch").value_or(p.epoch);
-        p.step = std::max(p.step, JsonNumber(line, "step").value_or(0));
-        p.loss = JsonNumber(line, "loss").value_or(p.loss);
-        if (rank == 0) p.loss_plot.points.emplace_back(JsonNumber(line, "wall_s").value_or(0), p.loss);
-        p.worker_sps[rank] = JsonNumber(line, "samples_per_s").value_or(0);
-        p.staleness = JsonNumber(line, "staleness").value_or(p.staleness);
+        p_.epoch = JsonNumber(line, "epoch").value_or(p_.epoch);
+        p_.step = std::max(p_.step, JsonNumber(line, "step").value_or(0));
+        p_.loss = JsonNumber(line, "loss").value_or(p_.loss);
+        if (rank == 0) p_.loss_plot.points.emplace_back(JsonNumber(line, "wall_s").value_or(0), p_.loss);
+        p_.worker_sps[rank] = JsonNumber(line, "samples_per_s").value_or(0);
+        p_.staleness = JsonNumber(line, "staleness").value_or(p_.staleness);
       } else if (*ev == "eval") {
-        p.acc = JsonNumber(line, "test_accuracy").value_or(p.acc);
-        if (rank == 0) p.acc_plot.points.emplace_back(JsonNumber(line, "wall_s").value_or(0), p.acc);
-        if (!std::isnan(p.acc) && (std::isnan(p.max_acc) || p.acc > p.max_acc)) p.max_acc = p.acc;
-        if (!tty) last_print = 0;  // print every evaluation when not on a terminal
+        p_.acc = JsonNumber(line, "test_accuracy").value_or(p_.acc);
+        if (rank == 0) p_.acc_plot.points.emplace_back(JsonNumber(line, "wall_s").value_or(0), p_.acc);
+        if (!std::isnan(p_.acc) && (std::isnan(p_.max_acc) || p_.acc > p_.max_acc)) p_.max_acc = p_.acc;
+        if (!tty_) last_print_ = 0;  // print every evaluation when not on a terminal
       } else if (*ev == "end") {
-        p.end_lines[rank] = line;
+        p_.end_lines[rank] = line;
       }
     }
-    std::vector<Child*> ended = group.Reap();
-    std::vector<Child*> failed;
-    for (Child* c : ended) {
-      bool is_worker = c->name.rfind("worker", 0) == 0;
-      if (is_worker && c->exit_code == 0) ++workers_done;
-      else failed.push_back(c);
-    }
-    if (!failed.empty()) {
-      bool fatal = false;
-      for (Child* c : failed) {
-        bool is_worker = c->name.rfind("worker", 0) == 0;
-        fatal = fatal || !is_worker || !tolerant || workers_failed + 1 >= cfg.world_size();
-        if (is_worker && !fatal) ++workers_failed;
-      }
-      if (fatal) {
-        // One death brings down its peers: wait a moment so the report can name the
-        // process that died first (killed by a signal) before those that followed it.
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        for (Child* c : group.Reap()) if (!(c->name.rfind("worker", 0) == 0 && c->exit_code == 0)) failed.push_back(c);
-        std::stable_sort(failed.begin(), failed.end(), [](Child* a, Child* b) { return a->term_signal && !b->term_signal; });
-      }
-      fprintf(stderr, "\n");
-      for (Child* c : failed) {
-        fprintf(stderr, "shoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
-                c->log_path.c_str(), TailLines(c->log_path, 8).c_str());
-        metrics.Write("process_failed", int64_t(p.step), JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
-      }
-      if (fatal) {
-        group.StopAll();
-        return 1;
-      }
-      fprintf(stderr, "shoal: the job goes on without them (asynchronous algorithm)\n");
-    }
-    if (workers_done + workers_failed == cfg.world_size()) break;
-    double now = UnixNow();
-    if (now - last_print > (tty ? 0.5 : 15.0)) {
-      double sps = 0;
-      for (auto& [r, s] : p.worker_sps) sps += s;
-      std::string line = "epoch " + Fmt("%.0f", p.epoch) + " step " + Fmt("%.0f", p.step) + " loss " + Fmt("%.4f", p.loss) +
-                         " test_acc " + Fmt("%.4f", p.acc) + " samples/s " + Fmt("%.0f", sps) +
-                         (std::isnan(p.staleness) ? "" : " staleness " + Fmt("%.1f", p.staleness)) +
-                         " [" + Fmt("%.0f", now - start) + " s]";
-      if (tty) fprintf(stderr, "\r\033[K%s", line.c_str());
-      else fprintf(stderr, "%s\n", line.c_str());
-      last_print = now;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (tty) fprintf(stderr, "\n");
-  group.StopAll();
 
-  // The done line: accuracy from rank 0's end record, totals over workers.
-  double acc = NAN, steps = 0, sps = 0, bytes = 0;
-  for (auto& [r, line] : p.end_lines) {
-    if (r == 0 || std::isnan(acc)) acc = JsonNumber(line, "test_accuracy").value_or(NAN);
-    steps = std::max(steps, JsonNumber(line, "steps").value_or(0));
-    sps += JsonNumber(line, "samples_per_s").value_or(0);
-    bytes += JsonNumber(line, "bytes_sent").value_or(0);
+  // Reaps ended children; returns 1 once a death ends the job (everything stopped).
+  int CheckProcesses(bool tolerant) {
+    std::vector<Child*> failed;
+    for (Child* c : group_.Reap()) {
+      bool is_worker = c->name.rfind("worker", 0) == 0;
+      if (is_worker && c->exit_code == 0)
+        ++workers_done_;
+      else
+        failed.push_back(c);
+    }
+    if (failed.empty()) return 0;
+    bool fatal = false;
+    for (Child* c : failed) {
+      bool is_worker = c->name.rfind("worker", 0) == 0;
+      fatal = fatal || !is_worker || !tolerant || workers_failed_ + 1 >= cfg_.world_size();
+      if (is_worker && !fatal) ++workers_failed_;
+    }
+    if (fatal) {
+      // One death brings down its peers: wait a moment so the report can name the
+      // process that died first (killed by a signal) before those that followed it.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      for (Child* c : group_.Reap())
+        if (!(c->name.rfind("worker", 0) == 0 && c->exit_code == 0)) failed.push_back(c);
+      std::stable_sort(failed.begin(), failed.end(), [](Child* a, Child* b) { return a->term_signal && !b->term_signal; });
+    }
+    fprintf(stderr, "\n");
+    for (Child* c : failed) {
+      fprintf(stderr, "shoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
+              c->log_path.c_str(), TailLines(c->log_path, 8).c_str());
+      metrics_.Write("process_failed", int64_t(p_.step), JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
+    }
+    if (fatal) {
+      group_.StopAll();
+      return 1;
+    }
+    fprintf(stderr, "shoal: the job goes on without them (asynchronous algorithm)\n");
+    return 0;
   }
-  double wall = UnixNow() - start;
-  JsonObject fields;
-  fields.Add("job", cfg.name).Add("algorithm", cfg.algorithm).Add("test_accuracy", acc).Add("steps", int64_t(steps));
-  fields.Add("wall_s", wall).Add("samples_per_s", sps).Add("bytes_sent", int64_t(bytes)).Add("workers", cfg.world_size());
-  if (workers_failed) fields.Add("workers_failed", workers_failed);
-  metrics.Write("done", int64_t(steps), fields);
-  try {
-    WritePlotPng(cfg.output_dir + "/plot.png", {p.loss_plot, p.acc_plot});
-  } catch (const Error& e) {
-    fprintf(stderr, "shoal: %s\n", e.what());
+
+  void PrintProgress() {
+    double now = UnixNow();
+    if (now - last_print_ <= (tty_ ? 0.5 : 15.0)) return;
+    double sps = 0;
+    for (auto& [r, s] : p_.worker_sps) sps += s;
+    std::string line = "epoch " + Fmt("%.0f", p_.epoch) + " step " + Fmt("%.0f", p_.step) + " loss " + Fmt("%.4f", p_.loss) +
+                       " test_acc " + Fmt("%.4f", p_.acc) + " samples/s " + Fmt("%.0f", sps) +
+                       (std::isnan(p_.staleness) ? "" : " staleness " + Fmt("%.1f", p_.staleness)) + " [" +
+                       Fmt("%.0f", now - start_) + " s]";
+    if (tty_)
+      fprintf(stderr, "\r\033[K%s", line.c_str());
+    else
+      fprintf(stderr, "%s\n", line.c_str());
+    last_print_ = now;
   }
-  JsonObject done;
-  done.Add("event", "done");
-  std::string body = fields.str();
-  std::string out = done.str();
-  out = out.substr(0, out.size() - 1) + "," + body.substr(1);
-  printf("%s\n", out.c_str());
-  fflush(stdout);
-  return rc;
+
+  const std::string job_path_;
+  JobConfig cfg_;
+  AlgorithmFacts facts_;
+  std::string metrics_path_, log_dir_;
+  MetricsWriter metrics_;
+  std::unique_ptr<MetricsFollower> follow_;
+  double start_ = 0, last_print_ = 0;
+  ProcessGroup group_;
+  Progress p_;
+  bool tty_ = false;
+  int workers_done_ = 0, workers_failed_ = 0;
+};
+
+int Run(const std::string& job_path) {
+  Launch job(job_path);
+  for (auto phase : {&Launch::Check, &Launch::PrepareOutput, &Launch::StartProcesses, &Launch::Supervise})
+    if (int rc = (job.*phase)()) return rc;
+  return job.Report();
 }
 
 }  // namespace
