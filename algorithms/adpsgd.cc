@@ -34,7 +34,9 @@ struct GossipHeader {
 class AdPsgd : public Algorithm {
  public:
   explicit AdPsgd(const AlgorithmEnv& env)
-      : env_(env), updater_(env), rng_(env.config->seed * 31 + uint64_t(env.rank)),
+      : env_(env),
+        updater_(env),
+        rng_(env.config->seed * 31 + uint64_t(env.rank)),
         limiter_(env.config->workers[size_t(env.rank)].bandwidth_mbps * 1e6 / 8) {
     timeout_ms_ = int(env.config->algorithm_opts.GetInt("gossip_timeout_ms", 10000, 10, 3600000));
     comm_ = env.make_communicator("adpsgd");  // start/stop agreement and the final average
@@ -119,7 +121,10 @@ class AdPsgd : public Algorithm {
     for (auto& p : params) comm_->AllReduce(p.w, p.n, ReduceOp::kMean);
     for (auto& p : peers_) zmq_close(p.sock);
     peers_.clear();
-    if (ctx_) { zmq_ctx_term(ctx_); ctx_ = nullptr; }
+    if (ctx_) {
+      zmq_ctx_term(ctx_);
+      ctx_ = nullptr;
+    }
   }
   bool ModelChangedAtFinish() const override { return true; }
 
@@ -145,15 +150,22 @@ class AdPsgd : public Algorithm {
   bool passive() const { return env_.rank % 2 == 1; }
 
   static void Gather(const std::vector<ParamView>& params, float* out) {
-    for (auto& p : params) { memcpy(out, p.w, size_t(p.n) * 4); out += p.n; }
+    for (auto& p : params) {
+      memcpy(out, p.w, size_t(p.n) * 4);
+      out += p.n;
+    }
   }
   static void Scatter(const float* in, const std::vector<ParamView>& params) {
-    for (auto& p : params) { memcpy(p.w, in, size_t(p.n) * 4); in += p.n; }
+    for (auto& p : params) {
+      memcpy(p.w, in, size_t(p.n) * 4);
+      in += p.n;
+    }
   }
 
   void AverageWithRandomPeer() {
     std::vector<Peer*> alive;
-    for (auto& p : peers_) if (p.alive) alive.push_back(&p);
+    for (auto& p : peers_)
+      if (p.alive) alive.push_back(&p);
     if (alive.empty()) return;
     Peer* peer = alive[std::uniform_int_distribution<size_t>(0, alive.size() - 1)(rng_)];
     std::vector<float> mine;
@@ -169,7 +181,8 @@ class AdPsgd : public Algorithm {
     zmq_pollitem_t item{peer->sock, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, timeout_ms_) <= 0) {
       // A passive that stopped answering is dropped from the pairing; training goes on.
-      fprintf(stderr, "adpsgd: rank %d did not answer within %d ms; averaging without it from now on\n", peer->rank, timeout_ms_);
+      fprintf(stderr, "adpsgd: rank %d did not answer within %d ms; averaging without it from now on\n", peer->rank,
+              timeout_ms_);
       peer->alive = false;
       return;
     }
@@ -209,7 +222,10 @@ class AdPsgd : public Algorithm {
       while (more) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, router_, 0) < 0) { zmq_msg_close(&m); break; }
+        if (zmq_msg_recv(&m, router_, 0) < 0) {
+          zmq_msg_close(&m);
+          break;
+        }
         frames.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
         zmq_msg_close(&m);
         size_t ml = sizeof more;
@@ -226,7 +242,8 @@ class AdPsgd : public Algorithm {
         continue;
       }
       if (h.kind == kBye) continue;
-      if (h.kind != kAverage || frames.size() != 3 || h.floats != uint64_t(total_) || frames[2].size() != size_t(total_) * 4) {
+      if (h.kind != kAverage || frames.size() != 3 || h.floats != uint64_t(total_) ||
+          frames[2].size() != size_t(total_) * 4) {
         fprintf(stderr, "adpsgd rank %d: dropped a gossip message of the wrong size\n", env_.rank);
         continue;
       }
@@ -248,7 +265,10 @@ class AdPsgd : public Algorithm {
   void StopResponder() {
     stop_ = true;
     if (responder_.joinable()) responder_.join();
-    if (router_) { zmq_close(router_); router_ = nullptr; }
+    if (router_) {
+      zmq_close(router_);
+      router_ = nullptr;
+    }
   }
 
   AlgorithmEnv env_;
@@ -271,8 +291,8 @@ class AdPsgd : public Algorithm {
   mutable int64_t consensus_n_ = 0;
 };
 
-const bool kRegistered = RegisterAlgorithm("adpsgd",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new AdPsgd(env)); });
+const bool kRegistered =
+    RegisterAlgorithm("adpsgd", [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new AdPsgd(env)); });
 
 }  // namespace
 }  // namespace shoal

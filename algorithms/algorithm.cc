@@ -17,8 +17,7 @@ std::map<std::string, AlgorithmFactory>& Registry() {
 
 bool RegisterAlgorithm(const std::string& name, AlgorithmFactory f) {
   FactsOf(name);  // throws for a name with no facts
-  if (!Registry().emplace(name, std::move(f)).second)
-    throw Error("algorithm \"" + name + "\" is registered twice");
+  if (!Registry().emplace(name, std::move(f)).second) throw Error("algorithm \"" + name + "\" is registered twice");
   return true;
 }
 

@@ -29,14 +29,14 @@ struct ParamView {
 };
 
 struct StepInfo {
-  int64_t step = 0;   // global step, 0-based
+  int64_t step = 0;  // global step, 0-based
   int64_t epoch = 0;
   double loss = 0;
 };
 
 class Client;  // the parameter-server client (common/ps/client.h)
 struct ClientOptions;
-class Store;   // the rendezvous store (algorithms/collectives/store.h)
+class Store;  // the rendezvous store (algorithms/collectives/store.h)
 
 // What an algorithm may use: the job, this worker's place in it, the optimizer and
 // schedule built from [optimizer], the metrics sink, and its ways to reach the other

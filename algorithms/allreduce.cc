@@ -43,8 +43,8 @@ class AllReduce : public Algorithm {
   std::unique_ptr<Communicator> comm_;
 };
 
-const bool kRegistered = RegisterAlgorithm("allreduce",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new AllReduce(env)); });
+const bool kRegistered = RegisterAlgorithm(
+    "allreduce", [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new AllReduce(env)); });
 
 }  // namespace
 }  // namespace shoal

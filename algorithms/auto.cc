@@ -23,7 +23,9 @@ using Clock = std::chrono::steady_clock;
 class Auto : public Algorithm {
  public:
   explicit Auto(const AlgorithmEnv& env)
-      : env_(env), updater_(env), fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)) {
+      : env_(env),
+        updater_(env),
+        fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)) {
     const ConfigSection& a = env.config->algorithm_opts;
     probe_steps_ = a.GetInt("probe_steps", 20, 2, 1 << 20);
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
@@ -87,17 +89,25 @@ class Auto : public Algorithm {
     std::string choice = "allreduce";
     if (comm_->size() > 1) {
       // Links first: a slow exchange dwarfs compute jitter between workers.
-      if (exchange > dgc_ratio_ * cmax) choice = "dgc";
-      else if (cmin > 0 && cmax / cmin > uneven_ratio_) choice = "adpsgd";
-      else if (exchange > bmuf_ratio_ * cmax) choice = "bmuf";
+      if (exchange > dgc_ratio_ * cmax)
+        choice = "dgc";
+      else if (cmin > 0 && cmax / cmin > uneven_ratio_)
+        choice = "adpsgd";
+      else if (exchange > bmuf_ratio_ * cmax)
+        choice = "bmuf";
     }
     if (choice == "dgc" && env_.config->optimizer != "momentum" && env_.config->optimizer != "sgd") choice = "bmuf";
     if (env_.rank == 0)
       printf("auto: compute %.1f-%.1f ms/step, exchange %.1f ms/step over %d workers -> %s\n", cmin * 1e3, cmax * 1e3,
              exchange * 1e3, comm_->size(), choice.c_str());
     if (env_.metrics)
-      env_.metrics->Write("auto", probed_, JsonObject().Add("rank", env_.rank).Add("choice", choice)
-                                              .Add("compute_min_s", cmin).Add("compute_max_s", cmax).Add("exchange_s", exchange));
+      env_.metrics->Write("auto", probed_,
+                          JsonObject()
+                              .Add("rank", env_.rank)
+                              .Add("choice", choice)
+                              .Add("compute_min_s", cmin)
+                              .Add("compute_max_s", cmax)
+                              .Add("exchange_s", exchange));
     chosen_ = MakeAlgorithm(choice, env_);
     chosen_->Init(params);
   }
@@ -113,8 +123,8 @@ class Auto : public Algorithm {
   Clock::time_point last_step_end_;
 };
 
-const bool kRegistered = RegisterAlgorithm("auto",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Auto(env)); });
+const bool kRegistered =
+    RegisterAlgorithm("auto", [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Auto(env)); });
 
 }  // namespace
 }  // namespace shoal

@@ -15,7 +15,9 @@ namespace {
 class Bmuf : public Algorithm {
  public:
   explicit Bmuf(const AlgorithmEnv& env)
-      : env_(env), updater_(env), fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)) {
+      : env_(env),
+        updater_(env),
+        fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)) {
     const ConfigSection& a = env.config->algorithm_opts;
     block_steps_ = a.GetInt("block_steps", 8, 1, 1 << 30);
     bp_.momentum = float(a.GetDouble("block_momentum", 0.9, 0, 0.9999));
@@ -64,7 +66,10 @@ class Bmuf : public Algorithm {
 
  private:
   static void Gather(const std::vector<ParamView>& params, float* out) {
-    for (auto& p : params) { memcpy(out, p.w, size_t(p.n) * 4); out += p.n; }
+    for (auto& p : params) {
+      memcpy(out, p.w, size_t(p.n) * 4);
+      out += p.n;
+    }
   }
   void SyncBlock(const std::vector<ParamView>& params) {
     std::vector<float> delta(static_cast<size_t>(total_));
@@ -93,8 +98,8 @@ class Bmuf : public Algorithm {
   std::vector<float> global_, start_, v_;
 };
 
-const bool kRegistered = RegisterAlgorithm("bmuf",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Bmuf(env)); });
+const bool kRegistered =
+    RegisterAlgorithm("bmuf", [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Bmuf(env)); });
 
 }  // namespace
 }  // namespace shoal

@@ -17,7 +17,9 @@ class Dgc : public Algorithm {
   explicit Dgc(const AlgorithmEnv& env) : env_(env), fusion_(int64_t(64) << 20) {
     const JobConfig& c = *env.config;
     if (c.optimizer != "momentum" && c.optimizer != "sgd")
-      throw Error(c.path + ": [optimizer] name: dgc applies its own momentum correction; use \"momentum\" or \"sgd\", not \"" + c.optimizer + "\"");
+      throw Error(c.path +
+                  ": [optimizer] name: dgc applies its own momentum correction; use \"momentum\" or \"sgd\", not \"" +
+                  c.optimizer + "\"");
     const ConfigSection& a = c.algorithm_opts;
     const ConfigSection& o = c.optimizer_opts;
     DgcOptions d;
@@ -107,8 +109,8 @@ class Dgc : public Algorithm {
   double sparsity_now_ = 0;
 };
 
-const bool kRegistered = RegisterAlgorithm("dgc",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Dgc(env)); });
+const bool kRegistered =
+    RegisterAlgorithm("dgc", [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Dgc(env)); });
 
 }  // namespace
 }  // namespace shoal

@@ -80,8 +80,8 @@ class DoubleBuffer : public Algorithm {
   int64_t stale_step_ = 0;
 };
 
-const bool kRegistered = RegisterAlgorithm("double_buffer",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new DoubleBuffer(env)); });
+const bool kRegistered = RegisterAlgorithm(
+    "double_buffer", [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new DoubleBuffer(env)); });
 
 }  // namespace
 }  // namespace shoal

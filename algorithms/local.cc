@@ -9,16 +9,14 @@ class Local : public Algorithm {
  public:
   explicit Local(const AlgorithmEnv& env) : updater_(env) {}
   std::string Name() const override { return "local"; }
-  void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
-    updater_.Apply(params, info.step);
-  }
+  void Step(const std::vector<ParamView>& params, const StepInfo& info) override { updater_.Apply(params, info.step); }
 
  private:
   LocalUpdater updater_;
 };
 
-const bool kRegistered = RegisterAlgorithm("local",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Local(env)); });
+const bool kRegistered =
+    RegisterAlgorithm("local", [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new Local(env)); });
 
 }  // namespace
 }  // namespace shoal

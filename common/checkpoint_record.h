@@ -8,7 +8,7 @@
 namespace shoal {
 
 struct CheckpointRecord {
-  uint64_t id = 0;  // 0 = none; otherwise the global steps done when it was taken (>= 1)
+  uint64_t id = 0;               // 0 = none; otherwise the global steps done when it was taken (>= 1)
   int64_t step = 0;              // global steps done
   int64_t epoch = 0, batch = 0;  // the data position training continues from
   uint32_t shards = 0;           // shards that wrote it

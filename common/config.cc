@@ -14,13 +14,27 @@ std::string Describe(const toml::node* n) {
   if (!n) return "nothing";
   std::ostringstream os;
   switch (n->type()) {
-    case toml::node_type::string: os << "string \"" << *n->value<std::string>() << "\""; break;
-    case toml::node_type::integer: os << "integer " << *n->value<int64_t>(); break;
-    case toml::node_type::floating_point: os << "float " << *n->value<double>(); break;
-    case toml::node_type::boolean: os << (*n->value<bool>() ? "true" : "false"); break;
-    case toml::node_type::table: os << "a table"; break;
-    case toml::node_type::array: os << "an array"; break;
-    default: os << "a date/time"; break;
+    case toml::node_type::string:
+      os << "string \"" << *n->value<std::string>() << "\"";
+      break;
+    case toml::node_type::integer:
+      os << "integer " << *n->value<int64_t>();
+      break;
+    case toml::node_type::floating_point:
+      os << "float " << *n->value<double>();
+      break;
+    case toml::node_type::boolean:
+      os << (*n->value<bool>() ? "true" : "false");
+      break;
+    case toml::node_type::table:
+      os << "a table";
+      break;
+    case toml::node_type::array:
+      os << "an array";
+      break;
+    default:
+      os << "a date/time";
+      break;
   }
   return os.str();
 }
@@ -28,32 +42,36 @@ std::string Describe(const toml::node* n) {
 // Reads one typed section, rejecting keys it does not know (typos must not pass silently).
 class SectionReader {
  public:
-  SectionReader(const std::string& file, const toml::table& root, const std::string& name,
-                std::set<std::string> known)
+  SectionReader(const std::string& file, const toml::table& root, const std::string& name, std::set<std::string> known)
       : file_(file), name_(name), known_(std::move(known)) {
     const toml::node* n = root.get(name);
     if (n && !n->is_table()) Fail("", "expected a table [" + name + "], got " + Describe(n));
     table_ = n ? n->as_table() : nullptr;
     if (table_)
       for (auto&& [k, v] : *table_)
-        if (!known_.count(std::string(k.str())))
-          Fail(std::string(k.str()), "unknown key (known: " + KnownList() + ")");
+        if (!known_.count(std::string(k.str()))) Fail(std::string(k.str()), "unknown key (known: " + KnownList() + ")");
   }
   bool present() const { return table_ != nullptr; }
   const toml::node* Get(const std::string& key) const { return table_ ? table_->get(key) : nullptr; }
 
   std::string String(const std::string& key, const std::string& def, bool required = false) const {
     const toml::node* n = Get(key);
-    if (!n) { if (required) Fail(key, "missing (expected a string)"); return def; }
+    if (!n) {
+      if (required) Fail(key, "missing (expected a string)");
+      return def;
+    }
     if (!n->is_string()) Fail(key, "expected a string, got " + Describe(n));
     return *n->value<std::string>();
   }
   int64_t Int(const std::string& key, int64_t def, int64_t lo, int64_t hi) const {
     const toml::node* n = Get(key);
     if (!n) return def;
-    if (!n->is_integer()) Fail(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + Describe(n));
+    if (!n->is_integer())
+      Fail(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + Describe(n));
     int64_t v = *n->value<int64_t>();
-    if (v < lo || v > hi) Fail(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+    if (v < lo || v > hi)
+      Fail(key,
+           "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
     return v;
   }
   double Double(const std::string& key, double def, double lo, double hi) const {
@@ -105,11 +123,16 @@ ConfigSection ReadFreeSection(const std::string& file, const toml::table& root, 
       *out_name = *v.value<std::string>();
       continue;
     }
-    if (v.is_boolean()) s.Set(key, *v.value<bool>());
-    else if (v.is_integer()) s.Set(key, *v.value<int64_t>());
-    else if (v.is_floating_point()) s.Set(key, *v.value<double>());
-    else if (v.is_string()) s.Set(key, *v.value<std::string>());
-    else throw Error(file + ": [" + name + "] " + key + ": expected a string, number or boolean, got " + Describe(&v));
+    if (v.is_boolean())
+      s.Set(key, *v.value<bool>());
+    else if (v.is_integer())
+      s.Set(key, *v.value<int64_t>());
+    else if (v.is_floating_point())
+      s.Set(key, *v.value<double>());
+    else if (v.is_string())
+      s.Set(key, *v.value<std::string>());
+    else
+      throw Error(file + ": [" + name + "] " + key + ": expected a string, number or boolean, got " + Describe(&v));
   }
   return s;
 }
@@ -129,9 +152,7 @@ void CheckHostPort(const std::string& file, const std::string& where, const std:
 
 }  // namespace
 
-std::string ConfigSection::Where(const std::string& key) const {
-  return file_ + ": [" + section_ + "] " + key;
-}
+std::string ConfigSection::Where(const std::string& key) const { return file_ + ": [" + section_ + "] " + key; }
 
 double ConfigSection::GetDouble(const std::string& key, double def) const {
   auto it = values_.find(key);
@@ -158,7 +179,8 @@ int64_t ConfigSection::GetInt(const std::string& key, int64_t def) const {
 int64_t ConfigSection::GetInt(const std::string& key, int64_t def, int64_t lo, int64_t hi) const {
   int64_t v = GetInt(key, def);
   if (v < lo || v > hi)
-    throw Error(Where(key) + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+    throw Error(Where(key) + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                std::to_string(v));
   return v;
 }
 bool ConfigSection::GetBool(const std::string& key, bool def) const {
@@ -180,18 +202,22 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
     root = toml::parse(text, file);
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
-    os << file << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: " << e.description();
+    os << file << ":" << e.source().begin.line << ":" << e.source().begin.column
+       << ": TOML syntax error: " << e.description();
     throw Error(os.str());
   }
-  static const std::set<std::string> kSections = {"job", "cluster", "security", "model", "data", "algorithm", "optimizer", "train"};
+  static const std::set<std::string> kSections = {"job",  "cluster",   "security",  "model",
+                                                  "data", "algorithm", "optimizer", "train"};
   for (auto&& [k, v] : root)
     if (!kSections.count(std::string(k.str())))
-      throw Error(file + ": unknown section [" + std::string(k.str()) + "] (known: algorithm, cluster, data, job, model, optimizer, security, train)");
+      throw Error(file + ": unknown section [" + std::string(k.str()) +
+                  "] (known: algorithm, cluster, data, job, model, optimizer, security, train)");
 
   JobConfig c;
   c.path = file;
 
-  SectionReader job(file, root, "job", {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights"});
+  SectionReader job(file, root, "job",
+                    {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights"});
   c.name = job.String("name", "", true);
   if (c.name.empty() || c.name.find_first_of("/\\ \t\n\"") != std::string::npos)
     job.Fail("name", "expected a non-empty name without slashes, spaces or quotes, got \"" + c.name + "\"");
@@ -223,15 +249,22 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
       int i = 0;
       for (auto& e : *w->as_array()) {
         std::string where = file + ": [cluster] workers[" + std::to_string(i++) + "]";
-        if (!e.is_table()) throw Error(where + ": expected a table {host, device, slowdown, bandwidth_mbps}, got " + Describe(&e));
+        if (!e.is_table())
+          throw Error(where + ": expected a table {host, device, slowdown, bandwidth_mbps}, got " + Describe(&e));
         WorkerSpec ws;
         for (auto&& [k, v] : *e.as_table()) {
           std::string key(k.str());
-          if (key == "host" && v.is_string()) ws.host = *v.value<std::string>();
-          else if (key == "device" && v.is_string()) ws.device = *v.value<std::string>();
-          else if (key == "slowdown" && v.is_number() && *v.value<double>() >= 0) ws.slowdown = *v.value<double>();
-          else if (key == "bandwidth_mbps" && v.is_number() && *v.value<double>() >= 0) ws.bandwidth_mbps = *v.value<double>();
-          else throw Error(where + " " + key + ": unexpected " + Describe(&v) + " (keys: host string, device \"cpu\"|\"cuda:N\", slowdown >= 0, bandwidth_mbps >= 0)");
+          if (key == "host" && v.is_string())
+            ws.host = *v.value<std::string>();
+          else if (key == "device" && v.is_string())
+            ws.device = *v.value<std::string>();
+          else if (key == "slowdown" && v.is_number() && *v.value<double>() >= 0)
+            ws.slowdown = *v.value<double>();
+          else if (key == "bandwidth_mbps" && v.is_number() && *v.value<double>() >= 0)
+            ws.bandwidth_mbps = *v.value<double>();
+          else
+            throw Error(where + " " + key + ": unexpected " + Describe(&v) +
+                        " (keys: host string, device \"cpu\"|\"cuda:N\", slowdown >= 0, bandwidth_mbps >= 0)");
         }
         if (!(ws.device == "cpu" || ws.device == "cuda" || ws.device.rfind("cuda:", 0) == 0))
           throw Error(where + " device: expected \"cpu\" or \"cuda:N\", got \"" + ws.device + "\"");
@@ -248,7 +281,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   if (c.heartbeat_timeout_ms <= c.heartbeat_ms)
     cl.Fail("heartbeat_timeout_ms", "must be larger than heartbeat_ms (" + std::to_string(c.heartbeat_ms) + ")");
 
-  SectionReader sec(file, root, "security", {"server_public_key", "server_secret_key", "client_public_key", "client_secret_key"});
+  SectionReader sec(file, root, "security",
+                    {"server_public_key", "server_secret_key", "client_public_key", "client_secret_key"});
   c.curve_server_public = sec.String("server_public_key", "");
   c.curve_server_secret = sec.String("server_secret_key", "");
   c.curve_client_public = sec.String("client_public_key", "");
@@ -256,18 +290,23 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   if (sec.present()) {
     for (const char* k : {"server_public_key", "server_secret_key", "client_public_key", "client_secret_key"}) {
       std::string v = sec.String(k, "");
-      if (v.size() != 40) sec.Fail(k, "expected a 40-character Z85 CurveZMQ key (make them with ./shoal keygen), got " + std::to_string(v.size()) + " characters");
+      if (v.size() != 40)
+        sec.Fail(k, "expected a 40-character Z85 CurveZMQ key (make them with ./shoal keygen), got " +
+                        std::to_string(v.size()) + " characters");
     }
   }
 
   SectionReader model(file, root, "model", {"name", "zero_gamma_init", "label_smoothing"});
   c.model = model.String("name", "mlp");
   static const std::set<std::string> kModels = {"mlp", "lenet", "resnet20", "resnet50"};
-  if (!kModels.count(c.model)) model.Fail("name", "unknown model \"" + c.model + "\" (known: lenet, mlp, resnet20, resnet50)");
+  if (!kModels.count(c.model))
+    model.Fail("name", "unknown model \"" + c.model + "\" (known: lenet, mlp, resnet20, resnet50)");
   c.zero_gamma_init = model.Bool("zero_gamma_init", true);
   c.label_smoothing = model.Double("label_smoothing", 0.0, 0.0, 0.999);
 
-  SectionReader data(file, root, "data", {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes", "max_train_samples", "max_test_samples", "augment"});
+  SectionReader data(file, root, "data",
+                     {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes",
+                      "max_train_samples", "max_test_samples", "augment"});
   c.data_format = data.String("format", "idx");
   if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "synthetic")
     data.Fail("format", "expected \"idx\", \"cifar\" or \"synthetic\", got \"" + c.data_format + "\"");

@@ -38,9 +38,9 @@ class ConfigSection {
 
 struct WorkerSpec {
   std::string host = "127.0.0.1";
-  std::string device = "cpu";      // "cpu" | "cuda:N"
-  double slowdown = 0;             // sleep slowdown x compute time per step
-  double bandwidth_mbps = 0;       // 0 = unlimited; token bucket on sends
+  std::string device = "cpu";  // "cpu" | "cuda:N"
+  double slowdown = 0;         // sleep slowdown x compute time per step
+  double bandwidth_mbps = 0;   // 0 = unlimited; token bucket on sends
 };
 
 struct JobConfig {
@@ -73,13 +73,13 @@ struct JobConfig {
   // [data]
   std::string data_format = "idx";  // idx | cifar | synthetic
   std::string train_path, test_path;
-  int64_t batch_size = 64;          // per worker
-  int64_t synthetic_samples = 1024; // synthetic: samples per epoch per worker
+  int64_t batch_size = 64;           // per worker
+  int64_t synthetic_samples = 1024;  // synthetic: samples per epoch per worker
   int64_t synthetic_image_size = 224;
   int64_t synthetic_classes = 1000;
-  int64_t max_train_samples = 0;    // 0 = all; a subset for quick runs
+  int64_t max_train_samples = 0;  // 0 = all; a subset for quick runs
   int64_t max_test_samples = 0;
-  bool augment = false;             // random crop (pad 4) + horizontal flip, for CIFAR
+  bool augment = false;  // random crop (pad 4) + horizontal flip, for CIFAR
 
   // [algorithm], [optimizer]: name plus algorithm-specific keys
   std::string algorithm = "local";

@@ -8,9 +8,12 @@ namespace shoal {
 
 const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBF16: return "bf16";
+    case DType::kF32:
+      return "fp32";
+    case DType::kF16:
+      return "fp16";
+    case DType::kBF16:
+      return "bf16";
   }
   return "unknown";
 }
@@ -31,7 +34,7 @@ uint16_t FloatToHalf(float f) {
   if (exp == 0xff) return uint16_t(sign | 0x7c00u | (mant ? 0x200u : 0));  // inf / nan
   exp = exp - 127 + 15;
   if (exp >= 0x1f) return uint16_t(sign | 0x7c00u);  // overflow -> inf
-  if (exp <= 0) {                                     // subnormal or zero
+  if (exp <= 0) {                                    // subnormal or zero
     if (exp < -10) return uint16_t(sign);
     mant |= 0x00800000u;
     uint32_t shift = uint32_t(14 - exp);
@@ -57,7 +60,10 @@ float HalfToFloat(uint16_t h) {
       x = sign;
     } else {  // subnormal: normalize
       int e = -1;
-      do { ++e; mant <<= 1; } while (!(mant & 0x400u));
+      do {
+        ++e;
+        mant <<= 1;
+      } while (!(mant & 0x400u));
       x = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
     }
   } else if (exp == 0x1f) {
@@ -80,17 +86,27 @@ uint16_t FloatToBf16(float f) {
 }
 
 void EncodeFloats(const float* src, size_t n, DType t, void* dst) {
-  if (t == DType::kF32) { std::memcpy(dst, src, n * 4); return; }
+  if (t == DType::kF32) {
+    std::memcpy(dst, src, n * 4);
+    return;
+  }
   auto* out = static_cast<uint16_t*>(dst);
-  if (t == DType::kF16) for (size_t i = 0; i < n; ++i) out[i] = FloatToHalf(src[i]);
-  else for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16(src[i]);
+  if (t == DType::kF16)
+    for (size_t i = 0; i < n; ++i) out[i] = FloatToHalf(src[i]);
+  else
+    for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16(src[i]);
 }
 
 void DecodeFloats(const void* src, size_t n, DType t, float* dst) {
-  if (t == DType::kF32) { std::memcpy(dst, src, n * 4); return; }
+  if (t == DType::kF32) {
+    std::memcpy(dst, src, n * 4);
+    return;
+  }
   auto* in = static_cast<const uint16_t*>(src);
-  if (t == DType::kF16) for (size_t i = 0; i < n; ++i) dst[i] = HalfToFloat(in[i]);
-  else for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(in[i]);
+  if (t == DType::kF16)
+    for (size_t i = 0; i < n; ++i) dst[i] = HalfToFloat(in[i]);
+  else
+    for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(in[i]);
 }
 
 }  // namespace shoal

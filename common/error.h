@@ -12,9 +12,9 @@ class Error : public std::runtime_error {
 
 // SHOAL_CHECK(cond, msg): throws shoal::Error(msg) when cond is false. Used for input
 // validation, where a clear message beats an abort.
-#define SHOAL_CHECK(cond, msg)                   \
-  do {                                           \
-    if (!(cond)) throw ::shoal::Error((msg));    \
+#define SHOAL_CHECK(cond, msg)                \
+  do {                                        \
+    if (!(cond)) throw ::shoal::Error((msg)); \
   } while (0)
 
 }  // namespace shoal

@@ -19,11 +19,21 @@ std::string JsonEscape(const std::string& s) {
   out.reserve(s.size() + 2);
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -43,7 +53,10 @@ void JsonObject::Key(const std::string& key) {
 }
 JsonObject& JsonObject::Add(const std::string& key, double v) {
   Key(key);
-  if (!std::isfinite(v)) { body_ += "null"; return *this; }  // JSON has no nan/inf
+  if (!std::isfinite(v)) {
+    body_ += "null";
+    return *this;
+  }  // JSON has no nan/inf
   char buf[32];
   snprintf(buf, sizeof buf, "%.6g", v);
   body_ += buf;

@@ -45,7 +45,6 @@ class MetricsWriter {
   std::mutex mu_;
   int fd_ = -1;
   double start_unix_;  // the job's start (SHOAL_JOB_START from the launcher) or ours
-
 };
 
 // mkdir -p; throws shoal::Error naming the path.

@@ -12,8 +12,8 @@ struct TrainingPlan {
   int64_t steps_per_epoch = 1;  // global steps in one epoch
   int64_t total_steps = 1;      // global steps of the run (the LR schedule's horizon)
   msg::ServerRule rule = msg::ServerRule::NONE;
-  int workers = 1;              // workers whose pushes make one global step
-  int64_t global_batch = 1;     // samples in one global step
+  int workers = 1;           // workers whose pushes make one global step
+  int64_t global_batch = 1;  // samples in one global step
   bool operator==(const TrainingPlan& o) const {
     return steps_per_epoch == o.steps_per_epoch && total_steps == o.total_steps && rule == o.rule &&
            workers == o.workers && global_batch == o.global_batch;

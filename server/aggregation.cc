@@ -22,8 +22,7 @@ struct RuleState {
 // schedule; it can still restore checkpointed state (resume loads before anyone registers).
 class OptimizerRule : public UpdateRule {
  public:
-  explicit OptimizerRule(const JobConfig& cfg)
-      : cfg_(cfg), max_contributors_(std::max(1, cfg.world_size())) {
+  explicit OptimizerRule(const JobConfig& cfg) : cfg_(cfg), max_contributors_(std::max(1, cfg.world_size())) {
     opt_ = MakeOptimizer(cfg.optimizer, cfg.optimizer_opts);
   }
 
@@ -68,11 +67,13 @@ class OptimizerRule : public UpdateRule {
     for (uint32_t i = 0; i < slots; ++i) {
       st->opt.slots.push_back(r.Floats());
       SHOAL_CHECK(st->opt.slots.back().size() == n || st->opt.slots.back().empty(),
-                  "optimizer state: a slot of " + std::to_string(st->opt.slots.back().size()) + " for " + std::to_string(n) + " elements");
+                  "optimizer state: a slot of " + std::to_string(st->opt.slots.back().size()) + " for " +
+                      std::to_string(n) + " elements");
     }
     st->sum = r.Floats();
     SHOAL_CHECK(st->sum.empty() || st->sum.size() == n, "optimizer state: a partial sum of the wrong size");
-    SHOAL_CHECK(st->pushes >= 0 && st->count >= 0 && st->count < max_contributors_ + 1, "optimizer state: bad counters");
+    SHOAL_CHECK(st->pushes >= 0 && st->count >= 0 && st->count < max_contributors_ + 1,
+                "optimizer state: bad counters");
     r.ExpectDone();
     t.rule_state = std::move(st);
   }
@@ -84,10 +85,12 @@ class OptimizerRule : public UpdateRule {
       return;
     }
     SHOAL_CHECK(schedule_, "push of '" + name + "' with op apply before any worker sent its training plan");
-    SHOAL_CHECK(rule_ != msg::ServerRule::NONE, "push of '" + name + "' with op apply: this job runs no optimizer on the servers");
+    SHOAL_CHECK(rule_ != msg::ServerRule::NONE,
+                "push of '" + name + "' with op apply: this job runs no optimizer on the servers");
     SHOAL_CHECK(param.dtype == DType::kF32, "push of '" + name + "': the server optimizer needs fp32 tensors");
     const size_t n = param.elements();
-    SHOAL_CHECK(bytes == n * 4, "push of '" + name + "': " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " floats");
+    SHOAL_CHECK(bytes == n * 4,
+                "push of '" + name + "': " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " floats");
     if (!param.rule_state) param.rule_state = std::make_shared<RuleState>();
     auto* st = static_cast<RuleState*>(param.rule_state.get());
     const float* g = static_cast<const float*>(grad);

@@ -15,7 +15,7 @@
 namespace shoal {
 namespace {
 
-constexpr uint32_t kTensorMagic = 0x4b434853;  // "SHCK"
+constexpr uint32_t kTensorMagic = 0x4b434853;    // "SHCK"
 constexpr uint32_t kManifestMagic = 0x4d434853;  // "SHCM"
 const char* kCommittedKey = "committed";
 
@@ -107,7 +107,8 @@ uint64_t Checkpointer::Write(const CheckpointRecord& rec, const KvShard& kv) {
   }
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  Check(db_->Write(wo, &batch), "checkpoint " + std::to_string(rec.id) + " of shard " + std::to_string(shard_) + " in " + path_);
+  Check(db_->Write(wo, &batch),
+        "checkpoint " + std::to_string(rec.id) + " of shard " + std::to_string(shard_) + " in " + path_);
   return bytes;
 }
 
@@ -125,7 +126,8 @@ void Checkpointer::Load(uint64_t id, KvShard* kv) const {
   std::string_view mv(manifest);
   const size_t record_bytes = EncodeRecord({}).size();
   SHOAL_CHECK(mv.size() == record_bytes + 8, what + ": manifest of " + std::to_string(mv.size()) + " bytes");
-  SHOAL_CHECK(DecodeRecord(mv.substr(0, record_bytes), what + " manifest").id == id, what + ": manifest names another id");
+  SHOAL_CHECK(DecodeRecord(mv.substr(0, record_bytes), what + " manifest").id == id,
+              what + ": manifest names another id");
   uint64_t expected = ByteReader(mv.substr(record_bytes), what + " manifest").Get<uint64_t>();
 
   std::map<std::string, StoredTensor> tensors;
@@ -161,8 +163,8 @@ void Checkpointer::Load(uint64_t id, KvShard* kv) const {
     tensors.emplace(std::move(name), std::move(t));
   }
   Check(it->status(), what);
-  SHOAL_CHECK(tensors.size() == expected, what + ": " + std::to_string(tensors.size()) + " tensors, its manifest says " +
-                                              std::to_string(expected));
+  SHOAL_CHECK(tensors.size() == expected,
+              what + ": " + std::to_string(tensors.size()) + " tensors, its manifest says " + std::to_string(expected));
   kv->ReplaceAll(std::move(tensors));
 }
 

@@ -56,7 +56,8 @@ bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
   Key key{int(h.getRole()), h.getRank()};
   bool worker = h.getRole() == msg::Role::WORKER;
   int limit = worker ? cfg_.world_size() : int(cfg_.servers.size());
-  if (h.getRank() < 0 || h.getRank() >= limit || (h.getRole() != msg::Role::WORKER && h.getRole() != msg::Role::SERVER)) {
+  if (h.getRank() < 0 || h.getRank() >= limit ||
+      (h.getRole() != msg::Role::WORKER && h.getRole() != msg::Role::SERVER)) {
     std::string what = "coordinator: " + std::string(worker ? "worker rank " : "member rank ") +
                        std::to_string(h.getRank()) + " is outside the job (" + std::to_string(limit) +
                        (worker ? " workers)" : " servers)");
@@ -76,7 +77,8 @@ bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
 void Coordinator::OnCheckpoint(const InMessage& m) {
   auto h = m.header();
   if (!checkpointer_) {
-    ReplyError(m.identity, h.getRequestId(), "coordinator: this job keeps no checkpoints ([job] checkpoint_dir is not set)");
+    ReplyError(m.identity, h.getRequestId(),
+               "coordinator: this job keeps no checkpoints ([job] checkpoint_dir is not set)");
     return;
   }
   CheckpointRecord rec;
@@ -216,8 +218,8 @@ void Coordinator::Tick(Clock::time_point now) {
     if (!kv.second.alive || now - kv.second.last_seen <= timeout) continue;
     kv.second.alive = false;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - kv.second.last_seen).count();
-    LOG(ERROR) << "coordinator: " << Name(kv.first) << " stopped answering: no heartbeat for " << ms
-               << " ms (timeout " << cfg_.heartbeat_timeout_ms << " ms)";
+    LOG(ERROR) << "coordinator: " << Name(kv.first) << " stopped answering: no heartbeat for " << ms << " ms (timeout "
+               << cfg_.heartbeat_timeout_ms << " ms)";
     FailBarriers(Name(kv.first) + " stopped answering");
   }
 }

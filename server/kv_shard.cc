@@ -35,8 +35,8 @@ void AddRule::Apply(const std::string&, StoredTensor& param, const void* grad, s
   AddInto(param.dtype, param.buf->data(), grad, param.elements());
 }
 
-std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
-                   msg::PushOp op) {
+std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                                      zmq::message_t&& data, msg::PushOp op) {
   auto it = tensors_.find(name);
   if (it == tensors_.end() || op == msg::PushOp::ASSIGN) {
     // First push of a tensor, or a replacement: keep the received frame as the value.
@@ -51,9 +51,9 @@ std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std:
     return old;
   }
   StoredTensor& t = it->second;
-  SHOAL_CHECK(t.dtype == dtype && t.shape == shape,
-              "push of '" + name + "' as " + DTypeName(dtype) + ShapeStr(shape) + " but the shard holds " +
-                  DTypeName(t.dtype) + ShapeStr(t.shape));
+  SHOAL_CHECK(t.dtype == dtype && t.shape == shape, "push of '" + name + "' as " + DTypeName(dtype) + ShapeStr(shape) +
+                                                        " but the shard holds " + DTypeName(t.dtype) +
+                                                        ShapeStr(t.shape));
   SHOAL_CHECK(op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
               "push of '" + name + "': unknown op " + std::to_string(int(op)));
   StoredTensor& w = Writable(name);

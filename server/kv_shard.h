@@ -26,7 +26,7 @@ struct StoredTensor {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   std::shared_ptr<Buffer> buf;
-  uint64_t version = 0;  // pushes applied
+  uint64_t version = 0;              // pushes applied
   std::shared_ptr<void> rule_state;  // the UpdateRule's per-tensor state (e.g. momentum)
   size_t elements() const { return buf->size() / DTypeSize(dtype); }
 };
@@ -42,8 +42,14 @@ class UpdateRule {
   // for one the rule cannot follow.
   virtual void SetPlan(const TrainingPlan& plan) { (void)plan; }
   // The per-tensor state as bytes for a checkpoint, and back (the rule checks what it reads).
-  virtual std::string SaveState(const StoredTensor& t) const { (void)t; return {}; }
-  virtual void LoadState(StoredTensor& t, std::string_view bytes) const { (void)t; (void)bytes; }
+  virtual std::string SaveState(const StoredTensor& t) const {
+    (void)t;
+    return {};
+  }
+  virtual void LoadState(StoredTensor& t, std::string_view bytes) const {
+    (void)t;
+    (void)bytes;
+  }
 };
 
 // Default rule: accumulate (param += grad).
@@ -65,7 +71,7 @@ class KvShard {
   // the buffer an assign replaced, so the caller can free it after answering (freeing a
   // large buffer costs page-table work that need not delay the reply).
   std::shared_ptr<Buffer> Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
-            msg::PushOp op);
+                               msg::PushOp op);
   // nullptr when absent.
   const StoredTensor* Find(const std::string& name) const;
   size_t size() const { return tensors_.size(); }

@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<shoal::Server> server;
   try {
     shoal::JobConfig cfg = shoal::LoadJobConfig(FLAGS_config);
-    if (cfg.servers.empty()) throw shoal::Error(FLAGS_config + ": [cluster] servers: expected at least one \"host:port\"");
+    if (cfg.servers.empty())
+      throw shoal::Error(FLAGS_config + ": [cluster] servers: expected at least one \"host:port\"");
     server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);
     // The parameter-server algorithms run the job's optimizer here, on whole tensors; the
     // workers' plan (at registration) says how.

@@ -40,9 +40,9 @@ std::string ConnectEndpoint(const std::string& host_port) { return "tcp://" + ho
 
 Server::Server(const JobConfig& cfg, int shard, const std::string& bind_override)
     : cfg_(cfg), shard_(shard), who_("shard " + std::to_string(shard)), ctx_(1) {
-  SHOAL_CHECK(shard >= 0 && shard < int(cfg_.servers.size()),
-              cfg_.path + ": shard " + std::to_string(shard) + " is not in [cluster] servers (" +
-                  std::to_string(cfg_.servers.size()) + " listed)");
+  SHOAL_CHECK(shard >= 0 && shard < int(cfg_.servers.size()), cfg_.path + ": shard " + std::to_string(shard) +
+                                                                  " is not in [cluster] servers (" +
+                                                                  std::to_string(cfg_.servers.size()) + " listed)");
   CurveKeys keys = CurveKeysFrom(cfg_);
   if (keys.enabled()) auth_ = std::make_unique<CurveAuthenticator>(ctx_, keys.client_public, who_);
   transport_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
@@ -86,21 +86,21 @@ void Server::OpenCheckpoints(bool resume) {
     rec = Client(cfg_, o).NewestCheckpoint();
   }
   SHOAL_CHECK(rec.id > 0, who_ + ": --resume: no complete checkpoint in " + cfg_.checkpoint_dir);
-  SHOAL_CHECK(rec.shards == cfg_.servers.size(), who_ + ": --resume: checkpoint " + std::to_string(rec.id) + " was written by " +
-                                                   std::to_string(rec.shards) + " shards, the job has " +
-                                                   std::to_string(cfg_.servers.size()));
+  SHOAL_CHECK(rec.shards == cfg_.servers.size(), who_ + ": --resume: checkpoint " + std::to_string(rec.id) +
+                                                     " was written by " + std::to_string(rec.shards) +
+                                                     " shards, the job has " + std::to_string(cfg_.servers.size()));
   checkpointer_->Load(rec.id, &kv_);
   resumed_step_ = rec.step;
-  LOG(INFO) << who_ << ": resumed checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size()
-            << " tensors, " << kv_.bytes() << " bytes) from " << checkpointer_->path();
+  LOG(INFO) << who_ << ": resumed checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size() << " tensors, "
+            << kv_.bytes() << " bytes) from " << checkpointer_->path();
 }
 
 void Server::HandleCheckpoint(InMessage& m) {
   auto h = m.header();
   SHOAL_CHECK(checkpointer_, "checkpoint requested but this job keeps none ([job] checkpoint_dir is not set)");
   CheckpointRecord rec = FromWire(h.getCheckpoint());
-  SHOAL_CHECK(rec.id > 0 && rec.shards == cfg_.servers.size(),
-              "checkpoint request with id " + std::to_string(rec.id) + " for " + std::to_string(rec.shards) + " shards");
+  SHOAL_CHECK(rec.id > 0 && rec.shards == cfg_.servers.size(), "checkpoint request with id " + std::to_string(rec.id) +
+                                                                   " for " + std::to_string(rec.shards) + " shards");
   auto t0 = std::chrono::steady_clock::now();
   uint64_t bytes = checkpointer_->Write(rec, kv_);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -182,10 +182,14 @@ void Server::HandleMessage(InMessage& m) {
   if (coordinator_ && coordinator_->Handle(m, Coordinator::Clock::now())) return;
   switch (kind) {
     case msg::Kind::PUSH:
-    case msg::Kind::PUSH_PULL: return HandlePush(m);
-    case msg::Kind::PULL: return HandlePull(m);
-    case msg::Kind::CHECKPOINT: return HandleCheckpoint(m);
-    case msg::Kind::PLAN: return HandlePlan(m);
+    case msg::Kind::PUSH_PULL:
+      return HandlePush(m);
+    case msg::Kind::PULL:
+      return HandlePull(m);
+    case msg::Kind::CHECKPOINT:
+      return HandleCheckpoint(m);
+    case msg::Kind::PLAN:
+      return HandlePlan(m);
     case msg::Kind::REGISTER:
     case msg::Kind::BARRIER:
     case msg::Kind::HEARTBEAT:
@@ -216,7 +220,8 @@ void Server::HandlePush(InMessage& m) {
   for (unsigned i = 0; i < metas.size(); ++i) {
     auto meta = metas[i];
     std::vector<int64_t> shape = ShapeOf(meta);
-    replaced.push_back(kv_.Push(meta.getName(), FromWire(meta.getDtype()), std::move(shape), std::move(m.payloads[i]), op));
+    replaced.push_back(
+        kv_.Push(meta.getName(), FromWire(meta.getDtype()), std::move(shape), std::move(m.payloads[i]), op));
   }
   if (h.getKind() == msg::Kind::PUSH_PULL) {
     std::vector<std::string> names;

@@ -12,7 +12,8 @@ bool ReadInt(const char* name, int* out) {
   if (!v || !*v) return false;
   char* end = nullptr;
   long x = strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > 1000000) throw Error(std::string("environment ") + name + "=\"" + v + "\": expected a non-negative integer");
+  if (*end != '\0' || x < 0 || x > 1000000)
+    throw Error(std::string("environment ") + name + "=\"" + v + "\": expected a non-negative integer");
   *out = int(x);
   return true;
 }
@@ -22,9 +23,14 @@ bool ReadInt(const char* name, int* out) {
 RankInfo ResolveRank(int flag_rank) {
   RankInfo r;
   r.world = 0;
-  struct Source { const char* rank; const char* size; const char* name; };
-  for (Source s : {Source{"SLURM_PROCID", "SLURM_NTASKS", "slurm"}, Source{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"},
-                   Source{"RANK", "WORLD_SIZE", "env"}}) {
+  struct Source {
+    const char* rank;
+    const char* size;
+    const char* name;
+  };
+  for (Source s :
+       {Source{"SLURM_PROCID", "SLURM_NTASKS", "slurm"},
+        Source{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"}, Source{"RANK", "WORLD_SIZE", "env"}}) {
     int rank;
     if (ReadInt(s.rank, &rank)) {
       r.rank = rank;
@@ -37,7 +43,9 @@ RankInfo ResolveRank(int flag_rank) {
     r.rank = flag_rank;
     r.source = "flag";
   } else if (r.source.empty()) {
-    throw Error("no rank: pass --rank R, or start under Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK) or with RANK set");
+    throw Error(
+        "no rank: pass --rank R, or start under Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK) or with RANK "
+        "set");
   }
   return r;
 }

@@ -137,8 +137,9 @@ class Trainer {
     lo.augment = cfg_.augment;
     train_ = std::make_unique<DataLoader>(train_set_, lo);
     if (train_->batches_per_epoch() < 1)
-      throw Error(cfg_.path + ": [data] batch_size: " + std::to_string(cfg_.batch_size) + " x " + std::to_string(world_) +
-                  " workers is larger than the training set (" + std::to_string(train_set_->size()) + " samples)");
+      throw Error(cfg_.path + ": [data] batch_size: " + std::to_string(cfg_.batch_size) + " x " +
+                  std::to_string(world_) + " workers is larger than the training set (" +
+                  std::to_string(train_set_->size()) + " samples)");
     DataLoaderOptions to = lo;
     to.rank = 0;
     to.world_size = 1;
@@ -165,7 +166,8 @@ class Trainer {
   // the servers' or a checkpoint's).
   void StartAlgorithm() {
     if (opts_.resume && !FactsOf(cfg_.algorithm).keeps_checkpoints)
-      throw Error("--resume: algorithm \"" + cfg_.algorithm + "\" keeps no checkpoints (the parameter-server algorithms do)");
+      throw Error("--resume: algorithm \"" + cfg_.algorithm +
+                  "\" keeps no checkpoints (the parameter-server algorithms do)");
     metrics_.Open(cfg_.output_dir + "/metrics.jsonl");
     env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume);
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
@@ -203,8 +205,13 @@ class Trainer {
       accuracy_ = ev.accuracy;
       double sps = double(samples_) / std::max(1e-9, Since(t_start_));
       metrics_.Write("eval", step_,
-                     JsonObject().Add("rank", rank_).Add("epoch", epoch + 1).Add("test_accuracy", ev.accuracy)
-                         .Add("test_loss", ev.loss).Add("samples_per_s", sps).Add("bytes_sent", algo_->bytes_sent()));
+                     JsonObject()
+                         .Add("rank", rank_)
+                         .Add("epoch", epoch + 1)
+                         .Add("test_accuracy", ev.accuracy)
+                         .Add("test_loss", ev.loss)
+                         .Add("samples_per_s", sps)
+                         .Add("bytes_sent", algo_->bytes_sent()));
       printf("worker %d: epoch %lld step %lld test_accuracy %.4f test_loss %.4f samples/s %.0f\n", rank_,
              (long long)epoch + 1, (long long)step_, ev.accuracy, ev.loss, sps);
       fflush(stdout);
@@ -223,8 +230,12 @@ class Trainer {
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
       metrics_.Write("eval", step_,
-                     JsonObject().Add("rank", rank_).Add("final", true).Add("test_accuracy", ev.accuracy)
-                         .Add("test_loss", ev.loss).Add("bytes_sent", algo_->bytes_sent()));
+                     JsonObject()
+                         .Add("rank", rank_)
+                         .Add("final", true)
+                         .Add("test_accuracy", ev.accuracy)
+                         .Add("test_loss", ev.loss)
+                         .Add("bytes_sent", algo_->bytes_sent()));
       printf("worker %d: final model test_accuracy %.4f\n", rank_, ev.accuracy);
     }
     params_->PullWeightsAndGrads();
@@ -237,9 +248,15 @@ class Trainer {
     res.samples_per_s = double(samples_) / std::max(1e-9, Since(t_start_));
     res.bytes_sent = algo_->bytes_sent();
     metrics_.Write("end", step_,
-                   JsonObject().Add("rank", rank_).Add("steps", step_).Add("test_accuracy", accuracy_)
-                       .Add("samples_per_s", res.samples_per_s).Add("bytes_sent", res.bytes_sent)
-                       .Add("compute_s", compute_s_).Add("comm_s", comm_s_).Add("wait_s", wait_s_)
+                   JsonObject()
+                       .Add("rank", rank_)
+                       .Add("steps", step_)
+                       .Add("test_accuracy", accuracy_)
+                       .Add("samples_per_s", res.samples_per_s)
+                       .Add("bytes_sent", res.bytes_sent)
+                       .Add("compute_s", compute_s_)
+                       .Add("comm_s", comm_s_)
+                       .Add("wait_s", wait_s_)
                        .Add("weights_hash", hash));
     return res;
   }
@@ -287,7 +304,10 @@ class Trainer {
     double sps = double(window_samples_) / std::max(1e-9, Since(t_window_));
     JsonObject f;
     f.Add("rank", rank_).Add("epoch", epoch).Add("loss", loss_sum_ / double(loss_n_)).Add("samples_per_s", sps);
-    f.Add("lr", env_.schedule->At(step_ - 1)).Add("compute_s", compute_s_).Add("comm_s", comm_s_).Add("wait_s", wait_s_);
+    f.Add("lr", env_.schedule->At(step_ - 1))
+        .Add("compute_s", compute_s_)
+        .Add("comm_s", comm_s_)
+        .Add("wait_s", wait_s_);
     f.Add("bytes_sent", algo_->bytes_sent());
     algo_->AddMetrics(&f);
     metrics_.Write("train", step_, f);

@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
     if (FLAGS_max_steps >= 0) cfg.max_steps = FLAGS_max_steps;
     if (FLAGS_batch_size > 0) cfg.batch_size = FLAGS_batch_size;
     if (!FLAGS_output_dir.empty()) cfg.output_dir = FLAGS_output_dir;
-    if (!FLAGS_device.empty() && rank.rank >= 0 && rank.rank < cfg.world_size()) cfg.workers[size_t(rank.rank)].device = FLAGS_device;
+    if (!FLAGS_device.empty() && rank.rank >= 0 && rank.rank < cfg.world_size())
+      cfg.workers[size_t(rank.rank)].device = FLAGS_device;
   } catch (const shoal::Error& e) {
     fprintf(stderr, "shoal-worker: %s\n", e.what());
     return 2;

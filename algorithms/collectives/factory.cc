@@ -24,10 +24,12 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int r
   const ConfigSection& o = cfg.algorithm_opts;
   const int world = cfg.world_size();
   if (rank < 0 || rank >= world)
-    throw Error(cfg.path + ": rank " + std::to_string(rank) + " is outside the job's " + std::to_string(world) + " worker(s)");
+    throw Error(cfg.path + ": rank " + std::to_string(rank) + " is outside the job's " + std::to_string(world) +
+                " worker(s)");
   std::string kind = o.GetString("collective", "ring");
   if (kind != "ring" && kind != "torus2d" && kind != "hierarchical" && kind != "nccl")
-    throw Error(o.Where("collective") + ": expected \"ring\", \"torus2d\", \"hierarchical\" or \"nccl\", got \"" + kind + "\"");
+    throw Error(o.Where("collective") + ": expected \"ring\", \"torus2d\", \"hierarchical\" or \"nccl\", got \"" +
+                kind + "\"");
   RingOptions ro;
   ro.prefix = name;
   ro.timeout_ms = int(o.GetInt("collective_timeout_ms", 120000, 100, 86400000));
@@ -59,7 +61,8 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int r
       if (world % c == 0) def = world / c;  // the most square grid, cols >= rows
     cols = int(o.GetInt("torus_cols", def, 1, world));
     if (world % cols != 0)
-      throw Error(o.Where("torus_cols") + ": " + std::to_string(cols) + " does not divide the " + std::to_string(world) + " workers");
+      throw Error(o.Where("torus_cols") + ": " + std::to_string(cols) + " does not divide the " +
+                  std::to_string(world) + " workers");
   } else {
     // Hierarchical: one grid row per host; workers must be listed host by host, the same
     // number on each host.
@@ -69,13 +72,15 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int r
     for (size_t i = 0; i < w.size(); ++i)
       if (w.size() % size_t(cols) != 0 || w[i].host != w[i - i % size_t(cols)].host ||
           (i % size_t(cols) == 0 && i > 0 && w[i].host == w[i - 1].host))
-        throw Error(cfg.path + ": [cluster] workers: hierarchical all-reduce needs the same number of workers on every host, listed host by host");
+        throw Error(cfg.path +
+                    ": [cluster] workers: hierarchical all-reduce needs the same number of workers on every host, "
+                    "listed host by host");
   }
   bool all_gpus = kind == "hierarchical";
   for (auto& w : cfg.workers) all_gpus = all_gpus && !ParseDevice(w.device).is_cpu();
   if (all_gpus)  // NCCL inside each host, rings across hosts
-    return std::unique_ptr<Communicator>(new HierarchicalNccl(
-        rank, world, cols, ParseDevice(cfg.workers[size_t(rank)].device).index, store, ro, name));
+    return std::unique_ptr<Communicator>(
+        new HierarchicalNccl(rank, world, cols, ParseDevice(cfg.workers[size_t(rank)].device).index, store, ro, name));
   return std::unique_ptr<Communicator>(new Torus2D(rank, world, cols, store, ro, name));
 }
 

@@ -17,7 +17,8 @@ namespace shoal {
 class HierarchicalNccl : public Communicator {
  public:
   // cols = GPUs per host (must divide size); `device` is this rank's CUDA ordinal.
-  HierarchicalNccl(int rank, int size, int cols, int device, Store& store, const RingOptions& base, const std::string& name);
+  HierarchicalNccl(int rank, int size, int cols, int device, Store& store, const RingOptions& base,
+                   const std::string& name);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string Name() const override { return "hierarchical(nccl " + std::to_string(cols_) + " per host, ring across)"; }

@@ -28,8 +28,8 @@ std::string Hex(const void* p, size_t n) {
 }
 
 void Unhex(const std::string& s, void* out, size_t n) {
-  SHOAL_CHECK(s.size() == 2 * n, "nccl: the published unique id has " + std::to_string(s.size()) + " hex digits, expected " +
-                                     std::to_string(2 * n));
+  SHOAL_CHECK(s.size() == 2 * n, "nccl: the published unique id has " + std::to_string(s.size()) +
+                                     " hex digits, expected " + std::to_string(2 * n));
   auto val = [&](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -55,7 +55,8 @@ struct NcclComm::Impl {
   void Settle(ncclResult_t r, const std::string& what) {
     auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     while (r == ncclInProgress) {
-      if (Clock::now() > deadline) Fail(what + ": no progress for " + std::to_string(timeout_ms) + " ms (a rank stopped?)");
+      if (Clock::now() > deadline)
+        Fail(what + ": no progress for " + std::to_string(timeout_ms) + " ms (a rank stopped?)");
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       ncclCommGetAsyncError(comm, &r);
     }
@@ -74,7 +75,8 @@ struct NcclComm::Impl {
       ncclResult_t r = ncclSuccess;
       ncclCommGetAsyncError(comm, &r);
       if (r != ncclSuccess && r != ncclInProgress) Fail(what + ": " + ncclGetErrorString(r));
-      if (Clock::now() > deadline) Fail(what + ": not done after " + std::to_string(timeout_ms) + " ms (a rank stopped?)");
+      if (Clock::now() > deadline)
+        Fail(what + ": not done after " + std::to_string(timeout_ms) + " ms (a rank stopped?)");
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -96,13 +98,15 @@ struct NcclComm::Impl {
     return dev;
   }
   void Usable() {
-    if (!comm) throw Error("nccl rank " + std::to_string(rank) + ": the communicator was aborted by an earlier failure");
+    if (!comm)
+      throw Error("nccl rank " + std::to_string(rank) + ": the communicator was aborted by an earlier failure");
   }
 };
 
 NcclComm::NcclComm(int rank, int size, Store& store, const NcclOptions& opts)
     : impl_(std::make_unique<Impl>()), rank_(rank), size_(size) {
-  SHOAL_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
+  SHOAL_CHECK(size >= 1 && rank >= 0 && rank < size,
+              "nccl: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
   std::string why;
   int n = CudaDeviceCount(&why);
   if (n == 0) throw Error("nccl: no CUDA device: " + why);
@@ -124,7 +128,8 @@ NcclComm::NcclComm(int rank, int size, Store& store, const NcclOptions& opts)
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every wait stays ours to bound
   ncclResult_t r = ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config);
-  if (r != ncclSuccess && r != ncclInProgress) throw Error(std::string("nccl: ncclCommInitRankConfig: ") + ncclGetErrorString(r));
+  if (r != ncclSuccess && r != ncclInProgress)
+    throw Error(std::string("nccl: ncclCommInitRankConfig: ") + ncclGetErrorString(r));
   impl_->Settle(r, "init of " + std::to_string(size) + " ranks");
 }
 
@@ -153,8 +158,9 @@ void NcclComm::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
   }
   CheckCuda(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, impl_->stream), "nccl all-reduce: upload");
   ncclDataType_t t = wire == DType::kF32 ? ncclFloat32 : wire == DType::kF16 ? ncclFloat16 : ncclBfloat16;
-  impl_->Settle(ncclAllReduce(dev, dev, size_t(n), t, op == ReduceOp::kMean ? ncclAvg : ncclSum, impl_->comm, impl_->stream),
-                "all-reduce");
+  impl_->Settle(
+      ncclAllReduce(dev, dev, size_t(n), t, op == ReduceOp::kMean ? ncclAvg : ncclSum, impl_->comm, impl_->stream),
+      "all-reduce");
   void* dst = wire == DType::kF32 ? static_cast<void*>(data) : static_cast<void*>(impl_->host.data());
   CheckCuda(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToHost, impl_->stream), "nccl all-reduce: download");
   impl_->Finish("all-reduce of " + std::to_string(n) + " elements");
@@ -177,13 +183,16 @@ void NcclComm::AllGather(const void* in, int64_t bytes, void* out) {
 
 void NcclComm::Broadcast(void* data, int64_t bytes, int root) {
   impl_->Usable();
-  SHOAL_CHECK(root >= 0 && root < size_, "nccl broadcast: root " + std::to_string(root) + " outside size " + std::to_string(size_));
+  SHOAL_CHECK(root >= 0 && root < size_,
+              "nccl broadcast: root " + std::to_string(root) + " outside size " + std::to_string(size_));
   if (bytes <= 0) return;
   void* dev = impl_->Staging(size_t(bytes));
   if (rank_ == root)
-    CheckCuda(cudaMemcpyAsync(dev, data, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl broadcast: upload");
+    CheckCuda(cudaMemcpyAsync(dev, data, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream),
+              "nccl broadcast: upload");
   impl_->Settle(ncclBroadcast(dev, dev, size_t(bytes), ncclUint8, root, impl_->comm, impl_->stream), "broadcast");
-  CheckCuda(cudaMemcpyAsync(data, dev, size_t(bytes), cudaMemcpyDeviceToHost, impl_->stream), "nccl broadcast: download");
+  CheckCuda(cudaMemcpyAsync(data, dev, size_t(bytes), cudaMemcpyDeviceToHost, impl_->stream),
+            "nccl broadcast: download");
   impl_->Finish("broadcast of " + std::to_string(bytes) + " bytes");
   if (rank_ == root) bytes_sent_ += bytes;
 }

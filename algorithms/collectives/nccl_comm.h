@@ -17,9 +17,9 @@
 namespace shoal {
 
 struct NcclOptions {
-  int device = 0;              // CUDA ordinal of this rank's GPU
-  std::string prefix = "nccl"; // store key prefix
-  int timeout_ms = 120000;     // init and every collective
+  int device = 0;               // CUDA ordinal of this rank's GPU
+  std::string prefix = "nccl";  // store key prefix
+  int timeout_ms = 120000;      // init and every collective
 };
 
 class NcclComm : public Communicator {

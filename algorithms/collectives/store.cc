@@ -28,7 +28,8 @@ void FileStore::Set(const std::string& key, const std::string& value) {
     out << value;
     if (!out) throw Error(tmp + ": cannot write rendezvous file");
   }
-  if (rename(tmp.c_str(), (dir_ + "/" + key).c_str()) != 0) throw Error(dir_ + "/" + key + ": cannot publish rendezvous file");
+  if (rename(tmp.c_str(), (dir_ + "/" + key).c_str()) != 0)
+    throw Error(dir_ + "/" + key + ": cannot publish rendezvous file");
 }
 
 std::string FileStore::Get(const std::string& key, int timeout_ms) {
@@ -42,7 +43,8 @@ std::string FileStore::Get(const std::string& key, int timeout_ms) {
       return ss.str();
     }
     if (std::chrono::steady_clock::now() > deadline)
-      throw Error("rendezvous: no value for \"" + key + "\" in " + dir_ + " after " + std::to_string(timeout_ms) + " ms (did that rank start?)");
+      throw Error("rendezvous: no value for \"" + key + "\" in " + dir_ + " after " + std::to_string(timeout_ms) +
+                  " ms (did that rank start?)");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }

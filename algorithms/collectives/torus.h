@@ -20,7 +20,9 @@ class Torus2D : public Communicator {
   Torus2D(int rank, int size, int cols, Store& store, const RingOptions& base, const std::string& name);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string Name() const override { return "torus2d(" + std::to_string(size_ / cols_) + "x" + std::to_string(cols_) + ")"; }
+  std::string Name() const override {
+    return "torus2d(" + std::to_string(size_ / cols_) + "x" + std::to_string(cols_) + ")";
+  }
   void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) override;
   void AllGather(const void* in, int64_t bytes, void* out) override { all_->AllGather(in, bytes, out); }
   void Broadcast(void* data, int64_t bytes, int root) override { all_->Broadcast(data, bytes, root); }

@@ -22,7 +22,10 @@ void ZmqCheck(int rc, const std::string& what) {
 }
 
 void* MonitorSocket(void* ctx, void* sock, const std::string& name) {
-  ZmqCheck(zmq_socket_monitor(sock, ("inproc://" + name).c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED), "zmq_socket_monitor");
+  ZmqCheck(zmq_socket_monitor(
+               sock, ("inproc://" + name).c_str(),
+               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED),
+           "zmq_socket_monitor");
   void* m = zmq_socket(ctx, ZMQ_PAIR);
   ZmqCheck(zmq_connect(m, ("inproc://" + name).c_str()), "monitor connect");
   return m;
@@ -57,8 +60,14 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 // One ring message: a header frame and a payload frame (sent without copying).
 struct ZmqRing::Msg {
   zmq_msg_t head, body;
-  Msg() { zmq_msg_init(&head); zmq_msg_init(&body); }
-  ~Msg() { zmq_msg_close(&head); zmq_msg_close(&body); }
+  Msg() {
+    zmq_msg_init(&head);
+    zmq_msg_init(&body);
+  }
+  ~Msg() {
+    zmq_msg_close(&head);
+    zmq_msg_close(&body);
+  }
   const Header& header() const { return *static_cast<const Header*>(zmq_msg_data(const_cast<zmq_msg_t*>(&head))); }
   const uint8_t* payload() const { return static_cast<const uint8_t*>(zmq_msg_data(const_cast<zmq_msg_t*>(&body))); }
   size_t payload_size() const { return zmq_msg_size(const_cast<zmq_msg_t*>(&body)); }
@@ -80,7 +89,8 @@ std::string HostName() {
 
 ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts)
     : rank_(rank), size_(size), opts_(opts), limiter_(opts.bandwidth_bytes_per_s) {
-  if (size < 1 || rank < 0 || rank >= size) throw Error("ring: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error("ring: rank " + std::to_string(rank) + " outside size " + std::to_string(size));
   if (size == 1) return;
   try {
     Wire(store);
@@ -107,10 +117,14 @@ void ZmqRing::Wire(Store& store) {
   if (!opts_.curve_server_public.empty()) {
     int one = 1;
     ZmqCheck(zmq_setsockopt(pull_, ZMQ_CURVE_SERVER, &one, sizeof one), "ring: CURVE server");
-    ZmqCheck(zmq_setsockopt(pull_, ZMQ_CURVE_SECRETKEY, opts_.curve_server_secret.c_str(), 40), "ring: CURVE server secret key");
-    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_SERVERKEY, opts_.curve_server_public.c_str(), 40), "ring: CURVE server public key");
-    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_PUBLICKEY, opts_.curve_client_public.c_str(), 40), "ring: CURVE client public key");
-    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_SECRETKEY, opts_.curve_client_secret.c_str(), 40), "ring: CURVE client secret key");
+    ZmqCheck(zmq_setsockopt(pull_, ZMQ_CURVE_SECRETKEY, opts_.curve_server_secret.c_str(), 40),
+             "ring: CURVE server secret key");
+    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_SERVERKEY, opts_.curve_server_public.c_str(), 40),
+             "ring: CURVE server public key");
+    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_PUBLICKEY, opts_.curve_client_public.c_str(), 40),
+             "ring: CURVE client public key");
+    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_SECRETKEY, opts_.curve_client_secret.c_str(), 40),
+             "ring: CURVE client secret key");
   }
   // A message larger than any collective could send is hostile: refuse it at the socket.
   int64_t maxmsg = int64_t(1) << 34;
@@ -141,7 +155,8 @@ void ZmqRing::Wire(Store& store) {
     }
     if (!right_ipc.empty() && right_host == HostName() && !opts_.tcp_only) right_ep = right_ipc;
   }
-  ZmqCheck(zmq_connect(push_, right_ep.c_str()), "ring rank " + std::to_string(rank) + ": connect to rank " + std::to_string(right) + " at " + right_ep);
+  ZmqCheck(zmq_connect(push_, right_ep.c_str()),
+           "ring rank " + std::to_string(rank) + ": connect to rank " + std::to_string(right) + " at " + right_ep);
   Barrier();  // the ring is wired once a token has gone round
 }
 
@@ -249,8 +264,8 @@ bool ZmqRing::TryRecv(Msg* msg, const char* what) {
     // Anyone can reach the port: junk is dropped (and said once in a while), never fatal,
     // so stray bytes cannot stop a job.
     if (dropped_++ < 3 || dropped_ % 1000 == 0)
-      fprintf(stderr, "ring rank %d %s: dropped a malformed message (first frame %zu bytes; %lld dropped so far)\n", rank_,
-              what, first, (long long)dropped_);
+      fprintf(stderr, "ring rank %d %s: dropped a malformed message (first frame %zu bytes; %lld dropped so far)\n",
+              rank_, what, first, (long long)dropped_);
     return false;
   }
   if (msg->header().seq != seq_)
@@ -276,8 +291,8 @@ void ZmqRing::Recv(Msg* msg, const char* what) {
     int rc = zmq_poll(items, 2, 100);
     if (rc < 0 && zmq_errno() != EINTR) throw Error(std::string("ring poll: ") + zmq_strerror(zmq_errno()));
     if (std::chrono::steady_clock::now() > deadline)
-      throw Error(std::string("ring ") + what + ": no data from rank " + std::to_string(Mod(rank_ - 1, size_)) + " for " +
-                  std::to_string(opts_.timeout_ms) + " ms");
+      throw Error(std::string("ring ") + what + ": no data from rank " + std::to_string(Mod(rank_ - 1, size_)) +
+                  " for " + std::to_string(opts_.timeout_ms) + " ms");
   }
 }
 
@@ -333,8 +348,9 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
         Msg m;
         Recv(&m, what);
         if (m.header().step != step || m.header().segment != s || m.payload_size() != size_t(cnt) * es)
-          throw Error(std::string("ring ") + what + ": unexpected segment (step " + std::to_string(m.header().step) + " segment " +
-                      std::to_string(m.header().segment) + ", " + std::to_string(m.payload_size()) + " bytes)");
+          throw Error(std::string("ring ") + what + ": unexpected segment (step " + std::to_string(m.header().step) +
+                      " segment " + std::to_string(m.header().segment) + ", " + std::to_string(m.payload_size()) +
+                      " bytes)");
         const float* in;
         if (wire == DType::kF32) {
           in = reinterpret_cast<const float*>(m.payload());
@@ -344,8 +360,10 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
           in = tmp.data();
         }
         float* out = data + sb;
-        if (reduce) for (int64_t i = 0; i < cnt; ++i) out[i] += in[i];
-        else memcpy(out, in, size_t(cnt) * 4);
+        if (reduce)
+          for (int64_t i = 0; i < cnt; ++i) out[i] += in[i];
+        else
+          memcpy(out, in, size_t(cnt) * 4);
         ++s;
       } while (b + int64_t(s) * seg_elems < e);
     };
@@ -357,7 +375,8 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
     // The owner rounds its chunk the way the wire will, so every rank ends identical.
     int own = Mod(rank_ + 1, N);
     int64_t ob = ChunkBegin(n, N, own), oe = ChunkBegin(n, N, own + 1);
-    if (reduce_scatter && op == ReduceOp::kMean) for (int64_t i = ob; i < oe; ++i) data[i] /= float(N);
+    if (reduce_scatter && op == ReduceOp::kMean)
+      for (int64_t i = ob; i < oe; ++i) data[i] /= float(N);
     if (wire != DType::kF32) {
       scratch_.resize(size_t(oe - ob) * es);
       EncodeFloats(data + ob, size_t(oe - ob), wire, scratch_.data());
@@ -376,7 +395,8 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
 }
 
 void ZmqRing::CheckUsable() const {
-  if (!ctx_) throw Error("ring rank " + std::to_string(rank_) + ": the ring was torn down by an earlier failed collective");
+  if (!ctx_)
+    throw Error("ring rank " + std::to_string(rank_) + ": the ring was torn down by an earlier failed collective");
 }
 
 void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
@@ -392,14 +412,16 @@ void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
     Msg m;
     Recv(&m, "all-gather");
     if (m.header().step != uint32_t(step) || m.payload_size() != size_t(bytes))
-      throw Error("ring all-gather: unexpected message (" + std::to_string(m.payload_size()) + " bytes, expected " + std::to_string(bytes) + ")");
+      throw Error("ring all-gather: unexpected message (" + std::to_string(m.payload_size()) + " bytes, expected " +
+                  std::to_string(bytes) + ")");
     memcpy(o + bytes * recv_c, m.payload(), size_t(bytes));
   }
 }
 
 void ZmqRing::Broadcast(void* data, int64_t bytes, int root) {
   if (size_ == 1) return;
-  if (root < 0 || root >= size_) throw Error("ring broadcast: root " + std::to_string(root) + " outside size " + std::to_string(size_));
+  if (root < 0 || root >= size_)
+    throw Error("ring broadcast: root " + std::to_string(root) + " outside size " + std::to_string(size_));
   CheckUsable();
   ++seq_;
   // Passed along the ring from the root; the rank before the root does not forward.

@@ -19,9 +19,9 @@ namespace shoal {
 
 struct RingOptions {
   std::string bind_host = "127.0.0.1";
-  int timeout_ms = 60000;            // no progress for this long = error
-  int64_t segment_bytes = 1 << 20;   // pipelining unit
-  std::string prefix = "ring";       // store key prefix (one ring per prefix)
+  int timeout_ms = 60000;           // no progress for this long = error
+  int64_t segment_bytes = 1 << 20;  // pipelining unit
+  std::string prefix = "ring";      // store key prefix (one ring per prefix)
   int rendezvous_timeout_ms = 60000;
   bool tcp_only = false;             // else same-host neighbours use a Unix socket
   double bandwidth_bytes_per_s = 0;  // > 0: token bucket on sends (simulated slow link)
@@ -55,9 +55,9 @@ class ZmqRing : public Communicator {
  private:
   // Every ring message: this header frame, then the payload frame.
   struct Header {
-    uint32_t magic;    // rejects stray bytes from anything that is not our left neighbour
-    uint32_t seq;      // collective sequence number: both sides must be in the same collective
-    uint32_t step;     // ring step within the collective
+    uint32_t magic;  // rejects stray bytes from anything that is not our left neighbour
+    uint32_t seq;    // collective sequence number: both sides must be in the same collective
+    uint32_t step;   // ring step within the collective
     uint32_t segment;
   };
   struct Msg;
@@ -81,9 +81,9 @@ class ZmqRing : public Communicator {
   void* mon_pull_ = nullptr;
   bool left_connected_ = false;
   bool left_gone_ = false;
-  int live_left_ = 0;  // accepted connections on the PULL socket still open
+  int live_left_ = 0;    // accepted connections on the PULL socket still open
   int64_t dropped_ = 0;  // malformed messages ignored
-  uint32_t seq_ = 0;  // collective sequence number, checked on every message
+  uint32_t seq_ = 0;     // collective sequence number, checked on every message
   int64_t bytes_sent_ = 0;
   std::vector<uint8_t> scratch_;
   std::atomic<int64_t> inflight_{0};  // zero-copy sends ZeroMQ has not released yet

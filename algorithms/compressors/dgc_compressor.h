@@ -12,10 +12,10 @@
 namespace shoal {
 
 struct DgcOptions {
-  double sparsity = 0.999;      // final fraction NOT sent
-  double warmup_epochs = 4;     // sparsity 75%, 93.75%, 98.4%, 99.6%, ... up to `sparsity`
+  double sparsity = 0.999;   // final fraction NOT sent
+  double warmup_epochs = 4;  // sparsity 75%, 93.75%, 98.4%, 99.6%, ... up to `sparsity`
   double momentum = 0.9;
-  double clip_norm = 0;         // 0: no clipping; else global norm bound (scaled by 1/sqrt(N))
+  double clip_norm = 0;  // 0: no clipping; else global norm bound (scaled by 1/sqrt(N))
   double weight_decay = 0;
   int64_t min_compress = 1024;  // smaller tensors go dense
 };

@@ -5,8 +5,8 @@
 
 namespace shoal {
 
-void SampledTopK(const float* x, int64_t n, int64_t k, int64_t base, std::mt19937_64& rng,
-                 std::vector<int32_t>* idx, std::vector<float>* val) {
+void SampledTopK(const float* x, int64_t n, int64_t k, int64_t base, std::mt19937_64& rng, std::vector<int32_t>* idx,
+                 std::vector<float>* val) {
   k = std::min(k, n);
   if (k <= 0) return;
   std::vector<std::pair<float, int64_t>> cand;  // (|x|, i)

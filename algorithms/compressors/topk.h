@@ -10,7 +10,7 @@ namespace shoal {
 
 // Appends to idx/val exactly min(k, n) entries of x with the largest |x| (ties broken
 // arbitrarily); indices are offset by `base`. Entries are not ordered.
-void SampledTopK(const float* x, int64_t n, int64_t k, int64_t base, std::mt19937_64& rng,
-                 std::vector<int32_t>* idx, std::vector<float>* val);
+void SampledTopK(const float* x, int64_t n, int64_t k, int64_t base, std::mt19937_64& rng, std::vector<int32_t>* idx,
+                 std::vector<float>* val);
 
 }  // namespace shoal

@@ -57,8 +57,8 @@ struct Layout {
 Layout Plan(int64_t n) {
   Layout l{};
   size_t temp = 0;
-  cub::DeviceRadixSort::SortPairsDescending(nullptr, temp, (const float*)nullptr, (float*)nullptr, (const int32_t*)nullptr,
-                                            (int32_t*)nullptr, int(n));
+  cub::DeviceRadixSort::SortPairsDescending(nullptr, temp, (const float*)nullptr, (float*)nullptr,
+                                            (const int32_t*)nullptr, (int32_t*)nullptr, int(n));
   auto align = [](size_t v) { return (v + 255) / 256 * 256; };
   l.sample = 0;
   l.count = align(l.sample + kSample * 4);
@@ -75,8 +75,8 @@ Layout Plan(int64_t n) {
 
 size_t TopKGpuScratchBytes(int64_t n) { return Plan(n).total; }
 
-void SampledTopKGpuRaw(const float* x, int64_t n, int64_t k, int64_t base, uint64_t seed, int32_t* out_idx, float* out_val,
-                    void* scratch) {
+void SampledTopKGpuRaw(const float* x, int64_t n, int64_t k, int64_t base, uint64_t seed, int32_t* out_idx,
+                       float* out_val, void* scratch) {
   k = std::min(k, n);
   if (k <= 0) return;
   if (n > INT32_MAX) throw std::runtime_error("topk gpu: tensors over 2^31 elements are not supported");

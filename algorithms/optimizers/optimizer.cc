@@ -84,8 +84,7 @@ class Lars : public Optimizer {
 // LAMB (You et al. 2019, Algorithm 2): Adam moments with bias correction, r = m^/(sqrt(v^)+eps),
 // u = r + wd w, w -= lr (||w|| / ||u||) u (ratio 1 when either norm is 0).
 void LambUpdate(const OptimizerHyper& h, float* w, const float* g, int64_t n, bool decay, float lr,
-                std::vector<float>& m, std::vector<float>& v, int64_t t, float blend_scale,
-                std::vector<float>& u) {
+                std::vector<float>& m, std::vector<float>& v, int64_t t, float blend_scale, std::vector<float>& u) {
   float wd = decay ? h.weight_decay : 0.f;
   double bc1 = 1.0 - std::pow(double(h.beta1), double(t)), bc2 = 1.0 - std::pow(double(h.beta2), double(t));
   u.resize(size_t(n));
@@ -233,7 +232,8 @@ LrSchedule LrSchedule::FromConfig(const ConfigSection& s, int64_t global_batch, 
     throw Error(s.Where("schedule") + ": expected constant, poly, cosine or step, got \"" + o.kind + "\"");
   o.poly_power = s.GetDouble("poly_power", 2.0, 0, 100);
   o.min_lr = s.GetDouble("min_lr", 0, 0, 1e6);
-  o.step_every = std::max<int64_t>(1, int64_t(std::llround(s.GetDouble("step_epochs", 30, 1e-6, 1e6) * double(steps_per_epoch))));
+  o.step_every =
+      std::max<int64_t>(1, int64_t(std::llround(s.GetDouble("step_epochs", 30, 1e-6, 1e6) * double(steps_per_epoch))));
   o.step_gamma = s.GetDouble("step_gamma", 0.1, 0, 1);
   return LrSchedule(o);
 }
@@ -246,9 +246,12 @@ double LrSchedule::At(int64_t step) const {
   int64_t span = std::max<int64_t>(1, o_.total_steps - o_.warmup_steps);
   double p = std::min(1.0, double(step - o_.warmup_steps) / double(span));
   double lr = peak_;
-  if (o_.kind == "poly") lr = o_.min_lr + (peak_ - o_.min_lr) * std::pow(1 - p, o_.poly_power);
-  else if (o_.kind == "cosine") lr = o_.min_lr + (peak_ - o_.min_lr) * 0.5 * (1 + std::cos(M_PI * p));
-  else if (o_.kind == "step") lr = peak_ * std::pow(o_.step_gamma, double((step - o_.warmup_steps) / o_.step_every));
+  if (o_.kind == "poly")
+    lr = o_.min_lr + (peak_ - o_.min_lr) * std::pow(1 - p, o_.poly_power);
+  else if (o_.kind == "cosine")
+    lr = o_.min_lr + (peak_ - o_.min_lr) * 0.5 * (1 + std::cos(M_PI * p));
+  else if (o_.kind == "step")
+    lr = peak_ * std::pow(o_.step_gamma, double((step - o_.warmup_steps) / o_.step_every));
   return lr;
 }
 

@@ -18,21 +18,21 @@ struct OptimizerState {
 };
 
 struct StepContext {
-  float lr = 0;             // this step's learning rate from the schedule
-  int64_t step = 0;         // global step, 0-based
-  int64_t warmup_steps = 0; // for blends that move during warm-up (STiLL, rmsprop_sgd)
+  float lr = 0;              // this step's learning rate from the schedule
+  int64_t step = 0;          // global step, 0-based
+  int64_t warmup_steps = 0;  // for blends that move during warm-up (STiLL, rmsprop_sgd)
 };
 
 struct OptimizerHyper {
   float momentum = 0.9f;
   bool nesterov = false;
   float weight_decay = 0;
-  float trust_coefficient = 0.001f;  // LARS eta
+  float trust_coefficient = 0.001f;                 // LARS eta
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f;  // LAMB / Adam family
-  float lamb_lr_ratio = 1.0f;        // STiLL: LAMB's LR = ratio x LARS's LR
-  float rms_decay = 0.99f;           // rmsprop_sgd
+  float lamb_lr_ratio = 1.0f;                       // STiLL: LAMB's LR = ratio x LARS's LR
+  float rms_decay = 0.99f;                          // rmsprop_sgd
   float rms_eps = 1e-8f;
-  float rms_lr_ratio = 0.01f;        // rmsprop_sgd: RMSprop's LR = ratio x SGD's LR
+  float rms_lr_ratio = 0.01f;  // rmsprop_sgd: RMSprop's LR = ratio x SGD's LR
 };
 
 class Optimizer {
@@ -44,7 +44,7 @@ class Optimizer {
                      OptimizerState* state) const = 0;
   const OptimizerHyper& hyper() const { return h_; }
 
- explicit Optimizer(const OptimizerHyper& h) : h_(h) {}
+  explicit Optimizer(const OptimizerHyper& h) : h_(h) {}
 
  protected:
   OptimizerHyper h_;
@@ -68,7 +68,7 @@ struct LrScheduleOptions {
   std::string kind = "constant";
   double poly_power = 2.0;
   double min_lr = 0;
-  int64_t step_every = 1;   // step: decay every N steps by gamma
+  int64_t step_every = 1;  // step: decay every N steps by gamma
   double step_gamma = 0.1;
 };
 

@@ -57,9 +57,15 @@ class ParameterServer : public Algorithm {
     plan.workers = env_.world;
     plan.global_batch = env_.config->batch_size * env_.world;
     switch (FactsOf(Name()).server_update) {
-      case ServerUpdate::kApplyEach: plan.rule = msg::ServerRule::APPLY_EACH; break;
-      case ServerUpdate::kMeanOfWorkers: plan.rule = msg::ServerRule::MEAN_OF_WORKERS; break;
-      case ServerUpdate::kNone: plan.rule = msg::ServerRule::NONE; break;
+      case ServerUpdate::kApplyEach:
+        plan.rule = msg::ServerRule::APPLY_EACH;
+        break;
+      case ServerUpdate::kMeanOfWorkers:
+        plan.rule = msg::ServerRule::MEAN_OF_WORKERS;
+        break;
+      case ServerUpdate::kNone:
+        plan.rule = msg::ServerRule::NONE;
+        break;
     }
     client_->Register(specs, &plan);
     if (env_.resume) {
@@ -73,7 +79,8 @@ class ParameterServer : public Algorithm {
       std::vector<TensorRef> refs;
       for (auto& p : params) refs.push_back({p.name, DType::kF32, Shape(p), p.w, size_t(p.n) * 4, nullptr});
       zero_.assign(size_t(env_.world) + 1, 0.f);
-      for (int r = 0; r < env_.world; ++r) refs.push_back({ClockName(r), DType::kF32, {1}, &zero_[size_t(r)], 4, nullptr});
+      for (int r = 0; r < env_.world; ++r)
+        refs.push_back({ClockName(r), DType::kF32, {1}, &zero_[size_t(r)], 4, nullptr});
       refs.push_back({kStopName, DType::kF32, {1}, &zero_.back(), 4, nullptr});
       client_->Wait(client_->Push(refs, msg::PushOp::ASSIGN));
     }
@@ -134,9 +141,9 @@ class ParameterServer : public Algorithm {
     std::vector<PulledTensor> out;
     client_->Wait(client_->Pull(names_, &out));
     for (size_t i = 0; i < params.size(); ++i) {
-      SHOAL_CHECK(out[i].size() == size_t(params[i].n) * 4,
-                  "pulled '" + params[i].name + "' has " + std::to_string(out[i].size()) + " bytes, expected " +
-                      std::to_string(params[i].n * 4));
+      SHOAL_CHECK(out[i].size() == size_t(params[i].n) * 4, "pulled '" + params[i].name + "' has " +
+                                                                std::to_string(out[i].size()) + " bytes, expected " +
+                                                                std::to_string(params[i].n * 4));
       memcpy(params[i].w, out[i].data(), out[i].size());
     }
     if (mode_ == Mode::kAsync && !out.empty()) {
@@ -177,7 +184,10 @@ class ParameterServer : public Algorithm {
       int slowest_rank = 0;
       for (int r = 0; r < env_.world; ++r) {
         double c = out[size_t(r)].ToFloats().at(0);
-        if (c < slowest) { slowest = c; slowest_rank = r; }
+        if (c < slowest) {
+          slowest = c;
+          slowest_rank = r;
+        }
       }
       double gap = double(mine) - slowest;
       if (gap <= double(staleness_)) {
@@ -186,8 +196,9 @@ class ParameterServer : public Algorithm {
         return;
       }
       if (std::chrono::steady_clock::now() > deadline)
-        throw Error("ps_ssp: worker " + std::to_string(slowest_rank) + " has been more than " + std::to_string(staleness_) +
-                    " steps behind for " + std::to_string(wait_timeout_ms_) + " ms (stopped?)");
+        throw Error("ps_ssp: worker " + std::to_string(slowest_rank) + " has been more than " +
+                    std::to_string(staleness_) + " steps behind for " + std::to_string(wait_timeout_ms_) +
+                    " ms (stopped?)");
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
@@ -207,12 +218,14 @@ class ParameterServer : public Algorithm {
   double staleness_seen_ = 0, max_staleness_ = 0;
 };
 
-const bool kAsync = RegisterAlgorithm("ps_async",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kAsync)); });
-const bool kSsp = RegisterAlgorithm("ps_ssp",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kSsp)); });
-const bool kSync = RegisterAlgorithm("ps_sync",
-    [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kSync)); });
+const bool kAsync = RegisterAlgorithm("ps_async", [](const AlgorithmEnv& env) {
+  return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kAsync));
+});
+const bool kSsp = RegisterAlgorithm(
+    "ps_ssp", [](const AlgorithmEnv& env) { return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kSsp)); });
+const bool kSync = RegisterAlgorithm("ps_sync", [](const AlgorithmEnv& env) {
+  return std::unique_ptr<Algorithm>(new ParameterServer(env, Mode::kSync));
+});
 
 }  // namespace
 }  // namespace shoal

@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 10;
   for (long long bytes : {1LL << 20, 16LL << 20, 64LL << 20}) {
     std::vector<float> v(bytes / 4, 1.0f);
-    for (int w = 0; w < 2; ++w) MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int w = 0; w < 2; ++w)
+      MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
       MPI_Barrier(MPI_COMM_WORLD);

@@ -95,10 +95,11 @@ int Run() {
   const double median = sorted[sorted.size() / 2];
   const double mean = el / double(times.size());
   const double cpu_ms = 1000.0 * (cpu_s() - cpu0) / double(times.size());
-  printf("{\"bench\":\"engine_cpp\",\"model\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,"
-         "\"steps\":%zu,\"samples_per_s\":%.1f,\"mean_samples_per_s\":%.1f,\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f}\n",
-         FLAGS_model.c_str(), FLAGS_device.c_str(), be->Name().c_str(), FLAGS_threads, FLAGS_batch, times.size(),
-         FLAGS_batch / median, FLAGS_batch / mean, 1000.0 * median, cpu_ms);
+  printf(
+      "{\"bench\":\"engine_cpp\",\"model\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,"
+      "\"steps\":%zu,\"samples_per_s\":%.1f,\"mean_samples_per_s\":%.1f,\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f}\n",
+      FLAGS_model.c_str(), FLAGS_device.c_str(), be->Name().c_str(), FLAGS_threads, FLAGS_batch, times.size(),
+      FLAGS_batch / median, FLAGS_batch / mean, 1000.0 * median, cpu_ms);
   return 0;
 }
 

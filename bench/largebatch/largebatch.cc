@@ -33,7 +33,8 @@ std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string x;
-  while (std::getline(ss, x, ',')) if (!x.empty()) out.push_back(x);
+  while (std::getline(ss, x, ','))
+    if (!x.empty()) out.push_back(x);
   return out;
 }
 
@@ -47,9 +48,19 @@ ConfigSection OptimizerSection(const std::string& name, int64_t batch) {
   // Warm-up grows with the batch (Goyal et al.): 0.5 epoch at 256, more for larger.
   s.Set("warmup_epochs", batch <= 256 ? 0.5 : batch <= 2048 ? 1.5 : 2.5);
   if (name == "momentum") s.Set("lr", 0.05);
-  if (name == "lars") { s.Set("lr", 2.0); s.Set("trust_coefficient", 0.001); }
-  if (name == "lamb") { s.Set("lr", 0.002); s.Set("weight_decay", 0.01); }
-  if (name == "still") { s.Set("lr", 2.0); s.Set("trust_coefficient", 0.001); s.Set("lamb_lr_ratio", 0.001); }
+  if (name == "lars") {
+    s.Set("lr", 2.0);
+    s.Set("trust_coefficient", 0.001);
+  }
+  if (name == "lamb") {
+    s.Set("lr", 0.002);
+    s.Set("weight_decay", 0.01);
+  }
+  if (name == "still") {
+    s.Set("lr", 2.0);
+    s.Set("trust_coefficient", 0.001);
+    s.Set("lamb_lr_ratio", 0.001);
+  }
   return s;
 }
 
@@ -133,8 +144,8 @@ int Main() {
       double a = Evaluate(*model, *be, test_loader);
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       acc[{opt_name, B}] = a;
-      printf("%-9s batch %5lld: %3lld steps, peak lr %.4g, test accuracy %.4f (%.0f s)\n", opt_name.c_str(), (long long)B,
-             (long long)step, sched.peak_lr(), a, secs);
+      printf("%-9s batch %5lld: %3lld steps, peak lr %.4g, test accuracy %.4f (%.0f s)\n", opt_name.c_str(),
+             (long long)B, (long long)step, sched.peak_lr(), a, secs);
       fflush(stdout);
     }
   }

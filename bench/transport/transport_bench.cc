@@ -157,13 +157,14 @@ int main(int argc, char** argv) {
       }
       double ts = Median(shoal_s), tf = Median(fused_s), tr = Median(raw_s);
       double gs = 2.0 * n / ts / 1e9, gf = 2.0 * n / tf / 1e9, gr = 2.0 * n / tr / 1e9;
-      printf("%10ld %7d %10.4f %9.3f %10.4f %9.3f %10.4f %9.3f %7.2f %7.2f\n", long(n), repeats, ts * 1e3, gs,
-             tf * 1e3, gf, tr * 1e3, gr, gs / gr, gf / gr);
+      printf("%10ld %7d %10.4f %9.3f %10.4f %9.3f %10.4f %9.3f %7.2f %7.2f\n", long(n), repeats, ts * 1e3, gs, tf * 1e3,
+             gf, tr * 1e3, gr, gs / gr, gf / gr);
       fflush(stdout);
       if (n == FLAGS_report_bytes) report_shoal = gs, report_raw = gr;
     }
-    printf("{\"bench\":\"transport\",\"size_bytes\":%ld,\"push_pull_gbps\":%.4f,\"raw_zmq_gbps\":%.4f,\"ratio\":%.4f}\n",
-           long(FLAGS_report_bytes), report_shoal, report_raw, report_raw > 0 ? report_shoal / report_raw : 0.0);
+    printf(
+        "{\"bench\":\"transport\",\"size_bytes\":%ld,\"push_pull_gbps\":%.4f,\"raw_zmq_gbps\":%.4f,\"ratio\":%.4f}\n",
+        long(FLAGS_report_bytes), report_shoal, report_raw, report_raw > 0 ? report_shoal / report_raw : 0.0);
   } catch (const std::exception& e) {
     fprintf(stderr, "transport_bench: %s\n", e.what());
     rc = 1;

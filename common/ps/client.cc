@@ -97,16 +97,16 @@ const ClusterInfo& Client::Register(const std::vector<TensorSpec>& tensors, cons
     SetMeta(metas[i], tensors[i].name, tensors[i].dtype, tensors[i].shape, tensors[i].bytes());
   InMessage r = Control(m, id, "register");
   auto rh = r.header();
-  SHOAL_CHECK(rh.getKind() == msg::Kind::CLUSTER_MAP, "register: the coordinator answered with message kind " +
-                                                          std::to_string(int(rh.getKind())));
+  SHOAL_CHECK(rh.getKind() == msg::Kind::CLUSTER_MAP,
+              "register: the coordinator answered with message kind " + std::to_string(int(rh.getKind())));
   auto cm = rh.getCluster();
   ClusterInfo info;
   for (auto s : cm.getServers()) info.servers.push_back(s);
   info.world_size = cm.getWorldSize();
   for (auto p : cm.getPlacement()) {
     SHOAL_CHECK(p.getShard() < info.servers.size(), "register: tensor '" + std::string(p.getName()) +
-                                                       "' placed on shard " + std::to_string(p.getShard()) +
-                                                       " of " + std::to_string(info.servers.size()));
+                                                        "' placed on shard " + std::to_string(p.getShard()) + " of " +
+                                                        std::to_string(info.servers.size()));
     info.shard_of[p.getName()] = int(p.getShard());
   }
   for (auto mem : cm.getMembers()) info.members.push_back({mem.getRole(), mem.getRank(), mem.getAlive()});
@@ -238,9 +238,8 @@ void Client::Dispatch(int shard, InMessage& m) {
       auto metas = h.getTensors();
       for (unsigned i = 0; i < metas.size(); ++i) {
         auto s = req.slot.find(metas[i].getName());
-        SHOAL_CHECK(req.out && s != req.slot.end(),
-                    "shard " + std::to_string(shard) + " sent tensor '" + std::string(metas[i].getName()) +
-                        "' that was not asked for");
+        SHOAL_CHECK(req.out && s != req.slot.end(), "shard " + std::to_string(shard) + " sent tensor '" +
+                                                        std::string(metas[i].getName()) + "' that was not asked for");
         PulledTensor& t = (*req.out)[s->second];
         t.name = metas[i].getName();
         t.dtype = FromWire(metas[i].getDtype());
@@ -270,7 +269,8 @@ void Client::Wait(int ts) {
     // before paying for a poll.
     if (left == 0 || (!any && Poll(items.data(), items.size(), left) == 0)) {
       std::string who;
-      for (int s : it->second.waiting) who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")";
+      for (int s : it->second.waiting)
+        who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")";
       pending_.erase(it);
       throw Error("request " + std::to_string(ts) + ": shard(s) " + who + " did not answer within " +
                   std::to_string(opts_.timeout_ms) + " ms");

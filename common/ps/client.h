@@ -113,7 +113,7 @@ class Client {
     std::map<std::string, size_t> slot;  // pull: name -> index in *out
     std::string error;
     std::shared_ptr<std::atomic<int>> unreleased;  // pushed frames ZeroMQ still holds
-    msg::Kind ack = msg::Kind::PUSH_ACK;  // the answer kind that means done
+    msg::Kind ack = msg::Kind::PUSH_ACK;           // the answer kind that means done
   };
   int ShardOf(const std::string& name) const;
   void SendPlan(const TrainingPlan& plan);

@@ -14,8 +14,8 @@ namespace shoal {
 
 class HeartbeatSender {
  public:
-  HeartbeatSender(zmq::context_t& ctx, const std::string& coordinator_endpoint, const CurveKeys& keys,
-                  msg::Role role, int rank, int interval_ms);
+  HeartbeatSender(zmq::context_t& ctx, const std::string& coordinator_endpoint, const CurveKeys& keys, msg::Role role,
+                  int rank, int interval_ms);
   ~HeartbeatSender();
 
  private:

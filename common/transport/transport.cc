@@ -27,11 +27,16 @@ void ReleasePayload(void* /*data*/, void* hint) {
 
 std::string ProtocolError(int code) {
   switch (code) {
-    case ZMQ_PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND: return "unexpected ZMTP command";
-    case ZMQ_PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE: return "invalid ZMTP sequence";
-    case ZMQ_PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE: return "key exchange failed";
-    case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: return "security mechanism mismatch (one side uses CURVE, the other not)";
-    case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC: return "cryptographic error (wrong keys)";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND:
+      return "unexpected ZMTP command";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE:
+      return "invalid ZMTP sequence";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE:
+      return "key exchange failed";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+      return "security mechanism mismatch (one side uses CURVE, the other not)";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+      return "cryptographic error (wrong keys)";
     default:
       if (code >= ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED && code < ZMQ_PROTOCOL_ERROR_ZAP_UNSPECIFIED)
         return "malformed ZMTP command (not a ZeroMQ peer?)";
@@ -80,9 +85,8 @@ void InMessage::ParseHeader(const zmq::message_t& frame) {
 
 void InMessage::ValidateTensors() const {
   auto metas = header().getTensors();
-  SHOAL_CHECK(metas.size() == payloads.size(),
-              "header lists " + std::to_string(metas.size()) + " tensors but " +
-                  std::to_string(payloads.size()) + " data frames follow");
+  SHOAL_CHECK(metas.size() == payloads.size(), "header lists " + std::to_string(metas.size()) + " tensors but " +
+                                                   std::to_string(payloads.size()) + " data frames follow");
   for (unsigned i = 0; i < metas.size(); ++i) {
     auto m = metas[i];
     std::string name = m.getName();
@@ -122,7 +126,9 @@ std::string SocketEvent::Describe() const {
 }
 
 Transport::Transport(zmq::context_t& ctx, Kind kind, const CurveKeys& keys)
-    : ctx_(ctx), kind_(kind), socket_(ctx, kind == Kind::kServer ? zmq::socket_type::router : zmq::socket_type::dealer) {
+    : ctx_(ctx),
+      kind_(kind),
+      socket_(ctx, kind == Kind::kServer ? zmq::socket_type::router : zmq::socket_type::dealer) {
   socket_.set(zmq::sockopt::linger, 0);
   // Kernel socket buffers stay at their (auto-tuned) defaults: fixed 4 MiB buffers measured
   // slower on loopback.

@@ -111,8 +111,7 @@ struct BadMessage : std::runtime_error {
 // key and logs one line for each refusal. Must start before the server socket binds.
 class CurveAuthenticator {
  public:
-  CurveAuthenticator(zmq::context_t& ctx, const std::string& allowed_client_public_z85,
-                     std::string who);
+  CurveAuthenticator(zmq::context_t& ctx, const std::string& allowed_client_public_z85, std::string who);
   ~CurveAuthenticator();
 
  private:

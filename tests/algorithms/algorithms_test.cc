@@ -15,11 +15,13 @@ namespace {
 
 // SGD at a constant lr 0.1, no decay; 2 workers; extra [algorithm] keys from the test.
 JobConfig Job(const std::string& algorithm, const std::string& algorithm_keys = "") {
-  return ParseJobConfig("[job]\nname = \"t\"\n[cluster]\nworkers = 2\n[model]\nname = \"mlp\"\n"
-                        "[data]\nformat = \"synthetic\"\nbatch_size = 4\n"
-                        "[algorithm]\nname = \"" + algorithm + "\"\n" + algorithm_keys +
-                            "[optimizer]\nname = \"sgd\"\nlr = 0.1\nweight_decay = 0\n[train]\nepochs = 1\n",
-                        "job.toml");
+  return ParseJobConfig(
+      "[job]\nname = \"t\"\n[cluster]\nworkers = 2\n[model]\nname = \"mlp\"\n"
+      "[data]\nformat = \"synthetic\"\nbatch_size = 4\n"
+      "[algorithm]\nname = \"" +
+          algorithm + "\"\n" + algorithm_keys +
+          "[optimizer]\nname = \"sgd\"\nlr = 0.1\nweight_decay = 0\n[train]\nepochs = 1\n",
+      "job.toml");
 }
 
 // One rank's model: named tensors it owns, viewed as ParamViews.
@@ -48,8 +50,9 @@ struct Model {
 // Runs `algorithm` on 2 ranks: Init, then one Step per gradient set (grads(rank, step)),
 // then Finish; returns each rank's final weights of tensor "w".
 std::vector<std::vector<float>> RunAlgorithm(const JobConfig& cfg, std::vector<float> init,
-                                    const std::function<std::vector<float>(int rank, int step)>& grads, int steps,
-                                    std::vector<std::vector<std::vector<float>>>* after_each = nullptr) {
+                                             const std::function<std::vector<float>(int rank, int step)>& grads,
+                                             int steps,
+                                             std::vector<std::vector<std::vector<float>>>* after_each = nullptr) {
   FakeCluster cluster(2);
   std::vector<std::vector<float>> out(2);
   if (after_each) after_each->assign(2, {});
@@ -84,12 +87,19 @@ void ExpectAll(const std::vector<std::vector<float>>& got, const std::vector<flo
 
 TEST(AllReduceAlgorithm, OneStepAppliesTheMeanGradient) {
   // Rank r's gradient (r+1)(1, 2): mean (1.5, 3); w = 1 - 0.1 * mean.
-  auto got = RunAlgorithm(Job("allreduce"), {1, 1}, [](int r, int) { return std::vector<float>{float(r + 1), 2.f * (r + 1)}; }, 1);
+  auto got = RunAlgorithm(
+      Job("allreduce"), {1, 1},
+      [](int r, int) {
+        return std::vector<float>{float(r + 1), 2.f * (r + 1)};
+      },
+      1);
   ExpectAll(got, {0.85f, 0.7f});
 }
 
 TEST(AllReduceAlgorithm, Bf16WireRoundsTheSameOnEveryRank) {
-  auto got = RunAlgorithm(Job("allreduce", "wire_dtype = \"bf16\"\n"), {1}, [](int r, int) { return std::vector<float>{r ? 1.001f : 2.f}; }, 1);
+  auto got = RunAlgorithm(
+      Job("allreduce", "wire_dtype = \"bf16\"\n"), {1}, [](int r, int) { return std::vector<float>{r ? 1.001f : 2.f}; },
+      1);
   EXPECT_EQ(got[0], got[1]);
   EXPECT_NEAR(got[0][0], 1 - 0.1 * 1.5, 1e-3);
 }
@@ -97,8 +107,9 @@ TEST(AllReduceAlgorithm, Bf16WireRoundsTheSameOnEveryRank) {
 TEST(DoubleBufferAlgorithm, EachUpdateUsesThePreviousStepsMeanAndFinishAppliesTheLast) {
   // Step 0's mean gradient 1.5, step 1's 15.
   std::vector<std::vector<std::vector<float>>> after;
-  auto got = RunAlgorithm(Job("double_buffer"), {1},
-                 [](int r, int s) { return std::vector<float>{float((r + 1) * (s == 0 ? 1 : 10))}; }, 2, &after);
+  auto got = RunAlgorithm(
+      Job("double_buffer"), {1}, [](int r, int s) { return std::vector<float>{float((r + 1) * (s == 0 ? 1 : 10))}; }, 2,
+      &after);
   for (int r = 0; r < 2; ++r) {
     EXPECT_NEAR(after[size_t(r)][0][0], 1.f, 1e-6) << "step 0 has nothing stale to apply";
     EXPECT_NEAR(after[size_t(r)][1][0], 1 - 0.1 * 1.5, 1e-6) << "step 1 applies step 0's mean";
@@ -111,8 +122,9 @@ TEST(BmufAlgorithm, ABlockAveragesTheDeltasThroughBlockMomentum) {
   // 0.3; v = 0.5 * 0 + (1 - 0.5) * 1 * 0.3 = 0.15; global = 0.85; Nesterov start =
   // 0.85 - 0.5 * 0.15 = 0.775, on both ranks.
   std::vector<std::vector<std::vector<float>>> after;
-  auto got = RunAlgorithm(Job("bmuf", "block_steps = 2\nblock_momentum = 0.5\nblock_lr = 1.0\nnesterov = true\n"), {1},
-                 [](int r, int) { return std::vector<float>{float(r + 1)}; }, 2, &after);
+  auto got = RunAlgorithm(
+      Job("bmuf", "block_steps = 2\nblock_momentum = 0.5\nblock_lr = 1.0\nnesterov = true\n"), {1},
+      [](int r, int) { return std::vector<float>{float(r + 1)}; }, 2, &after);
   EXPECT_NEAR(after[0][0][0], 0.9f, 1e-6);  // the first step is local
   EXPECT_NEAR(after[1][0][0], 0.8f, 1e-6);
   ExpectAll(got, {0.775f});
@@ -124,12 +136,13 @@ TEST(DgcAlgorithm, SendsTheTopEntryAndKeepsTheRestAsResidual) {
   // gradients): rank 0's residual at index 3 goes out.
   const std::string keys = "sparsity = 0.75\nsparsity_warmup_epochs = 0\nmin_compress_elements = 4\n";
   std::vector<std::vector<std::vector<float>>> after;
-  auto got = RunAlgorithm(Job("dgc", keys), {1, 1, 1, 1},
-                 [](int r, int s) {
-                   if (s == 1) return std::vector<float>{0, 0, 0, 0};
-                   return r == 0 ? std::vector<float>{0, 5, 0, 1} : std::vector<float>{0, 0, 3, 0};
-                 },
-                 2, &after);
+  auto got = RunAlgorithm(
+      Job("dgc", keys), {1, 1, 1, 1},
+      [](int r, int s) {
+        if (s == 1) return std::vector<float>{0, 0, 0, 0};
+        return r == 0 ? std::vector<float>{0, 5, 0, 1} : std::vector<float>{0, 0, 3, 0};
+      },
+      2, &after);
   for (int r = 0; r < 2; ++r) {
     const auto& w = after[size_t(r)][0];
     EXPECT_NEAR(w[0], 1, 1e-6);

@@ -66,7 +66,10 @@ TEST(Dgc, ResidualsKeepWhatWasNotSentAndDecodeIsExact) {
   std::vector<double> total(static_cast<size_t>(n), 0.0);
   std::vector<float> decoded(static_cast<size_t>(n), 0.f);
   for (int step = 0; step < 20; ++step) {
-    for (int64_t i = 0; i < n; ++i) { g[size_t(i)] = nd(rng); total[size_t(i)] += g[size_t(i)]; }
+    for (int64_t i = 0; i < n; ++i) {
+      g[size_t(i)] = nd(rng);
+      total[size_t(i)] += g[size_t(i)];
+    }
     SparseGrad s = c.Compress(params, {0}, 10.0, 1);
     EXPECT_EQ(int64_t(s.idx.size()), DgcCompressor::KFor(n, 0.9));
     DgcCompressor::Decode(s, decoded.data(), n);

@@ -24,7 +24,8 @@ class FakeGroup {
   int size() const { return size_; }
   // Every rank deposits `mine`; `combine` then runs on each rank with all deposits in rank
   // order, before anyone may deposit again.
-  void Exchange(int rank, std::vector<uint8_t> mine, const std::function<void(const std::vector<std::vector<uint8_t>>&)>& combine);
+  void Exchange(int rank, std::vector<uint8_t> mine,
+                const std::function<void(const std::vector<std::vector<uint8_t>>&)>& combine);
 
  private:
   void Arrive(std::unique_lock<std::mutex>& lock);

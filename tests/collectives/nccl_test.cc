@@ -47,11 +47,11 @@ TEST(Nccl, WithoutADeviceTheErrorSaysSo) {
 }
 
 TEST(Nccl, AJobOfCpuWorkersCannotAskForIt) {
-  JobConfig cfg = ParseJobConfig(
-      "[job]\nname = \"n\"\noutput_dir = \"" + Dir("job") + "\"\n[cluster]\nworkers = [{device = \"cpu\"}, {device = \"cpu\"}]\n"
-      "[data]\nformat = \"synthetic\"\ntrain = \"\"\ntest = \"\"\n"
-      "[algorithm]\nname = \"allreduce\"\ncollective = \"nccl\"\n",
-      "job.toml");
+  JobConfig cfg = ParseJobConfig("[job]\nname = \"n\"\noutput_dir = \"" + Dir("job") +
+                                     "\"\n[cluster]\nworkers = [{device = \"cpu\"}, {device = \"cpu\"}]\n"
+                                     "[data]\nformat = \"synthetic\"\ntrain = \"\"\ntest = \"\"\n"
+                                     "[algorithm]\nname = \"allreduce\"\ncollective = \"nccl\"\n",
+                                 "job.toml");
   FileStore store(Dir("job-store"));
   try {
     MakeWorkerCommunicator(cfg, 0, store, "allreduce");
@@ -66,12 +66,12 @@ TEST(Nccl, AJobOfCpuWorkersCannotAskForIt) {
 // An all-GPU hierarchical job takes NCCL inside the host: without a GPU that says so.
 TEST(Nccl, HierarchicalOnGpuWorkersUsesNcclInsideTheHost) {
   if (DevicesSeenByAChild() > 0) GTEST_SKIP() << "a CUDA device is present: the no-device path cannot be shown here";
-  JobConfig cfg = ParseJobConfig(
-      "[job]\nname = \"h\"\noutput_dir = \"" + Dir("hier") + "\"\n[cluster]\n"
-      "workers = [{device = \"cuda:0\"}]\n"
-      "[data]\nformat = \"synthetic\"\ntrain = \"\"\ntest = \"\"\n"
-      "[algorithm]\nname = \"allreduce\"\ncollective = \"hierarchical\"\n",
-      "job.toml");
+  JobConfig cfg = ParseJobConfig("[job]\nname = \"h\"\noutput_dir = \"" + Dir("hier") +
+                                     "\"\n[cluster]\n"
+                                     "workers = [{device = \"cuda:0\"}]\n"
+                                     "[data]\nformat = \"synthetic\"\ntrain = \"\"\ntest = \"\"\n"
+                                     "[algorithm]\nname = \"allreduce\"\ncollective = \"hierarchical\"\n",
+                                 "job.toml");
   FileStore store(Dir("hier-store"));
   try {
     MakeWorkerCommunicator(cfg, 0, store, "allreduce");

@@ -23,7 +23,8 @@ namespace {
 
 std::string FreshDir(const std::string& name) {
   static int counter = 0;
-  std::string d = ::testing::TempDir() + "/ring_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  std::string d =
+      ::testing::TempDir() + "/ring_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   return d;
 }
 
@@ -37,7 +38,8 @@ TEST(ZmqRing, AllReduceExactForManySizesAndRankCounts) {
       RingOptions o;
       o.segment_bytes = 4096;  // many segments: exercises pipelining
       ZmqRing ring(rank, size, store, o);
-      for (int64_t n : {int64_t(0), int64_t(1), int64_t(3), int64_t(7), int64_t(1000), int64_t(4099), int64_t(100003)}) {
+      for (int64_t n :
+           {int64_t(0), int64_t(1), int64_t(3), int64_t(7), int64_t(1000), int64_t(4099), int64_t(100003)}) {
         std::vector<float> v(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) v[size_t(i)] = Value(rank, i);
         ring.AllReduce(v.data(), n, ReduceOp::kSum);
@@ -45,7 +47,8 @@ TEST(ZmqRing, AllReduceExactForManySizesAndRankCounts) {
           float want = 0;
           for (int r = 0; r < size; ++r) want += Value(r, i);
           if (v[size_t(i)] != want) {
-            fprintf(stderr, "size %d n %lld i %lld: got %g want %g\n", size, (long long)n, (long long)i, v[size_t(i)], want);
+            fprintf(stderr, "size %d n %lld i %lld: got %g want %g\n", size, (long long)n, (long long)i, v[size_t(i)],
+                    want);
             return 1;
           }
         }
@@ -81,10 +84,17 @@ TEST(ZmqRing, MeanAndHalfPrecisionWireAreIdenticalOnEveryRank) {
         h = (h ^ bits) * 1099511628211ull;
       }
       double tol = wire == DType::kF16 ? 0.02 : 0.1;
-      if (max_err > tol) { fprintf(stderr, "%s max_err %g\n", DTypeName(wire), max_err); return 1; }
+      if (max_err > tol) {
+        fprintf(stderr, "%s max_err %g\n", DTypeName(wire), max_err);
+        return 1;
+      }
       std::vector<uint64_t> all(size);
       ring.AllGather(&h, sizeof h, all.data());
-      for (int r = 0; r < size; ++r) if (all[size_t(r)] != h) { fprintf(stderr, "rank %d differs\n", r); return 2; }
+      for (int r = 0; r < size; ++r)
+        if (all[size_t(r)] != h) {
+          fprintf(stderr, "rank %d differs\n", r);
+          return 2;
+        }
     }
     return 0;
   });
@@ -114,10 +124,15 @@ TEST(Torus2D, AllReduceExactOnGrids) {
       for (size_t i = 0; i < v.size(); ++i) v[i] = Value(rank, int64_t(i)) * 0.37f;
       t.AllReduce(v.data(), int64_t(v.size()), ReduceOp::kMean, DType::kF16);
       uint64_t h = 1469598103934665603ull;
-      for (float x : v) { uint32_t b; memcpy(&b, &x, 4); h = (h ^ b) * 1099511628211ull; }
+      for (float x : v) {
+        uint32_t b;
+        memcpy(&b, &x, 4);
+        h = (h ^ b) * 1099511628211ull;
+      }
       std::vector<uint64_t> all(static_cast<size_t>(size));
       t.AllGather(&h, sizeof h, all.data());
-      for (auto x : all) if (x != h) return 2;
+      for (auto x : all)
+        if (x != h) return 2;
       return 0;
     });
     for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << size << " ranks, " << cols << " columns, rank " << r;
@@ -174,7 +189,8 @@ TEST(ZmqRing, BroadcastFromEveryRoot) {
     for (int root = 0; root < size; ++root) {
       std::vector<int32_t> v(777, rank == root ? root * 100 + 5 : -1);
       ring.Broadcast(v.data(), int64_t(v.size() * 4), root);
-      for (int32_t x : v) if (x != root * 100 + 5) return 1;
+      for (int32_t x : v)
+        if (x != root * 100 + 5) return 1;
     }
     return 0;
   });
@@ -206,48 +222,55 @@ TEST(ZmqRing, RankDyingMidCollectiveFailsTheOthersFast) {
 TEST(ZmqRing, GarbageOnTheRingPortIsDroppedAndTheRingGoesOn) {
   const int size = 2;
   std::string dir = FreshDir("junk");
-  auto codes = RunRanks(size, [&](int rank) {
-    FileStore store(dir);
-    ZmqRing ring(rank, size, store);
-    if (rank == 0) {
-      // A stray PUSH peer sends junk to rank 1's port.
-      std::string ep = store.Get("ring-1", 1000);
-      ep = ep.substr(0, ep.find(' '));  // the TCP endpoint (then the ipc one and the host)
-      void* ctx = zmq_ctx_new();
-      void* s = zmq_socket(ctx, ZMQ_PUSH);
-      zmq_connect(s, ep.c_str());
-      zmq_send(s, "garbage!", 8, 0);
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      zmq_close(s);
-      zmq_ctx_term(ctx);
-      return 0;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    return 0;
-  }, 30);
+  auto codes = RunRanks(
+      size,
+      [&](int rank) {
+        FileStore store(dir);
+        ZmqRing ring(rank, size, store);
+        if (rank == 0) {
+          // A stray PUSH peer sends junk to rank 1's port.
+          std::string ep = store.Get("ring-1", 1000);
+          ep = ep.substr(0, ep.find(' '));  // the TCP endpoint (then the ipc one and the host)
+          void* ctx = zmq_ctx_new();
+          void* s = zmq_socket(ctx, ZMQ_PUSH);
+          zmq_connect(s, ep.c_str());
+          zmq_send(s, "garbage!", 8, 0);
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          zmq_close(s);
+          zmq_ctx_term(ctx);
+          return 0;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        return 0;
+      },
+      30);
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 0);
   // Now both ranks all-reduce while junk arrives at rank 1: the result is still exact.
   std::string dir2 = FreshDir("junk2");
-  auto codes2 = RunRanks(size, [&](int rank) {
-    FileStore store(dir2);
-    ZmqRing ring(rank, size, store);
-    if (rank == 0) {
-      std::string ep = store.Get("ring-1", 1000);
-      ep = ep.substr(0, ep.find(' '));
-      void* ctx = zmq_ctx_new();
-      void* s = zmq_socket(ctx, ZMQ_PUSH);
-      zmq_connect(s, ep.c_str());
-      for (int i = 0; i < 50; ++i) zmq_send(s, "garbage!", 8, 0);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      zmq_close(s);
-      zmq_ctx_term(ctx);
-    }
-    std::vector<float> v(1000, float(rank + 1));
-    ring.AllReduce(v.data(), 1000, ReduceOp::kSum);
-    for (float x : v) if (x != 3.0f) return 1;
-    return 0;
-  }, 30);
+  auto codes2 = RunRanks(
+      size,
+      [&](int rank) {
+        FileStore store(dir2);
+        ZmqRing ring(rank, size, store);
+        if (rank == 0) {
+          std::string ep = store.Get("ring-1", 1000);
+          ep = ep.substr(0, ep.find(' '));
+          void* ctx = zmq_ctx_new();
+          void* s = zmq_socket(ctx, ZMQ_PUSH);
+          zmq_connect(s, ep.c_str());
+          for (int i = 0; i < 50; ++i) zmq_send(s, "garbage!", 8, 0);
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          zmq_close(s);
+          zmq_ctx_term(ctx);
+        }
+        std::vector<float> v(1000, float(rank + 1));
+        ring.AllReduce(v.data(), 1000, ReduceOp::kSum);
+        for (float x : v)
+          if (x != 3.0f) return 1;
+        return 0;
+      },
+      30);
   EXPECT_EQ(codes2[0], 0);
   EXPECT_EQ(codes2[1], 0);
 }

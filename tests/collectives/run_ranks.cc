@@ -41,7 +41,11 @@ std::vector<int> RunRanks(int size, const std::function<int(int)>& body, int tim
     }
     if (std::chrono::steady_clock::now() > deadline) {
       for (int r = 0; r < size; ++r)
-        if (codes[r] == -1) { kill(pids[r], SIGKILL); waitpid(pids[r], nullptr, 0); codes[r] = 255; }
+        if (codes[r] == -1) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], nullptr, 0);
+          codes[r] = 255;
+        }
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

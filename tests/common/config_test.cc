@@ -68,8 +68,9 @@ TEST(Config, ParsesTheDesignExample) {
 }
 
 TEST(Config, WorkerTables) {
-  auto c = ParseJobConfig(Replace(kGood, "workers = 4",
-      "workers = [{device = \"cuda:1\", slowdown = 4.0}, {host = \"10.0.0.2\"}]"), "job.toml");
+  auto c = ParseJobConfig(
+      Replace(kGood, "workers = 4", "workers = [{device = \"cuda:1\", slowdown = 4.0}, {host = \"10.0.0.2\"}]"),
+      "job.toml");
   ASSERT_EQ(c.world_size(), 2);
   EXPECT_EQ(c.workers[0].device, "cuda:1");
   EXPECT_DOUBLE_EQ(c.workers[0].slowdown, 4.0);
@@ -81,14 +82,22 @@ TEST(Config, ErrorsNameFileKeyAndExpectation) {
             "job.toml: [data] batch_size: expected an integer in [1, 1048576], got -3");
   EXPECT_EQ(ErrorOf(Replace(kGood, "batch_size = 64", "batch_size = \"big\"")),
             "job.toml: [data] batch_size: expected an integer in [1, 1048576], got string \"big\"");
-  EXPECT_NE(ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"vgg\"")).find("job.toml: [model] name: unknown model \"vgg\""), std::string::npos);
-  EXPECT_NE(ErrorOf(Replace(kGood, "epochs = 10", "epochz = 10")).find("job.toml: [train] epochz: unknown key"), std::string::npos);
-  EXPECT_NE(ErrorOf(Replace(kGood, "127.0.0.1:7702", "127.0.0.1:99999")).find("job.toml: [cluster] servers[1]: expected \"host:port\""), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"vgg\""))
+                .find("job.toml: [model] name: unknown model \"vgg\""),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "epochs = 10", "epochz = 10")).find("job.toml: [train] epochz: unknown key"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "127.0.0.1:7702", "127.0.0.1:99999"))
+                .find("job.toml: [cluster] servers[1]: expected \"host:port\""),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "format = \"idx\"", "format = \"csv\"")).find("[data] format"), std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "[job]", "[jobb]")).find("unknown section [jobb]"), std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "name = \"fmnist-bmuf\"", "")).find("[job] name: missing"), std::string::npos);
-  EXPECT_NE(ErrorOf(Replace(kGood, "target_accuracy = 0.90", "target_accuracy = 1.5")).find("[train] target_accuracy: expected a number in [0, 1], got 1.5"), std::string::npos);
-  EXPECT_NE(ErrorOf(Replace(kGood, "workers = 4", "workers = [{device = \"tpu\"}]")).find("workers[0] device"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "target_accuracy = 0.90", "target_accuracy = 1.5"))
+                .find("[train] target_accuracy: expected a number in [0, 1], got 1.5"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "workers = 4", "workers = [{device = \"tpu\"}]")).find("workers[0] device"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "workers = 4", "workers = 0")).find("[cluster] workers"), std::string::npos);
 }
 

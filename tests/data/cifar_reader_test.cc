@@ -18,7 +18,8 @@ void ExpectError(const std::string& path, std::vector<std::string> fragments) {
     ADD_FAILURE() << "no error for " << path;
   } catch (const Error& e) {
     const std::string msg = e.what();
-    for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "message: " << msg << "\nmissing: " << f;
+    for (const auto& f : fragments)
+      EXPECT_NE(msg.find(f), std::string::npos) << "message: " << msg << "\nmissing: " << f;
   }
 }
 

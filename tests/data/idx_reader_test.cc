@@ -26,7 +26,8 @@ void ExpectError(const std::string& path, std::vector<std::string> fragments, Da
     ADD_FAILURE() << "no error for " << path;
   } catch (const Error& e) {
     const std::string msg = e.what();
-    for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "message: " << msg << "\nmissing: " << f;
+    for (const auto& f : fragments)
+      EXPECT_NE(msg.find(f), std::string::npos) << "message: " << msg << "\nmissing: " << f;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
   }
 }

@@ -13,8 +13,8 @@ namespace {
 using namespace testing_util;
 
 // y[n,o,i,j] = b[o] + sum_c,kh,kw x[n,c,i*s-p+kh, j*s-p+kw] w[o,c,kh,kw]
-std::vector<double> NaiveConv(const std::vector<float>& x, const Shape& xs, const std::vector<float>& w, const Shape& ws,
-                              const std::vector<float>& b, int s, int p, Shape* ys) {
+std::vector<double> NaiveConv(const std::vector<float>& x, const Shape& xs, const std::vector<float>& w,
+                              const Shape& ws, const std::vector<float>& b, int s, int p, Shape* ys) {
   const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], O = ws[0], K = ws[2];
   const int64_t Ho = (H + 2 * p - K) / s + 1, Wo = (W + 2 * p - K) / s + 1;
   *ys = {N, O, Ho, Wo};
@@ -29,7 +29,8 @@ std::vector<double> NaiveConv(const std::vector<float>& x, const Shape& xs, cons
               for (int64_t kw = 0; kw < K; ++kw) {
                 const int64_t h = i * s - p + kh, ww = j * s - p + kw;
                 if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
-                acc += double(x[size_t(((n * C + c) * H + h) * W + ww)]) * double(w[size_t(((o * C + c) * K + kh) * K + kw)]);
+                acc += double(x[size_t(((n * C + c) * H + h) * W + ww)]) *
+                       double(w[size_t(((o * C + c) * K + kh) * K + kw)]);
               }
           y[size_t(((n * O + o) * Ho + i) * Wo + j)] = acc;
         }
@@ -54,7 +55,8 @@ TEST_P(CpuConv, ForwardAndBackwardMatchNaiveLoops) {
   ConvParams p{c.stride, c.pad};
   be->ConvForward(x, w, b, p, y);
   std::vector<float> got = Host(*be, y);
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << "y[" << i << "]";
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << "y[" << i << "]";
 
   // Backward through L = sum(y * r): dw = sum r x-patches, dx = transposed conv; checked
   // by linearity: <dx, x> + <db, 1> ... is awkward, so compare with a naive dx/dw.
@@ -68,7 +70,8 @@ TEST_P(CpuConv, ForwardAndBackwardMatchNaiveLoops) {
   std::vector<double> nob = NaiveConv(Host(*be, x), c.x, Host(*be, w), c.w, {}, c.stride, c.pad, &ys);
   double lhs = 0, bsum = 0;
   for (size_t i = 0; i < nob.size(); ++i) lhs += nob[i] * r[i];
-  std::vector<float> dxh = Host(*be, dx), xh = Host(*be, x), dwh = Host(*be, dw), wh = Host(*be, w), dbh = Host(*be, db);
+  std::vector<float> dxh = Host(*be, dx), xh = Host(*be, x), dwh = Host(*be, dw), wh = Host(*be, w),
+                     dbh = Host(*be, db);
   double xdx = 0, wdw = 0;
   for (size_t i = 0; i < xh.size(); ++i) xdx += double(xh[i]) * dxh[i];
   for (size_t i = 0; i < wh.size(); ++i) wdw += double(wh[i]) * (dwh[i] - 1.0);
@@ -88,7 +91,8 @@ TEST_P(CpuConv, ForwardAndBackwardMatchNaiveLoops) {
       for (int64_t j = 0; j < ys[3]; ++j) {
         const int64_t h = i * c.stride - c.pad, ww = j * c.stride - c.pad;
         if (h < 0 || ww < 0) continue;
-        dw0 += double(r[size_t(((n * ys[1]) * ys[2] + i) * ys[3] + j)]) * xh[size_t((n * c.x[1] * c.x[2] + h) * c.x[3] + ww)];
+        dw0 += double(r[size_t(((n * ys[1]) * ys[2] + i) * ys[3] + j)]) *
+               xh[size_t((n * c.x[1] * c.x[2] + h) * c.x[3] + ww)];
       }
   EXPECT_NEAR(dwh[0] - 1.0, dw0, 1e-3 * (1 + std::fabs(dw0)));
 }

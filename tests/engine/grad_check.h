@@ -65,7 +65,8 @@ inline void Probe(Backend& be, Tensor& t, const std::vector<float>& analytic, co
     ++res->checked;
     if (err > res->max_err) {
       res->max_err = err;
-      res->where = name + "[" + std::to_string(i) + "] numeric " + std::to_string(num) + " analytic " + std::to_string(a);
+      res->where =
+          name + "[" + std::to_string(i) + "] numeric " + std::to_string(num) + " analytic " + std::to_string(a);
     }
   }
 }

@@ -163,7 +163,8 @@ TEST_F(LayerGrad, SoftmaxCrossEntropyWithLabelSmoothing) {
     loss.Forward(z, labels, true, &correct);
     std::vector<float> g = Host(*be_, loss.grad());
     GradCheckResult res;
-    Probe(*be_, z, g, [&] { return double(loss.Forward(z, labels, false, nullptr)); }, "dlogits", 1e-2, 100, &res);
+    Probe(
+        *be_, z, g, [&] { return double(loss.Forward(z, labels, false, nullptr)); }, "dlogits", 1e-2, 100, &res);
     EXPECT_LT(res.max_err, kTol) << "eps " << eps << ": " << res.where;
     EXPECT_GE(correct, 0);
   }

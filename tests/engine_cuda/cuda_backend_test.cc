@@ -54,8 +54,7 @@ class CudaVsReference : public ::testing::Test {
   }
   // Cases that exercise CUDA-only features (fp16/bf16 compute, exact error texts) open with
   // `if (!cuda_) GTEST_SKIP() << kCudaOnly;`.
-  static constexpr const char* kCudaOnly =
-      "CUDA-specific case; the harness self-test runs the CPU engine";
+  static constexpr const char* kCudaOnly = "CUDA-specific case; the harness self-test runs the CPU engine";
 
   Pair FromHost(const Shape& s, const std::vector<float>& v) {
     Pair p{ref_->Empty(s), gpu_->Empty(s)};
@@ -95,15 +94,13 @@ class CudaVsReference : public ::testing::Test {
     double worst = 0;
     for (size_t i = 0; i < c.size(); ++i) {
       double err = std::fabs(double(g[i]) - double(c[i]));
-      bool ok = err <= rtol * (std::fabs(double(c[i])) + scale) && !std::isnan(g[i]) &&
-                !std::isnan(c[i]);
+      bool ok = err <= rtol * (std::fabs(double(c[i])) + scale) && !std::isnan(g[i]) && !std::isnan(c[i]);
       if (!ok && bad++ == 0) first = int64_t(i);
       worst = std::max(worst, err);
     }
-    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << c.size() << " elements differ; first at "
-                      << first << " ref=" << (first >= 0 ? c[first] : 0.f)
-                      << " cuda=" << (first >= 0 ? g[first] : 0.f) << "; max |diff| " << worst
-                      << ", max |ref| " << scale;
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << c.size() << " elements differ; first at " << first
+                      << " ref=" << (first >= 0 ? c[first] : 0.f) << " cuda=" << (first >= 0 ? g[first] : 0.f)
+                      << "; max |diff| " << worst << ", max |ref| " << scale;
   }
 
   // The same values, stored as `dt` on the device; the reference gets them already rounded to
@@ -145,8 +142,8 @@ TEST_F(CudaVsReference, ConvolutionForwardAndBackward) {
                             {2, 4, 8, 8, 6, 1, 1, 0, false},
                             {2, 3, 7, 7, 4, 3, 2, 1, true}};
   for (const ConvCase& cc : cases) {
-    const std::string tag = "conv k" + std::to_string(cc.k) + " s" + std::to_string(cc.stride) +
-                            " p" + std::to_string(cc.pad);
+    const std::string tag =
+        "conv k" + std::to_string(cc.k) + " s" + std::to_string(cc.stride) + " p" + std::to_string(cc.pad);
     const int64_t ho = (cc.h + 2 * cc.pad - cc.k) / cc.stride + 1;
     const int64_t wo = (cc.w + 2 * cc.pad - cc.k) / cc.stride + 1;
     ConvParams p;
@@ -191,10 +188,8 @@ TEST_F(CudaVsReference, BatchNormSpatial) {
   Pair gamma = Random({c}, 0.5f, 1.5f), beta = Random({c});
   Pair rmean = Random({c}), rvar = Random({c}, 0.5f, 1.5f);
   Pair smean = Empty({c}), sinv = Empty({c}), y = Empty(x.ref.shape());
-  ref_->BatchNormForwardTrain(x.ref, gamma.ref, beta.ref, 1e-5f, 0.1f, rmean.ref, rvar.ref,
-                              smean.ref, sinv.ref, y.ref);
-  gpu_->BatchNormForwardTrain(x.gpu, gamma.gpu, beta.gpu, 1e-5f, 0.1f, rmean.gpu, rvar.gpu,
-                              smean.gpu, sinv.gpu, y.gpu);
+  ref_->BatchNormForwardTrain(x.ref, gamma.ref, beta.ref, 1e-5f, 0.1f, rmean.ref, rvar.ref, smean.ref, sinv.ref, y.ref);
+  gpu_->BatchNormForwardTrain(x.gpu, gamma.gpu, beta.gpu, 1e-5f, 0.1f, rmean.gpu, rvar.gpu, smean.gpu, sinv.gpu, y.gpu);
   ExpectClose(y, "bn y");
   ExpectClose(rmean, "bn running_mean");
   ExpectClose(rvar, "bn running_var (unbiased)");
@@ -222,10 +217,10 @@ TEST_F(CudaVsReference, BatchNormOverFeatures) {
   Pair gamma = Random({c}, 0.5f, 1.5f), beta = Random({c});
   Pair rmean = Random({c}), rvar = Random({c}, 0.5f, 1.5f);
   Pair smean = Empty({c}), sinv = Empty({c}), y = Empty(x.ref.shape());
-  ref_->BatchNormForwardTrain(x.ref, gamma.ref, beta.ref, 1e-3f, 0.25f, rmean.ref, rvar.ref,
-                              smean.ref, sinv.ref, y.ref);
-  gpu_->BatchNormForwardTrain(x.gpu, gamma.gpu, beta.gpu, 1e-3f, 0.25f, rmean.gpu, rvar.gpu,
-                              smean.gpu, sinv.gpu, y.gpu);
+  ref_->BatchNormForwardTrain(x.ref, gamma.ref, beta.ref, 1e-3f, 0.25f, rmean.ref, rvar.ref, smean.ref, sinv.ref,
+                              y.ref);
+  gpu_->BatchNormForwardTrain(x.gpu, gamma.gpu, beta.gpu, 1e-3f, 0.25f, rmean.gpu, rvar.gpu, smean.gpu, sinv.gpu,
+                              y.gpu);
   ExpectClose(y, "bn2d y");
   ExpectClose(rmean, "bn2d running_mean");
   ExpectClose(rvar, "bn2d running_var");
@@ -263,15 +258,17 @@ TEST_F(CudaVsReference, ReluAddAxpyScale) {
 }
 
 TEST_F(CudaVsReference, MaxPool) {
-  struct Case { Shape x; int k, s, p; };
+  struct Case {
+    Shape x;
+    int k, s, p;
+  };
   const Case cases[] = {{{2, 3, 8, 8}, 2, 2, 0}, {{2, 3, 9, 9}, 3, 2, 1}, {{1, 2, 7, 5}, 3, 1, 1}};
   for (const Case& c : cases) {
     PoolParams p;
     p.kernel = c.k;
     p.stride = c.s;
     p.pad = c.p;
-    const std::string tag = "maxpool k" + std::to_string(c.k) + " s" + std::to_string(c.s) +
-                            " p" + std::to_string(c.p);
+    const std::string tag = "maxpool k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " p" + std::to_string(c.p);
     const int64_t ho = (c.x[2] + 2 * c.p - c.k) / c.s + 1, wo = (c.x[3] + 2 * c.p - c.k) / c.s + 1;
     Pair x = Random(c.x), y = Empty({c.x[0], c.x[1], ho, wo});
     Tensor ws_ref, ws_gpu;
@@ -423,9 +420,7 @@ TEST_P(CudaMixedPrecision, LayerOps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Narrow, CudaMixedPrecision, ::testing::Values(DType::kF16, DType::kBF16),
-                         [](const ::testing::TestParamInfo<DType>& i) {
-                           return std::string(DTypeName(i.param));
-                         });
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
 
 // CUDA-only checks against host arithmetic.
 TEST_F(CudaVsReference, FillAndDtypeConversionMatchHost) {

@@ -31,8 +31,7 @@ class HostReference final : public Backend {
     std::memcpy(dst.raw(), src.raw(), src.bytes());
   }
 
-  void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
-                   Tensor& y) override {
+  void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) override {
     Geometry g(x, w, p);
     const float *X = x.data<float>(), *W = w.data<float>();
     float* Y = y.data<float>();
@@ -48,8 +47,8 @@ class HostReference final : public Backend {
           }
   }
 
-  void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p,
-                    Tensor* dx, Tensor& dw, Tensor* db) override {
+  void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx, Tensor& dw,
+                    Tensor* db) override {
     Geometry g(x, w, p);
     const float *X = x.data<float>(), *W = w.data<float>(), *DY = dy.data<float>();
     std::vector<double> gx(size_t(x.numel()), 0.0), gw(size_t(w.numel()), 0.0), gb(size_t(g.o), 0.0);
@@ -64,49 +63,49 @@ class HostReference final : public Backend {
               gw[g.Wi(o, c, kh, kw)] += d * X[g.Xi(n, c, hi, wi)];
             });
           }
-    if (dx) for (size_t i = 0; i < gx.size(); ++i) dx->data<float>()[i] = float(gx[i]);
+    if (dx)
+      for (size_t i = 0; i < gx.size(); ++i) dx->data<float>()[i] = float(gx[i]);
     for (size_t i = 0; i < gw.size(); ++i) dw.data<float>()[i] += float(gw[i]);
-    if (db) for (size_t i = 0; i < gb.size(); ++i) db->data<float>()[i] += float(gb[i]);
+    if (db)
+      for (size_t i = 0; i < gb.size(); ++i) db->data<float>()[i] += float(gb[i]);
   }
 
-  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                             float momentum, Tensor& rmean, Tensor& rvar, Tensor& smean,
-                             Tensor& sinv, Tensor& y) override {
+  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
+                             Tensor& rmean, Tensor& rvar, Tensor& smean, Tensor& sinv, Tensor& y) override {
     BnView v(x);
     for (int64_t c = 0; c < v.c; ++c) {
       double sum = 0, sq = 0;
       v.ForChannel(c, [&](int64_t i) { sum += x.data<float>()[i]; });
       const double mean = sum / v.m;
-      v.ForChannel(c, [&](int64_t i) { double d = x.data<float>()[i] - mean; sq += d * d; });
+      v.ForChannel(c, [&](int64_t i) {
+        double d = x.data<float>()[i] - mean;
+        sq += d * d;
+      });
       const double var = sq / v.m, inv = 1.0 / std::sqrt(var + eps);
       v.ForChannel(c, [&](int64_t i) {
-        y.data<float>()[i] = float(gamma.data<float>()[c] * (x.data<float>()[i] - mean) * inv +
-                                   beta.data<float>()[c]);
+        y.data<float>()[i] = float(gamma.data<float>()[c] * (x.data<float>()[i] - mean) * inv + beta.data<float>()[c]);
       });
       rmean.data<float>()[c] = float((1 - momentum) * rmean.data<float>()[c] + momentum * mean);
-      rvar.data<float>()[c] =
-          float((1 - momentum) * rvar.data<float>()[c] + momentum * sq / (v.m - 1));
+      rvar.data<float>()[c] = float((1 - momentum) * rvar.data<float>()[c] + momentum * sq / (v.m - 1));
       smean.data<float>()[c] = float(mean);
       sinv.data<float>()[c] = float(inv);
     }
   }
 
-  void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 const Tensor& rmean, const Tensor& rvar, float eps,
-                                 Tensor& y) override {
+  void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& rmean,
+                                 const Tensor& rvar, float eps, Tensor& y) override {
     BnView v(x);
     for (int64_t c = 0; c < v.c; ++c) {
       const double inv = 1.0 / std::sqrt(double(rvar.data<float>()[c]) + eps);
       v.ForChannel(c, [&](int64_t i) {
-        y.data<float>()[i] = float(gamma.data<float>()[c] * (x.data<float>()[i] - rmean.data<float>()[c]) *
-                                   inv + beta.data<float>()[c]);
+        y.data<float>()[i] =
+            float(gamma.data<float>()[c] * (x.data<float>()[i] - rmean.data<float>()[c]) * inv + beta.data<float>()[c]);
       });
     }
   }
 
-  void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                         const Tensor& smean, const Tensor& sinv, Tensor& dx, Tensor& dgamma,
-                         Tensor& dbeta) override {
+  void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& smean,
+                         const Tensor& sinv, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
     BnView v(x);
     for (int64_t c = 0; c < v.c; ++c) {
       const double mean = smean.data<float>()[c], inv = sinv.data<float>()[c];
@@ -117,8 +116,8 @@ class HostReference final : public Backend {
       });
       v.ForChannel(c, [&](int64_t i) {
         const double xhat = (x.data<float>()[i] - mean) * inv;
-        dx.data<float>()[i] = float(gamma.data<float>()[c] * inv / v.m *
-                                    (v.m * dy.data<float>()[i] - sdy - xhat * sdyx));
+        dx.data<float>()[i] =
+            float(gamma.data<float>()[c] * inv / v.m * (v.m * dy.data<float>()[i] - sdy - xhat * sdyx));
       });
       dgamma.data<float>()[c] += float(sdyx);
       dbeta.data<float>()[c] += float(sdy);
@@ -129,8 +128,7 @@ class HostReference final : public Backend {
     for (int64_t i = 0; i < x.numel(); ++i) y.data<float>()[i] = std::max(x.data<float>()[i], 0.f);
   }
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    for (int64_t i = 0; i < y.numel(); ++i)
-      dx.data<float>()[i] = y.data<float>()[i] > 0 ? dy.data<float>()[i] : 0.f;
+    for (int64_t i = 0; i < y.numel(); ++i) dx.data<float>()[i] = y.data<float>()[i] > 0 ? dy.data<float>()[i] : 0.f;
   }
   void Add(const Tensor& a, const Tensor& b, Tensor& y) override {
     for (int64_t i = 0; i < a.numel(); ++i) y.data<float>()[i] = a.data<float>()[i] + b.data<float>()[i];
@@ -148,8 +146,8 @@ class HostReference final : public Backend {
   void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor&) override {
     Pool(x, p, [&](int64_t out, int64_t arg) { y.data<float>()[out] = x.data<float>()[arg]; });
   }
-  void MaxPoolBackward(const Tensor& x, const Tensor&, const Tensor& dy, const PoolParams& p,
-                       const Tensor&, Tensor& dx) override {
+  void MaxPoolBackward(const Tensor& x, const Tensor&, const Tensor& dy, const PoolParams& p, const Tensor&,
+                       Tensor& dx) override {
     std::vector<double> g(size_t(x.numel()), 0.0);
     Pool(x, p, [&](int64_t out, int64_t arg) { g[arg] += dy.data<float>()[out]; });
     for (size_t i = 0; i < g.size(); ++i) dx.data<float>()[i] = float(g[i]);
@@ -177,8 +175,7 @@ class HostReference final : public Backend {
         y.data<float>()[r * out + o] = float(acc);
       }
   }
-  void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
-                      Tensor* db) override {
+  void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) override {
     const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
     const float *X = x.data<float>(), *W = w.data<float>(), *DY = dy.data<float>();
     for (int64_t o = 0; o < out; ++o) {
@@ -235,8 +232,16 @@ class HostReference final : public Backend {
  private:
   struct Geometry {
     Geometry(const Tensor& x, const Tensor& w, const ConvParams& p)
-        : n(x.dim(0)), c(x.dim(1)), h(x.dim(2)), wd(x.dim(3)), o(w.dim(0)), k(w.dim(2)),
-          s(p.stride), pad(p.pad), ho((h + 2 * pad - k) / s + 1), wo((wd + 2 * pad - k) / s + 1) {}
+        : n(x.dim(0)),
+          c(x.dim(1)),
+          h(x.dim(2)),
+          wd(x.dim(3)),
+          o(w.dim(0)),
+          k(w.dim(2)),
+          s(p.stride),
+          pad(p.pad),
+          ho((h + 2 * pad - k) / s + 1),
+          wo((wd + 2 * pad - k) / s + 1) {}
     int64_t Xi(int64_t a, int64_t b, int64_t i, int64_t j) const { return ((a * c + b) * h + i) * wd + j; }
     int64_t Wi(int64_t a, int64_t b, int64_t i, int64_t j) const { return ((a * c + b) * k + i) * k + j; }
     int64_t Yi(int64_t a, int64_t b, int64_t i, int64_t j) const { return ((a * o + b) * ho + i) * wo + j; }

@@ -34,8 +34,7 @@ class ReferenceBackend : public ::testing::Test {
     return acc;
   }
   // Compares grad with d loss / d t by central differences, element by element.
-  void ExpectGradient(Tensor& t, const Tensor& grad, const std::function<double()>& loss,
-                      const std::string& what) {
+  void ExpectGradient(Tensor& t, const Tensor& grad, const std::function<double()>& loss, const std::string& what) {
     const float h = 1e-2f;
     for (int64_t i = 0; i < t.numel(); ++i) {
       float& v = t.data<float>()[i];
@@ -60,7 +59,10 @@ TEST_F(ReferenceBackend, ConvGradients) {
   p.pad = 1;
   Tensor x = Random({2, 2, 5, 5}), w = Random({3, 2, 3, 3}), b = Random({3});
   Tensor y = b_->Empty({2, 3, 3, 3}), r = Random({2, 3, 3, 3});
-  auto loss = [&] { b_->ConvForward(x, w, b, p, y); return Dot(y, r); };
+  auto loss = [&] {
+    b_->ConvForward(x, w, b, p, y);
+    return Dot(y, r);
+  };
   Tensor dx = b_->Empty(x.shape()), dw = Filled(w.shape(), 0.f), db = Filled({3}, 0.f);
   b_->ConvBackward(x, w, r, p, &dx, dw, &db);
   ExpectGradient(x, dx, loss, "conv dx");
@@ -109,20 +111,29 @@ TEST_F(ReferenceBackend, PoolingAndLinearGradients) {
   for (int i = 0; i < 50; ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), rng_);
   for (int i = 0; i < 50; ++i) x.data<float>()[i] = 0.1f * float(order[i]) - 2.5f;
-  auto pool = [&] { b_->MaxPoolForward(x, p, y, ws); return Dot(y, r); };
+  auto pool = [&] {
+    b_->MaxPoolForward(x, p, y, ws);
+    return Dot(y, r);
+  };
   pool();
   Tensor dx = b_->Empty(x.shape());
   b_->MaxPoolBackward(x, y, r, p, ws, dx);
   ExpectGradient(x, dx, pool, "maxpool dx");
 
   Tensor ga = b_->Empty({1, 2}), ra = Random({1, 2});
-  auto avg = [&] { b_->GlobalAvgPoolForward(x, ga); return Dot(ga, ra); };
+  auto avg = [&] {
+    b_->GlobalAvgPoolForward(x, ga);
+    return Dot(ga, ra);
+  };
   b_->GlobalAvgPoolBackward(ra, dx);
   ExpectGradient(x, dx, avg, "avgpool dx");
 
   Tensor a = Random({4, 5}), w = Random({3, 5}), bias = Random({3}), out = b_->Empty({4, 3});
   Tensor rl = Random({4, 3});
-  auto lin = [&] { b_->LinearForward(a, w, bias, out); return Dot(out, rl); };
+  auto lin = [&] {
+    b_->LinearForward(a, w, bias, out);
+    return Dot(out, rl);
+  };
   Tensor da = b_->Empty(a.shape()), dw = Filled(w.shape(), 0.f), db = Filled({3}, 0.f);
   b_->LinearBackward(a, w, rl, &da, dw, &db);
   ExpectGradient(a, da, lin, "linear dx");

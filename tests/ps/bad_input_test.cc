@@ -150,7 +150,8 @@ TEST_F(BadInput, AFloodOfJunkIsLoggedBriefly) {
   EXPECT_TRUE(server_->WaitForLog("more warnings like the above were suppressed", 5000)) << server_->log();
   std::string log = server_->log();
   size_t lines = 0;
-  for (size_t p = log.find("bad message from"); p != std::string::npos; p = log.find("bad message from", p + 1)) ++lines;
+  for (size_t p = log.find("bad message from"); p != std::string::npos; p = log.find("bad message from", p + 1))
+    ++lines;
   EXPECT_LE(lines, 40u);
   EXPECT_GE(lines, 1u);
   ExpectStillServing(5.5f);

@@ -62,8 +62,10 @@ JobConfig PsJob(const std::string& algorithm) {
       "[job]\nname = \"t\"\n[cluster]\nservers = [\"127.0.0.1:1\"]\nworkers = 2\n[model]\nname = \"mlp\"\n"
       "[data]\nformat = \"idx\"\ntrain = \"/usr/share/datasets/fashion-mnist/train\"\n"
       "test = \"/usr/share/datasets/fashion-mnist/t10k\"\nbatch_size = 32\nmax_train_samples = 640\n"
-      "[algorithm]\nname = \"" + algorithm + "\"\n[optimizer]\nname = \"lamb\"\nlr = 0.01\nweight_decay = 0.01\n"
-      "[train]\nepochs = 2\n",
+      "[algorithm]\nname = \"" +
+          algorithm +
+          "\"\n[optimizer]\nname = \"lamb\"\nlr = 0.01\nweight_decay = 0.01\n"
+          "[train]\nepochs = 2\n",
       "job.toml");
 }
 
@@ -109,7 +111,8 @@ TEST(Checkpointer, TensorsAndOptimizerStateRoundTripExactly) {
   // Against a shard that lost its state: the update differs, so the check above has teeth.
   KvShard cold;
   cold.SetUpdateRule(PlannedRule(cfg));
-  cold.Push("fc.weight", DType::kF32, {2, 3}, zmq::message_t(a.Find("fc.weight")->buf->data(), 24), msg::PushOp::ASSIGN);
+  cold.Push("fc.weight", DType::kF32, {2, 3}, zmq::message_t(a.Find("fc.weight")->buf->data(), 24),
+            msg::PushOp::ASSIGN);
   KvShard warm;
   warm.SetUpdateRule(PlannedRule(cfg));
   c.Load(7, &warm);

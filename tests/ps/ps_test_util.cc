@@ -48,10 +48,12 @@ std::string ReadFile(const std::string& path) {
 std::string WriteJob(const std::string& name, int servers, int workers, const std::string& extra, int hb,
                      int hb_timeout) {
   std::string list;
-  for (int i = 0; i < servers; ++i) list += std::string(i ? ", " : "") + "\"127.0.0.1:" + std::to_string(FreePort()) + "\"";
-  std::string text = "[job]\nname = \"" + name + "\"\noutput_dir = \"" + TempPath(name) + "\"\n\n[cluster]\nservers = [" +
-                     list + "]\nworkers = " + std::to_string(workers) + "\nheartbeat_ms = " + std::to_string(hb) +
-                     "\nheartbeat_timeout_ms = " + std::to_string(hb_timeout) + "\n\n[data]\nformat = \"synthetic\"\n\n" + extra;
+  for (int i = 0; i < servers; ++i)
+    list += std::string(i ? ", " : "") + "\"127.0.0.1:" + std::to_string(FreePort()) + "\"";
+  std::string text =
+      "[job]\nname = \"" + name + "\"\noutput_dir = \"" + TempPath(name) + "\"\n\n[cluster]\nservers = [" + list +
+      "]\nworkers = " + std::to_string(workers) + "\nheartbeat_ms = " + std::to_string(hb) +
+      "\nheartbeat_timeout_ms = " + std::to_string(hb_timeout) + "\n\n[data]\nformat = \"synthetic\"\n\n" + extra;
   std::string path = TempPath(name + ".toml");
   WriteFile(path, text);
   return path;

@@ -155,7 +155,9 @@ TEST(ServerCluster, TwoShardsThreeConcurrentClientsExactResults) {
 
 TEST(ServerCli, BadJobFileExitsNonZeroWithOneLine) {
   std::string bad = testing::TempPath("bad.toml");
-  testing::WriteFile(bad, "[job]\nname = \"bad\"\n[data]\nformat = \"synthetic\"\n[cluster]\nservers = [\"127.0.0.1:1\"]\nworkers = \"three\"\n");
+  testing::WriteFile(bad,
+                     "[job]\nname = \"bad\"\n[data]\nformat = \"synthetic\"\n[cluster]\nservers = "
+                     "[\"127.0.0.1:1\"]\nworkers = \"three\"\n");
   ServerProcess s(bad, 0);
   EXPECT_EQ(s.WaitExit(10000), 2);
   std::string log = s.log();

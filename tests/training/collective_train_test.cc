@@ -31,7 +31,8 @@ Outcome Train(const std::string& name, int workers, const std::string& model, in
               const std::string& algorithm_section, const std::string& optimizer = kMomentum) {
   std::string dir = FreshDir(name);
   Outcome o;
-  o.run = RunJob(dir, FmnistJob(name, dir + "/out", workers, model, samples, epochs, algorithm_section + optimizer), 600);
+  o.run =
+      RunJob(dir, FmnistJob(name, dir + "/out", workers, model, samples, epochs, algorithm_section + optimizer), 600);
   EXPECT_EQ(o.run.exit_code, 0) << o.run.stderr_text;
   EXPECT_EQ(JsonField(o.run.done_line, "event").value_or(""), "done") << o.run.done_line;
   o.accuracy = JsonNumber(o.run.done_line, "test_accuracy").value_or(-1);
@@ -49,7 +50,8 @@ TEST(CollectiveTraining, AllReduceReachesTargetWithIdenticalWeights) {
 }
 
 TEST(CollectiveTraining, AllReduceFp16WireKeepsWeightsIdentical) {
-  Outcome o = Train("allreduce_fp16", 3, "mlp", 6000, 1, "[algorithm]\nname = \"allreduce\"\nwire_dtype = \"fp16\"\n\n");
+  Outcome o =
+      Train("allreduce_fp16", 3, "mlp", 6000, 1, "[algorithm]\nname = \"allreduce\"\nwire_dtype = \"fp16\"\n\n");
   EXPECT_GE(o.accuracy, 0.70) << o.run.done_line;
   EXPECT_EQ(o.hashes.size(), 1u);
 }
@@ -60,10 +62,12 @@ TEST(CollectiveTraining, TorusAndHierarchicalAllReduce) {
   EXPECT_EQ(t.hashes.size(), 1u);
   // Two "hosts" (127.0.0.1 and 127.0.0.2, both loopback): rows are hosts.
   std::string dir = FreshDir("hier");
-  std::string job = FmnistJob("hier", dir + "/out", 4, "mlp", 6000, 1,
-                              std::string("[algorithm]\nname = \"allreduce\"\ncollective = \"hierarchical\"\n\n") + kMomentum);
-  job.replace(job.find("workers = 4"), 11,
-              "workers = [{host = \"127.0.0.1\"}, {host = \"127.0.0.1\"}, {host = \"127.0.0.2\"}, {host = \"127.0.0.2\"}]");
+  std::string job =
+      FmnistJob("hier", dir + "/out", 4, "mlp", 6000, 1,
+                std::string("[algorithm]\nname = \"allreduce\"\ncollective = \"hierarchical\"\n\n") + kMomentum);
+  job.replace(
+      job.find("workers = 4"), 11,
+      "workers = [{host = \"127.0.0.1\"}, {host = \"127.0.0.1\"}, {host = \"127.0.0.2\"}, {host = \"127.0.0.2\"}]");
   JobRun r = RunJob(dir, job, 300);
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.75) << r.done_line;
@@ -88,7 +92,8 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
 TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   auto choice = [](const std::string& name, const std::string& workers) {
     std::string dir = FreshDir(name);
-    std::string job = FmnistJob(name, dir + "/out", 4, "mlp", 6000, 1, std::string("[algorithm]\nname = \"auto\"\n\n") + kMomentum);
+    std::string job =
+        FmnistJob(name, dir + "/out", 4, "mlp", 6000, 1, std::string("[algorithm]\nname = \"auto\"\n\n") + kMomentum);
     job.replace(job.find("workers = 4"), 11, "workers = " + workers);
     JobRun r = RunJob(dir, job, 300);
     EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
@@ -99,7 +104,9 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
     return picks.empty() ? std::string("none") : *picks.begin();
   };
   EXPECT_EQ(choice("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]"), "adpsgd");
-  EXPECT_EQ(choice("auto_slow_links", "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]"), "dgc");
+  EXPECT_EQ(choice("auto_slow_links",
+                   "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]"),
+            "dgc");
 }
 
 TEST(CollectiveTraining, DoubleBufferReachesTarget) {
@@ -128,19 +135,22 @@ TEST(CollectiveTraining, AdpsgdReachesTargetAndReportsConsensus) {
 
 TEST(CollectiveTraining, DgcReachesTargetSendingFarLess) {
   Outcome dense = Train("dgc_dense", 4, "mlp", 12000, 2, "[algorithm]\nname = \"allreduce\"\n\n");
-  Outcome o = Train("dgc", 4, "mlp", 12000, 2,
-                    "[algorithm]\nname = \"dgc\"\nsparsity = 0.99\nsparsity_warmup_epochs = 0\n\n");
+  Outcome o =
+      Train("dgc", 4, "mlp", 12000, 2, "[algorithm]\nname = \"dgc\"\nsparsity = 0.99\nsparsity_warmup_epochs = 0\n\n");
   EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
   EXPECT_EQ(o.hashes.size(), 1u);
-  double b = JsonNumber(o.run.done_line, "bytes_sent").value_or(0), bd = JsonNumber(dense.run.done_line, "bytes_sent").value_or(0);
+  double b = JsonNumber(o.run.done_line, "bytes_sent").value_or(0),
+         bd = JsonNumber(dense.run.done_line, "bytes_sent").value_or(0);
   EXPECT_GT(b, 0);
   EXPECT_LT(b * 5, bd) << "dgc " << b << " bytes vs dense " << bd;
 }
 
 TEST(CollectiveTraining, BadJobFileStartsNothing) {
   std::string dir = FreshDir("bad");
-  JobRun r = RunJob(dir, FmnistJob("bad", dir + "/out", 2, "mlp", 1000, 1, "[algorithm]\nname = \"allreduce\"\n") +
-                             "[optimizer]\nname = \"adamw\"\n", 60);
+  JobRun r = RunJob(dir,
+                    FmnistJob("bad", dir + "/out", 2, "mlp", 1000, 1, "[algorithm]\nname = \"allreduce\"\n") +
+                        "[optimizer]\nname = \"adamw\"\n",
+                    60);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.stderr_text.find("unknown optimizer \"adamw\""), std::string::npos) << r.stderr_text;
   std::string dir2 = FreshDir("bad2");
@@ -151,7 +161,8 @@ TEST(CollectiveTraining, BadJobFileStartsNothing) {
 
 TEST(CollectiveTraining, KilledWorkerFailsTheJobFastWithAReport) {
   std::string dir = FreshDir("kill");
-  std::string toml = FmnistJob("kill", dir + "/out", 3, "mlp", 60000, 5, "[algorithm]\nname = \"allreduce\"\n\n") + kMomentum;
+  std::string toml =
+      FmnistJob("kill", dir + "/out", 3, "mlp", 60000, 5, "[algorithm]\nname = \"allreduce\"\n\n") + kMomentum;
   std::thread killer([&] { KillWhenTraining(dir, "--rank 1", 3); });
   auto t0 = std::chrono::steady_clock::now();
   JobRun r = RunJob(dir, toml, 300);

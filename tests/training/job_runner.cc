@@ -29,17 +29,19 @@ std::string BinDir() {
 std::string FreshDir(const std::string& name) {
   static int n = 0;
   const char* tmp = getenv("TEST_TMPDIR");
-  std::string d = std::string(tmp ? tmp : "/tmp") + "/" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(n++);
+  std::string d =
+      std::string(tmp ? tmp : "/tmp") + "/" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(n++);
   MakeDirs(d);
   return d;
 }
 
-JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s, const std::vector<std::string>& extra_args) {
+JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s,
+              const std::vector<std::string>& extra_args) {
   JobRun r;
   std::string job = dir + "/job.toml";
   std::ofstream(job) << toml;
-  std::string cmd = "timeout -s KILL " + std::to_string(timeout_s) + " " + BinDir() + "/tools/launcher/shoal-launch --bin_dir=" +
-                    BinDir() + " " + job;
+  std::string cmd = "timeout -s KILL " + std::to_string(timeout_s) + " " + BinDir() +
+                    "/tools/launcher/shoal-launch --bin_dir=" + BinDir() + " " + job;
   for (auto& a : extra_args) cmd += " " + a;
   cmd += " > " + dir + "/stdout.txt 2> " + dir + "/stderr.txt";
   int st = system(cmd.c_str());
@@ -60,7 +62,8 @@ std::string FmnistJob(const std::string& name, const std::string& out_dir, int w
                       int64_t train_samples, int epochs, const std::string& extra) {
   std::ostringstream s;
   s << "[job]\nname = \"" << name << "\"\nseed = 42\noutput_dir = \"" << out_dir << "\"\n\n"
-    << "[cluster]\n" << (extra.find("ps_") != std::string::npos ? ServersLine(2) : "") << "workers = " << workers << "\n\n"
+    << "[cluster]\n"
+    << (extra.find("ps_") != std::string::npos ? ServersLine(2) : "") << "workers = " << workers << "\n\n"
     << "[model]\nname = \"" << model << "\"\n\n"
     << "[data]\nformat = \"idx\"\ntrain = \"/usr/share/datasets/fashion-mnist/train\"\n"
     << "test = \"/usr/share/datasets/fashion-mnist/t10k\"\nbatch_size = 32\n"
@@ -88,7 +91,8 @@ void KillWhenTraining(const std::string& dir, const std::string& process, int tr
   }
   // "[g]": the pattern must not match the shell that runs pkill.
   std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml " + process + "'";
-  if (system(cmd.c_str()) != 0) {}
+  if (system(cmd.c_str()) != 0) {
+  }
 }
 
 std::vector<std::string> Events(const JobRun& r, const std::string& event) {

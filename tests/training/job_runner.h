@@ -10,8 +10,8 @@ namespace testing {
 struct JobRun {
   int exit_code = -1;
   std::string stdout_text, stderr_text;
-  std::string done_line;              // last stdout line
-  std::vector<std::string> metrics;   // lines of metrics.jsonl
+  std::string done_line;             // last stdout line
+  std::vector<std::string> metrics;  // lines of metrics.jsonl
   std::string output_dir;
 };
 
@@ -20,7 +20,8 @@ std::string BinDir();
 // A fresh directory under the test's temp dir.
 std::string FreshDir(const std::string& name);
 // Writes `toml` to <dir>/job.toml and runs `shoal-launch` on it; killed after timeout_s.
-JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s, const std::vector<std::string>& extra_args = {});
+JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s,
+              const std::vector<std::string>& extra_args = {});
 // A Fashion-MNIST job with the given algorithm/model/optimizer sections appended.
 std::string FmnistJob(const std::string& name, const std::string& out_dir, int workers, const std::string& model,
                       int64_t train_samples, int epochs, const std::string& extra);

@@ -17,7 +17,8 @@ namespace {
 
 const char* kOpt = "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\n\n";
 
-JobRun RunPs(const std::string& name, int workers, int64_t samples, int epochs, const std::string& extra, int timeout = 300) {
+JobRun RunPs(const std::string& name, int workers, int64_t samples, int epochs, const std::string& extra,
+             int timeout = 300) {
   std::string dir = FreshDir(name);
   return RunJob(dir, FmnistJob(name, dir + "/out", workers, "mlp", samples, epochs, extra), timeout);
 }
@@ -49,8 +50,8 @@ std::vector<float> ReadFloats(const std::string& path) {
 // step (the shards of one global permutation), the mean gradient, one optimizer step.
 TEST(PsTraining, SyncWithNWorkersEqualsOneWorkerWithNTimesTheBatch) {
   auto job = [](const std::string& name, const std::string& dir, int workers, int batch, const std::string& algo) {
-    std::string t = FmnistJob(name, dir + "/out", workers, "mlp", 1920, 1,
-                              "[algorithm]\nname = \"" + algo + "\"\n\n" + kOpt);
+    std::string t =
+        FmnistJob(name, dir + "/out", workers, "mlp", 1920, 1, "[algorithm]\nname = \"" + algo + "\"\n\n" + kOpt);
     auto p = t.find("batch_size = 32");
     t.replace(p, 15, "batch_size = " + std::to_string(batch));
     p = t.find("seed = 42\n");
@@ -104,7 +105,8 @@ TEST(PsTraining, SspNeverExceedsItsBound) {
 
 TEST(PsTraining, AsyncGoesOnWhenAWorkerIsKilled) {
   std::string dir = FreshDir("async_kill");
-  std::string t = FmnistJob("async_kill", dir + "/out", 3, "mlp", 30000, 2, std::string("[algorithm]\nname = \"ps_async\"\n\n") + kOpt);
+  std::string t = FmnistJob("async_kill", dir + "/out", 3, "mlp", 30000, 2,
+                            std::string("[algorithm]\nname = \"ps_async\"\n\n") + kOpt);
   std::thread killer([&] { KillWhenTraining(dir, "--rank 2", 6); });
   JobRun r = RunJob(dir, t, 300);
   killer.join();
@@ -126,7 +128,8 @@ int64_t MaxStep(const std::vector<std::string>& lines) {
 TEST(PsTraining, ServerKilledMidTrainingResumesFromTheNewestCheckpoint) {
   std::string dir = FreshDir("resume");
   // 12000 samples, 2 workers, batch 32: 187 steps an epoch, 561 in all.
-  std::string t = FmnistJob("resume", dir + "/out", 2, "mlp", 12000, 3, std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kOpt);
+  std::string t =
+      FmnistJob("resume", dir + "/out", 2, "mlp", 12000, 3, std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kOpt);
   t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 40\n");
   std::thread killer([&] { KillWhenTraining(dir, "--shard 1", 10); });
   JobRun first = RunJob(dir, t, 300);
@@ -168,9 +171,11 @@ TEST(PsTraining, WorkersStartedByMpirun) {
   std::string bin = BinDir();
   // Servers in the background (their pids kept), workers through mpirun, then the servers stopped.
   std::string script = dir + "/run.sh";
-  std::ofstream(script) << bin << "/server/shoal-server --config " << job << " --shard 0 > " << dir << "/s0.log 2>&1 &\n"
+  std::ofstream(script) << bin << "/server/shoal-server --config " << job << " --shard 0 > " << dir
+                        << "/s0.log 2>&1 &\n"
                         << "S0=$!\n"
-                        << bin << "/server/shoal-server --config " << job << " --shard 1 > " << dir << "/s1.log 2>&1 &\n"
+                        << bin << "/server/shoal-server --config " << job << " --shard 1 > " << dir
+                        << "/s1.log 2>&1 &\n"
                         << "S1=$!\n"
                         << "timeout -s KILL 240 mpirun --allow-run-as-root --oversubscribe -np 2 " << bin
                         << "/worker/shoal-worker --config " << job << " > " << dir << "/mpi.log 2>&1\n"

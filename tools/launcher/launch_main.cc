@@ -114,7 +114,8 @@ class Launch {
       return 2;
     }
     if (FLAGS_resume && !facts_.keeps_checkpoints) {
-      fprintf(stderr, "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints (the parameter-server algorithms do)\n",
+      fprintf(stderr,
+              "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints (the parameter-server algorithms do)\n",
               job_path_.c_str(), cfg_.algorithm.c_str());
       return 2;
     }
@@ -191,8 +192,8 @@ class Launch {
   int Supervise() {
     tty_ = isatty(2);
     // Workers that may die without ending the job (asynchronous algorithms).
-    const bool tolerant = cfg_.algorithm_opts.GetBool("tolerate_worker_failure",
-                                                      facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast);
+    const bool tolerant =
+        cfg_.algorithm_opts.GetBool("tolerate_worker_failure", facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast);
     while (true) {
       if (g_stop_signal) {
         fprintf(stderr, "\nshoal: %s received, stopping every process\n", strsignal(g_stop_signal));
@@ -222,8 +223,14 @@ class Launch {
     }
     double wall = UnixNow() - start_;
     JsonObject fields;
-    fields.Add("job", cfg_.name).Add("algorithm", cfg_.algorithm).Add("test_accuracy", acc).Add("steps", int64_t(steps));
-    fields.Add("wall_s", wall).Add("samples_per_s", sps).Add("bytes_sent", int64_t(bytes)).Add("workers", cfg_.world_size());
+    fields.Add("job", cfg_.name)
+        .Add("algorithm", cfg_.algorithm)
+        .Add("test_accuracy", acc)
+        .Add("steps", int64_t(steps));
+    fields.Add("wall_s", wall)
+        .Add("samples_per_s", sps)
+        .Add("bytes_sent", int64_t(bytes))
+        .Add("workers", cfg_.world_size());
     if (workers_failed_) fields.Add("workers_failed", workers_failed_);
     metrics_.Write("done", int64_t(steps), fields);
     try {
@@ -288,13 +295,15 @@ class Launch {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       for (Child* c : group_.Reap())
         if (!(c->name.rfind("worker", 0) == 0 && c->exit_code == 0)) failed.push_back(c);
-      std::stable_sort(failed.begin(), failed.end(), [](Child* a, Child* b) { return a->term_signal && !b->term_signal; });
+      std::stable_sort(failed.begin(), failed.end(),
+                       [](Child* a, Child* b) { return a->term_signal && !b->term_signal; });
     }
     fprintf(stderr, "\n");
     for (Child* c : failed) {
       fprintf(stderr, "shoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
               c->log_path.c_str(), TailLines(c->log_path, 8).c_str());
-      metrics_.Write("process_failed", int64_t(p_.step), JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
+      metrics_.Write("process_failed", int64_t(p_.step),
+                     JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
     }
     if (fatal) {
       group_.StopAll();
@@ -309,8 +318,8 @@ class Launch {
     if (now - last_print_ <= (tty_ ? 0.5 : 15.0)) return;
     double sps = 0;
     for (auto& [r, s] : p_.worker_sps) sps += s;
-    std::string line = "epoch " + Fmt("%.0f", p_.epoch) + " step " + Fmt("%.0f", p_.step) + " loss " + Fmt("%.4f", p_.loss) +
-                       " test_acc " + Fmt("%.4f", p_.acc) + " samples/s " + Fmt("%.0f", sps) +
+    std::string line = "epoch " + Fmt("%.0f", p_.epoch) + " step " + Fmt("%.0f", p_.step) + " loss " +
+                       Fmt("%.4f", p_.loss) + " test_acc " + Fmt("%.4f", p_.acc) + " samples/s " + Fmt("%.0f", sps) +
                        (std::isnan(p_.staleness) ? "" : " staleness " + Fmt("%.1f", p_.staleness)) + " [" +
                        Fmt("%.0f", now - start_) + " s]";
     if (tty_)

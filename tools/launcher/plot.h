@@ -8,7 +8,7 @@
 namespace shoal {
 
 struct PlotSeries {
-  std::string title;                             // e.g. "loss"
+  std::string title;                              // e.g. "loss"
   std::vector<std::pair<double, double>> points;  // (wall_s, value)
 };
 

@@ -16,8 +16,7 @@
 
 namespace shoal {
 
-Child& ProcessGroup::Start(const std::string& name, const std::vector<std::string>& argv,
-                           const std::string& log_path) {
+Child& ProcessGroup::Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path) {
   int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(log_path + ": cannot create log file: " + strerror(errno));
   if (access(argv[0].c_str(), X_OK) != 0) {
@@ -58,7 +57,10 @@ std::vector<Child*> ProcessGroup::Reap() {
     if (r == c.pid) {
       c.running = false;
       if (WIFEXITED(status)) c.exit_code = WEXITSTATUS(status);
-      if (WIFSIGNALED(status)) { c.term_signal = WTERMSIG(status); c.exit_code = 128 + c.term_signal; }
+      if (WIFSIGNALED(status)) {
+        c.term_signal = WTERMSIG(status);
+        c.exit_code = 128 + c.term_signal;
+      }
       ended.push_back(&c);
     }
   }
@@ -66,7 +68,8 @@ std::vector<Child*> ProcessGroup::Reap() {
 }
 
 void ProcessGroup::StopAll(int grace_ms) {
-  for (auto& c : children_) if (c.running) kill(c.pid, SIGTERM);
+  for (auto& c : children_)
+    if (c.running) kill(c.pid, SIGTERM);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     Reap();

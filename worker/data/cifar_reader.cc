@@ -35,8 +35,10 @@ std::vector<std::string> ResolveFiles(const std::string& path) {
   if (DirExists(path)) {
     std::vector<std::string> f = Numbered(path + "/data_batch");
     if (!f.empty()) return f;
-    throw Error(path + ": directory holds no CIFAR training batches (expected data_batch_1.bin ...; for the test set "
-                       "name " + path + "/test_batch.bin)");
+    throw Error(path +
+                ": directory holds no CIFAR training batches (expected data_batch_1.bin ...; for the test set "
+                "name " +
+                path + "/test_batch.bin)");
   }
   if (FileExists(path + ".bin")) return {path + ".bin"};
   std::vector<std::string> f = Numbered(path);
@@ -67,10 +69,12 @@ std::shared_ptr<Dataset> ReadCifar(const std::string& path, const DatasetOptions
     if (options.max_samples > 0 && int64_t(labels.size()) >= options.max_samples) break;
     std::vector<uint8_t> b = ReadFileBytes(file);
     const int64_t size = int64_t(b.size());
-    if (size == 0) throw Error(file + ": empty file, expected CIFAR records of " + std::to_string(kCifarRecordBytes) + " bytes");
+    if (size == 0)
+      throw Error(file + ": empty file, expected CIFAR records of " + std::to_string(kCifarRecordBytes) + " bytes");
     if (size % kCifarRecordBytes != 0)
-      throw Error(file + ": truncated or not CIFAR-10 binary: expected a multiple of " + std::to_string(kCifarRecordBytes) +
-                  " bytes (" + std::to_string((size / kCifarRecordBytes + 1) * kCifarRecordBytes) + " for " +
+      throw Error(file + ": truncated or not CIFAR-10 binary: expected a multiple of " +
+                  std::to_string(kCifarRecordBytes) + " bytes (" +
+                  std::to_string((size / kCifarRecordBytes + 1) * kCifarRecordBytes) + " for " +
                   std::to_string(size / kCifarRecordBytes + 1) + " records), got " + std::to_string(size));
     int64_t records = size / kCifarRecordBytes;
     if (options.max_samples > 0) records = std::min(records, options.max_samples - int64_t(labels.size()));

@@ -158,8 +158,10 @@ void DataLoader::ProducerLoop() {
       free_.push_back(std::move(b));
       continue;
     }
-    if (err) error_ = err;
-    else ready_.push_back(std::move(b));
+    if (err)
+      error_ = err;
+    else
+      ready_.push_back(std::move(b));
     cv_.notify_all();
   }
 }

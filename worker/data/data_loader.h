@@ -38,8 +38,8 @@ struct Batch {
   std::vector<float> images;    // n x C x H x W, normalized with the data set's mean/std
   std::vector<int32_t> labels;  // n
   int64_t n = 0;
-  int64_t epoch = 0;            // where it came from
-  int64_t index = 0;            // batch index within the epoch
+  int64_t epoch = 0;  // where it came from
+  int64_t index = 0;  // batch index within the epoch
 };
 
 struct DataLoaderOptions {
@@ -47,13 +47,13 @@ struct DataLoaderOptions {
   int rank = 0;
   int world_size = 1;
   uint64_t seed = 0;
-  bool shuffle = true;       // false: samples in file order (still sharded by rank)
-  bool drop_last = true;     // training: equal full batches on every rank; false: full pass
-  int64_t max_samples = 0;   // 0 = all; otherwise only the first max_samples samples
-  bool augment = false;      // random crop with 4-pixel zero padding + horizontal flip
-  int prefetch = 2;          // batches built ahead on a background thread; 0 = in Next()
-  int build_threads = 0;     // threads that fill one batch; 0 = auto (several only for
-                             // big batches, e.g. ImageNet-sized, on machines with spare cores)
+  bool shuffle = true;      // false: samples in file order (still sharded by rank)
+  bool drop_last = true;    // training: equal full batches on every rank; false: full pass
+  int64_t max_samples = 0;  // 0 = all; otherwise only the first max_samples samples
+  bool augment = false;     // random crop with 4-pixel zero padding + horizontal flip
+  int prefetch = 2;         // batches built ahead on a background thread; 0 = in Next()
+  int build_threads = 0;    // threads that fill one batch; 0 = auto (several only for
+                            // big batches, e.g. ImageNet-sized, on machines with spare cores)
 };
 
 struct Position {

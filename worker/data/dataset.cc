@@ -19,15 +19,16 @@ int64_t Product(const std::vector<int64_t>& shape) {
 }
 
 void CheckShape(const std::string& source, const std::vector<int64_t>& shape) {
-  SHOAL_CHECK(shape.size() == 3, source + ": sample shape must be (C,H,W), got " + std::to_string(shape.size()) + " dims");
+  SHOAL_CHECK(shape.size() == 3,
+              source + ": sample shape must be (C,H,W), got " + std::to_string(shape.size()) + " dims");
   for (int64_t d : shape) SHOAL_CHECK(d > 0, source + ": sample shape has a non-positive dimension");
 }
 
 }  // namespace
 
 std::shared_ptr<Dataset> Dataset::FromU8(std::string source, std::vector<int64_t> sample_shape,
-                                         std::vector<uint8_t> pixels, std::vector<int32_t> labels,
-                                         int64_t num_classes, std::vector<int64_t> rows) {
+                                         std::vector<uint8_t> pixels, std::vector<int32_t> labels, int64_t num_classes,
+                                         std::vector<int64_t> rows) {
   CheckShape(source, sample_shape);
   std::shared_ptr<Dataset> d(new Dataset());
   d->source_ = std::move(source);
@@ -42,8 +43,8 @@ std::shared_ptr<Dataset> Dataset::FromU8(std::string source, std::vector<int64_t
 }
 
 std::shared_ptr<Dataset> Dataset::FromFloat(std::string source, std::vector<int64_t> sample_shape,
-                                            std::vector<float> pixels, std::vector<int32_t> labels,
-                                            int64_t num_classes, std::vector<int64_t> rows) {
+                                            std::vector<float> pixels, std::vector<int32_t> labels, int64_t num_classes,
+                                            std::vector<int64_t> rows) {
   CheckShape(source, sample_shape);
   std::shared_ptr<Dataset> d(new Dataset());
   d->source_ = std::move(source);
@@ -61,8 +62,8 @@ std::shared_ptr<Dataset> Dataset::FromFloat(std::string source, std::vector<int6
 void Dataset::Init(std::vector<int64_t> rows, int64_t stored_rows) {
   rows_ = std::move(rows);
   if (rows_.empty()) {
-    SHOAL_CHECK(stored_rows == size(), source_ + ": " + std::to_string(stored_rows) + " images but " +
-                                           std::to_string(size()) + " labels");
+    SHOAL_CHECK(stored_rows == size(),
+                source_ + ": " + std::to_string(stored_rows) + " images but " + std::to_string(size()) + " labels");
   } else {
     SHOAL_CHECK(int64_t(rows_.size()) == size(), source_ + ": row map and labels differ in length");
     for (int64_t r : rows_) SHOAL_CHECK(r >= 0 && r < stored_rows, source_ + ": row map points past the stored images");

@@ -10,10 +10,10 @@ namespace shoal {
 namespace data {
 
 struct DatasetOptions {
-  uint64_t seed = 0;           // synthetic data only
-  int64_t max_samples = 0;     // 0 = all; otherwise keep the first max_samples records
-  int64_t num_classes = 0;     // 0 = the format's own (idx: largest label + 1, cifar: 10);
-                               // >0: every label must be below it
+  uint64_t seed = 0;        // synthetic data only
+  int64_t max_samples = 0;  // 0 = all; otherwise keep the first max_samples records
+  int64_t num_classes = 0;  // 0 = the format's own (idx: largest label + 1, cifar: 10);
+                            // >0: every label must be below it
   // Synthetic ImageNet-shaped data: samples x channels x image_size x image_size.
   int64_t synthetic_samples = 1024;
   int64_t synthetic_image_size = 224;
@@ -28,11 +28,11 @@ class Dataset {
   // storage holds one image per row, C*H*W values each. uint8 pixels are scaled to [0,1]
   // before normalization (so mean/std are in that scale); float pixels are used as given.
   static std::shared_ptr<Dataset> FromU8(std::string source, std::vector<int64_t> sample_shape,
-                                         std::vector<uint8_t> pixels, std::vector<int32_t> labels,
-                                         int64_t num_classes, std::vector<int64_t> rows = {});
+                                         std::vector<uint8_t> pixels, std::vector<int32_t> labels, int64_t num_classes,
+                                         std::vector<int64_t> rows = {});
   static std::shared_ptr<Dataset> FromFloat(std::string source, std::vector<int64_t> sample_shape,
-                                            std::vector<float> pixels, std::vector<int32_t> labels,
-                                            int64_t num_classes, std::vector<int64_t> rows = {});
+                                            std::vector<float> pixels, std::vector<int32_t> labels, int64_t num_classes,
+                                            std::vector<int64_t> rows = {});
 
   const std::string& source() const { return source_; }  // where it came from, for messages
   int64_t size() const { return int64_t(labels_.size()); }
@@ -80,8 +80,7 @@ class Dataset {
 
 // format: "idx" | "cifar" | "synthetic". path: see the reader of each format
 // (idx_reader.h, cifar_reader.h; synthetic uses the path only to tell train from test).
-std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::string& path,
-                                     const DatasetOptions& options);
+std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::string& path, const DatasetOptions& options);
 
 }  // namespace data
 

@@ -8,7 +8,7 @@
 namespace shoal {
 namespace data {
 
-bool FileExists(const std::string& path);   // a regular file (or a link to one)
+bool FileExists(const std::string& path);  // a regular file (or a link to one)
 bool DirExists(const std::string& path);
 
 // Reads all of `path` into memory, inflating it when it is gzip (detected by its magic

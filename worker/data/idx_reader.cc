@@ -26,12 +26,13 @@ IdxFile ReadIdxFile(const std::string& path, int want_dims, const char* what) {
   const std::vector<uint8_t>& b = f.bytes;
   const std::string expect_magic = want_dims == 3 ? "0x00000803" : "0x00000801";
   if (b.size() < 4)
-    throw Error(path + ": not an IDX " + what + " file: " + std::to_string(b.size()) + " bytes, too short for a header");
+    throw Error(path + ": not an IDX " + what + " file: " + std::to_string(b.size()) +
+                " bytes, too short for a header");
   if (b[0] != 0 || b[1] != 0 || b[2] != 0x08 || b[3] != want_dims) {
     char got[16];
     snprintf(got, sizeof(got), "0x%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
-    throw Error(path + ": bad magic number " + got + ", expected " + expect_magic + " (IDX " + what + ", unsigned bytes, " +
-                std::to_string(want_dims) + " dims)");
+    throw Error(path + ": bad magic number " + got + ", expected " + expect_magic + " (IDX " + what +
+                ", unsigned bytes, " + std::to_string(want_dims) + " dims)");
   }
   f.header_size = 4 + 4 * size_t(want_dims);
   if (b.size() < f.header_size)
@@ -83,8 +84,9 @@ void Resolve(const std::string& path, std::string* images, std::string* labels) 
       cands.push_back(base + ".gz");
     }
     if (cands.empty())
-      throw Error(path + ": cannot tell the labels file from this name (give the images file, named *images-idx3-ubyte*, "
-                         "or the prefix before -images-idx3-ubyte)");
+      throw Error(path +
+                  ": cannot tell the labels file from this name (give the images file, named *images-idx3-ubyte*, "
+                  "or the prefix before -images-idx3-ubyte)");
     *labels = FirstExisting(cands, path, "labels");
     return;
   }
@@ -93,11 +95,11 @@ void Resolve(const std::string& path, std::string* images, std::string* labels) 
                 "/train-images-idx3-ubyte[.gz] and its labels)");
   std::string prefix = path;
   if (EndsWith(prefix, "-")) prefix.pop_back();
-  *images = FirstExisting({prefix + "-images-idx3-ubyte", prefix + "-images-idx3-ubyte.gz", prefix + "-images.idx3-ubyte",
-                           prefix + "-images.idx3-ubyte.gz"},
+  *images = FirstExisting({prefix + "-images-idx3-ubyte", prefix + "-images-idx3-ubyte.gz",
+                           prefix + "-images.idx3-ubyte", prefix + "-images.idx3-ubyte.gz"},
                           path, "images");
-  *labels = FirstExisting({prefix + "-labels-idx1-ubyte", prefix + "-labels-idx1-ubyte.gz", prefix + "-labels.idx1-ubyte",
-                           prefix + "-labels.idx1-ubyte.gz"},
+  *labels = FirstExisting({prefix + "-labels-idx1-ubyte", prefix + "-labels-idx1-ubyte.gz",
+                           prefix + "-labels.idx1-ubyte", prefix + "-labels.idx1-ubyte.gz"},
                           path, "labels");
 }
 

@@ -43,17 +43,16 @@ class Backend {
   virtual void Synchronize() {}
 
   // ---- convolution, weights OIHW, bias [O] (may be undefined)
-  virtual void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
-                           Tensor& y) = 0;
+  virtual void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) = 0;
   // dx may be undefined (first layer); dw, db accumulate.
-  virtual void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p,
-                            Tensor* dx, Tensor& dw, Tensor* db) = 0;
+  virtual void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
+                            Tensor& dw, Tensor* db) = 0;
   // Training variants: the forward may keep what its backward can reuse in `saved` (a
   // backend-private copy of x, e.g. in the layout the kernels want), allocated by the
   // backend on first use; pass the same Tensor object, with x unchanged, to the backward.
   // Backends without such a cache inherit these defaults, which ignore `saved`.
-  virtual void ConvForwardTrain(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
-                                Tensor& y, Tensor& saved) {
+  virtual void ConvForwardTrain(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y,
+                                Tensor& saved) {
     (void)saved;
     ConvForward(x, w, b, p, y);
   }
@@ -66,43 +65,41 @@ class Backend {
   // ---- batch norm over N,H,W per channel (x is [N,C,H,W] or [N,C])
   // training: uses batch stats, updates running_* with `momentum` (new = (1-m)*old + m*batch,
   // running_var uses the unbiased variance), saves mean and inverse std for backward.
-  virtual void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                     float eps, float momentum, Tensor& running_mean,
-                                     Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
-                                     Tensor& y) = 0;
+  virtual void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                     float momentum, Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
+                                     Tensor& save_invstd, Tensor& y) = 0;
   virtual void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         const Tensor& running_mean, const Tensor& running_var,
-                                         float eps, Tensor& y) = 0;
-  virtual void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                 const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                                 Tensor& dgamma, Tensor& dbeta) = 0;
+                                         const Tensor& running_mean, const Tensor& running_var, float eps,
+                                         Tensor& y) = 0;
+  virtual void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
+                                 const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
 
   // ---- elementwise
   virtual void ReluForward(const Tensor& x, Tensor& y) = 0;
   virtual void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // uses y > 0
-  virtual void Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;            // y = a + b
-  virtual void Axpy(float alpha, const Tensor& x, Tensor& y) = 0;               // y += alpha x
-  virtual void Scale(float alpha, Tensor& x) = 0;                               // x *= alpha
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;             // y = a + b
+  virtual void Axpy(float alpha, const Tensor& x, Tensor& y) = 0;                // y += alpha x
+  virtual void Scale(float alpha, Tensor& x) = 0;                                // x *= alpha
 
   // ---- pooling; max pool keeps what backward needs in `workspace` (allocated by the
   // backend on first use; pass the same Tensor object to backward).
   virtual void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& workspace) = 0;
   virtual void MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p,
                                const Tensor& workspace, Tensor& dx) = 0;
-  virtual void GlobalAvgPoolForward(const Tensor& x, Tensor& y) = 0;   // [N,C,H,W] -> [N,C]
+  virtual void GlobalAvgPoolForward(const Tensor& x, Tensor& y) = 0;  // [N,C,H,W] -> [N,C]
   virtual void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) = 0;
 
   // ---- fully connected: y[N,O] = x[N,I] w[O,I]^T + b[O]
   virtual void LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
   // dx may be null; dw, db accumulate.
-  virtual void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
-                              Tensor& dw, Tensor* db) = 0;
+  virtual void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                              Tensor* db) = 0;
 
   // ---- loss: mean softmax cross-entropy over the batch with label smoothing eps
   // (target = (1-eps) one-hot + eps/K). labels: host int32[N]. Writes dlogits (already
   // divided by N), returns the mean loss; *correct gets the count of argmax == label.
-  virtual float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing,
-                                    Tensor* dlogits, int64_t* correct) = 0;
+  virtual float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing, Tensor* dlogits,
+                                    int64_t* correct) = 0;
 
   // ---- reductions used by optimizers (fp32)
   virtual double SumSquares(const Tensor& x) = 0;

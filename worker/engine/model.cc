@@ -18,12 +18,13 @@ Model::~Model() = default;
 
 int Model::AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::vector<int> inputs) {
   SHOAL_CHECK(layer != nullptr, "Model " + name_ + ": node " + name + " has no layer");
-  SHOAL_CHECK(int(inputs.size()) == layer->NumInputs(),
-              "Model " + name_ + ": node " + name + " (" + layer->Kind() + ") takes " + std::to_string(layer->NumInputs()) +
-                  " input(s), given " + std::to_string(inputs.size()));
+  SHOAL_CHECK(int(inputs.size()) == layer->NumInputs(), "Model " + name_ + ": node " + name + " (" + layer->Kind() +
+                                                            ") takes " + std::to_string(layer->NumInputs()) +
+                                                            " input(s), given " + std::to_string(inputs.size()));
   std::vector<Shape> in;
   for (int id : inputs) {
-    SHOAL_CHECK(id >= 0 && id < int(nodes_.size()), "Model " + name_ + ": node " + name + " reads unknown node " + std::to_string(id));
+    SHOAL_CHECK(id >= 0 && id < int(nodes_.size()),
+                "Model " + name_ + ": node " + name + " reads unknown node " + std::to_string(id));
     in.push_back(nodes_[size_t(id)].shape1);
   }
   Shape out;
@@ -52,9 +53,10 @@ Shape Model::OutputShape(int64_t batch) const {
 
 const Tensor& Model::Forward(const Tensor& x, bool train) {
   SHOAL_CHECK(nodes_.size() > 1, "Model " + name_ + " has no layers");
-  SHOAL_CHECK(x.ndim() == int(input_shape_.size()) + 1 && Shape(x.shape().begin() + 1, x.shape().end()) == input_shape_ &&
-                  x.dim(0) > 0,
-              "Model " + name_ + ": input must be [N," + ShapeString(input_shape_).substr(1) + ", got " + ShapeString(x.shape()));
+  SHOAL_CHECK(x.ndim() == int(input_shape_.size()) + 1 &&
+                  Shape(x.shape().begin() + 1, x.shape().end()) == input_shape_ && x.dim(0) > 0,
+              "Model " + name_ + ": input must be [N," + ShapeString(input_shape_).substr(1) + ", got " +
+                  ShapeString(x.shape()));
   input_ = x;
   outs_.assign(nodes_.size(), nullptr);
   in_ptrs_.resize(nodes_.size());
@@ -91,7 +93,8 @@ void Model::Accumulate(int id, const Tensor& g) {
 void Model::Backward(const Tensor& dlogits) {
   SHOAL_CHECK(have_train_forward_, "Model " + name_ + ": Backward needs a Forward(x, train=true) first");
   SHOAL_CHECK(dlogits.shape() == outs_.back()->shape(), "Model " + name_ + ": dlogits " + ShapeString(dlogits.shape()) +
-                                                            " does not match the output " + ShapeString(outs_.back()->shape()));
+                                                            " does not match the output " +
+                                                            ShapeString(outs_.back()->shape()));
   grads_.assign(nodes_.size(), Tensor());
   acc_.resize(nodes_.size());
   dx_.resize(nodes_.size());
@@ -189,7 +192,8 @@ std::string Model::Summary() const {
   for (size_t i = 1; i < nodes_.size(); ++i) {
     int64_t n = 0;
     for (Parameter& p : nodes_[i].layer->params()) n += p.value.numel();
-    os << "  " << nodes_[i].name << " " << nodes_[i].layer->Kind() << " " << ShapeString(nodes_[i].shape1) << " " << n << "\n";
+    os << "  " << nodes_[i].name << " " << nodes_[i].layer->Kind() << " " << ShapeString(nodes_[i].shape1) << " " << n
+       << "\n";
   }
   return os.str();
 }

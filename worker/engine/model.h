@@ -33,7 +33,7 @@
 namespace shoal {
 
 struct ModelOptions {
-  Shape input_shape;          // per sample, e.g. {1,28,28} or {3,32,32}; empty = model default
+  Shape input_shape;  // per sample, e.g. {1,28,28} or {3,32,32}; empty = model default
   int64_t num_classes = 10;
   bool zero_gamma_init = false;
   float label_smoothing = 0.0f;  // used by TrainStep / EvalStep

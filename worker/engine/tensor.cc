@@ -11,9 +11,8 @@ std::string ShapeString(const Shape& s) {
 }
 
 Tensor Tensor::Reshape(Shape s) const {
-  SHOAL_CHECK(NumElements(s) == numel(),
-              "Tensor::Reshape: " + ShapeString(shape_) + " has " + std::to_string(numel()) +
-                  " elements, cannot view as " + ShapeString(s));
+  SHOAL_CHECK(NumElements(s) == numel(), "Tensor::Reshape: " + ShapeString(shape_) + " has " + std::to_string(numel()) +
+                                             " elements, cannot view as " + ShapeString(s));
   return Tensor(std::move(s), dtype_, device_, buffer_);
 }
 

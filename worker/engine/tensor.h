@@ -34,7 +34,10 @@ class Tensor {
   bool defined() const { return buffer_ != nullptr; }
 
   void* raw() const { return buffer_.get(); }
-  template <typename T> T* data() const { return static_cast<T*>(buffer_.get()); }
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(buffer_.get());
+  }
 
   // Same buffer, new shape of equal element count (a view, no copy).
   Tensor Reshape(Shape s) const;

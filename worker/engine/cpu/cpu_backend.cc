@@ -19,10 +19,10 @@ constexpr int64_t kParallelMin = 1 << 15;
 
 void CheckF32(const Tensor& t, const char* op, const char* arg) {
   SHOAL_CHECK(t.defined(), std::string("CpuBackend::") + op + ": " + arg + " is undefined");
-  SHOAL_CHECK(t.dtype() == DType::kF32, std::string("CpuBackend::") + op + ": " + arg + " is " +
-                                            DTypeName(t.dtype()) + ", the CPU backend computes in fp32 only");
-  SHOAL_CHECK(t.device().is_cpu(), std::string("CpuBackend::") + op + ": " + arg + " lives on " +
-                                       t.device().ToString() + ", not the CPU");
+  SHOAL_CHECK(t.dtype() == DType::kF32, std::string("CpuBackend::") + op + ": " + arg + " is " + DTypeName(t.dtype()) +
+                                            ", the CPU backend computes in fp32 only");
+  SHOAL_CHECK(t.device().is_cpu(),
+              std::string("CpuBackend::") + op + ": " + arg + " lives on " + t.device().ToString() + ", not the CPU");
 }
 
 void CheckSameShape(const Tensor& a, const Tensor& b, const char* op) {
@@ -58,13 +58,14 @@ void CpuBackend::PinThreads() const {
 std::string CpuBackend::Name() const { return "cpu/oneDNN x" + std::to_string(threads_) + " threads"; }
 
 Tensor CpuBackend::Empty(const Shape& shape, DType dtype) {
-  for (int64_t d : shape)
-    SHOAL_CHECK(d >= 0, "CpuBackend::Empty: negative dimension in shape " + ShapeString(shape));
+  for (int64_t d : shape) SHOAL_CHECK(d >= 0, "CpuBackend::Empty: negative dimension in shape " + ShapeString(shape));
   // 64-byte aligned for AVX-512 loads; rounded up because aligned_alloc demands it.
   size_t bytes = size_t(NumElements(shape)) * DTypeSize(dtype);
   bytes = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw Error("CpuBackend::Empty: out of memory allocating " + std::to_string(bytes) + " bytes for " + ShapeString(shape));
+  if (!p)
+    throw Error("CpuBackend::Empty: out of memory allocating " + std::to_string(bytes) + " bytes for " +
+                ShapeString(shape));
   return Tensor(shape, dtype, device(), std::shared_ptr<void>(p, std::free));
 }
 
@@ -84,15 +85,16 @@ void CpuBackend::Fill(Tensor& t, float value) {
 void CpuBackend::CopyFromHost(Tensor& dst, const void* src) { std::memcpy(dst.raw(), src, dst.bytes()); }
 void CpuBackend::CopyToHost(const Tensor& src, void* dst) { std::memcpy(dst, src.raw(), src.bytes()); }
 void CpuBackend::Copy(const Tensor& src, Tensor& dst) {
-  SHOAL_CHECK(src.bytes() == dst.bytes(), "CpuBackend::Copy: " + ShapeString(src.shape()) + " into " + ShapeString(dst.shape()));
+  SHOAL_CHECK(src.bytes() == dst.bytes(),
+              "CpuBackend::Copy: " + ShapeString(src.shape()) + " into " + ShapeString(dst.shape()));
   if (src.raw() != dst.raw()) std::memcpy(dst.raw(), src.raw(), src.bytes());
 }
 
 // ---------------------------------------------------------------- batch norm
 
 void CpuBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                                       float momentum, Tensor& running_mean, Tensor& running_var,
-                                       Tensor& save_mean, Tensor& save_invstd, Tensor& y) {
+                                       float momentum, Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
+                                       Tensor& save_invstd, Tensor& y) {
   PinThreads();
   CheckF32(x, "BatchNormForwardTrain", "x");
   CheckSameShape(x, y, "BatchNormForwardTrain");
@@ -102,7 +104,8 @@ void CpuBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, con
                   save_mean.numel() == C && save_invstd.numel() == C,
               "CpuBackend::BatchNormForwardTrain: per-channel tensors must have " + std::to_string(C) + " elements");
   const int64_t M = N * S;
-  SHOAL_CHECK(M > 1, "CpuBackend::BatchNormForwardTrain: needs more than one value per channel, got " + ShapeString(x.shape()));
+  SHOAL_CHECK(
+      M > 1, "CpuBackend::BatchNormForwardTrain: needs more than one value per channel, got " + ShapeString(x.shape()));
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   const float *g = gamma.data<float>(), *b = beta.data<float>();
@@ -151,8 +154,9 @@ void CpuBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma,
   CheckSameShape(x, y, "BatchNormForwardInference");
   int64_t N, C, S;
   NCS(x, "BatchNormForwardInference", &N, &C, &S);
-  SHOAL_CHECK(gamma.numel() == C && beta.numel() == C && running_mean.numel() == C && running_var.numel() == C,
-              "CpuBackend::BatchNormForwardInference: per-channel tensors must have " + std::to_string(C) + " elements");
+  SHOAL_CHECK(
+      gamma.numel() == C && beta.numel() == C && running_mean.numel() == C && running_var.numel() == C,
+      "CpuBackend::BatchNormForwardInference: per-channel tensors must have " + std::to_string(C) + " elements");
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   const float *g = gamma.data<float>(), *b = beta.data<float>();
@@ -254,7 +258,8 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& y) {
 void CpuBackend::Axpy(float alpha, const Tensor& x, Tensor& y) {
   PinThreads();
   CheckF32(x, "Axpy", "x");
-  SHOAL_CHECK(x.numel() == y.numel(), "CpuBackend::Axpy: " + ShapeString(x.shape()) + " into " + ShapeString(y.shape()));
+  SHOAL_CHECK(x.numel() == y.numel(),
+              "CpuBackend::Axpy: " + ShapeString(x.shape()) + " into " + ShapeString(y.shape()));
   const float* p = x.data<float>();
   float* o = y.data<float>();
   const int64_t n = x.numel();
@@ -286,8 +291,9 @@ void CpuBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y,
                   std::to_string(p.stride) + "/" + std::to_string(p.pad));
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t Ho = PoolOut(H, p), Wo = PoolOut(W, p);
-  SHOAL_CHECK(Ho > 0 && Wo > 0 && y.shape() == Shape({N, C, Ho, Wo}),
-              "CpuBackend::MaxPoolForward: output must be " + ShapeString({N, C, Ho, Wo}) + ", got " + ShapeString(y.shape()));
+  SHOAL_CHECK(
+      Ho > 0 && Wo > 0 && y.shape() == Shape({N, C, Ho, Wo}),
+      "CpuBackend::MaxPoolForward: output must be " + ShapeString({N, C, Ho, Wo}) + ", got " + ShapeString(y.shape()));
   // The workspace holds the argmax (index within the input plane) as int32 bits.
   if (!workspace.defined() || workspace.numel() != y.numel()) workspace = Empty(y.shape());
   const float* xp = x.data<float>();
@@ -414,7 +420,8 @@ void CpuBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& b
   const int64_t N = x.dim(0), I = x.dim(1), O = w.dim(0);
   Gemm('N', 'T', N, O, I, x.data<float>(), I, w.data<float>(), I, 0.0f, y.data<float>(), O);
   if (b.defined()) {
-    SHOAL_CHECK(b.numel() == O, "CpuBackend::LinearForward: bias has " + std::to_string(b.numel()) + " elements, want " + std::to_string(O));
+    SHOAL_CHECK(b.numel() == O, "CpuBackend::LinearForward: bias has " + std::to_string(b.numel()) +
+                                    " elements, want " + std::to_string(O));
     const float* bp = b.data<float>();
     float* yp = y.data<float>();
     for (int64_t n = 0; n < N; ++n)
@@ -438,7 +445,8 @@ void CpuBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor& 
     Gemm('N', 'N', N, I, O, dy.data<float>(), O, w.data<float>(), I, 0.0f, dx->data<float>(), I);
   }
   if (db && db->defined()) {
-    SHOAL_CHECK(db->numel() == O, "CpuBackend::LinearBackward: db has " + std::to_string(db->numel()) + " elements, want " + std::to_string(O));
+    SHOAL_CHECK(db->numel() == O, "CpuBackend::LinearBackward: db has " + std::to_string(db->numel()) +
+                                      " elements, want " + std::to_string(O));
     const float* d = dy.data<float>();
     float* o = db->data<float>();
     for (int64_t n = 0; n < N; ++n)
@@ -454,12 +462,14 @@ float CpuBackend::SoftmaxCrossEntropy(const Tensor& logits, const int32_t* label
   CheckF32(logits, "SoftmaxCrossEntropy", "logits");
   SHOAL_CHECK(logits.ndim() == 2 && logits.dim(0) > 0,
               "CpuBackend::SoftmaxCrossEntropy: logits must be [N,K] with N > 0, got " + ShapeString(logits.shape()));
-  SHOAL_CHECK(smoothing >= 0 && smoothing < 1, "CpuBackend::SoftmaxCrossEntropy: label smoothing must be in [0,1), got " + std::to_string(smoothing));
+  SHOAL_CHECK(smoothing >= 0 && smoothing < 1,
+              "CpuBackend::SoftmaxCrossEntropy: label smoothing must be in [0,1), got " + std::to_string(smoothing));
   if (dlogits) CheckSameShape(logits, *dlogits, "SoftmaxCrossEntropy");
   const int64_t N = logits.dim(0), K = logits.dim(1);
   for (int64_t i = 0; i < N; ++i)
     SHOAL_CHECK(labels[i] >= 0 && labels[i] < K, "CpuBackend::SoftmaxCrossEntropy: label " + std::to_string(labels[i]) +
-                                                     " at batch index " + std::to_string(i) + " is outside [0," + std::to_string(K) + ")");
+                                                     " at batch index " + std::to_string(i) + " is outside [0," +
+                                                     std::to_string(K) + ")");
   const float* z = logits.data<float>();
   float* d = dlogits ? dlogits->data<float>() : nullptr;
   const double off = double(smoothing) / double(K), on = 1.0 - double(smoothing) + off;

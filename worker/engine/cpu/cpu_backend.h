@@ -34,26 +34,23 @@ class CpuBackend final : public Backend {
   void CopyToHost(const Tensor& src, void* dst) override;
   void Copy(const Tensor& src, Tensor& dst) override;
 
-  void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
-                   Tensor& y) override;
-  void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p,
-                    Tensor* dx, Tensor& dw, Tensor* db) override;
+  void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) override;
+  void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx, Tensor& dw,
+                    Tensor* db) override;
   // Keep x in the forward kernel's blocked layout, so the weight-gradient kernel skips
   // converting it again.
   void ConvForwardTrain(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y,
                         Tensor& saved) override;
-  void ConvBackwardSaved(const Tensor& x, const Tensor& saved, const Tensor& w, const Tensor& dy,
-                         const ConvParams& p, Tensor* dx, Tensor& dw, Tensor* db) override;
+  void ConvBackwardSaved(const Tensor& x, const Tensor& saved, const Tensor& w, const Tensor& dy, const ConvParams& p,
+                         Tensor* dx, Tensor& dw, Tensor* db) override;
 
-  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                             float momentum, Tensor& running_mean, Tensor& running_var,
-                             Tensor& save_mean, Tensor& save_invstd, Tensor& y) override;
-  void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 const Tensor& running_mean, const Tensor& running_var, float eps,
-                                 Tensor& y) override;
-  void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                         const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                         Tensor& dgamma, Tensor& dbeta) override;
+  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
+                             Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
+                             Tensor& y) override;
+  void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                 const Tensor& running_var, float eps, Tensor& y) override;
+  void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
+                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
 
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
@@ -62,17 +59,16 @@ class CpuBackend final : public Backend {
   void Scale(float alpha, Tensor& x) override;
 
   void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& workspace) override;
-  void MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p,
-                       const Tensor& workspace, Tensor& dx) override;
+  void MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p, const Tensor& workspace,
+                       Tensor& dx) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
 
   void LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
-                      Tensor* db) override;
+  void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) override;
 
-  float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing,
-                            Tensor* dlogits, int64_t* correct) override;
+  float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing, Tensor* dlogits,
+                            int64_t* correct) override;
   double SumSquares(const Tensor& x) override;
 
  private:
@@ -81,8 +77,8 @@ class CpuBackend final : public Backend {
   void PinThreads() const;
   CpuConvPlan& Plan(const Tensor& x, const Tensor& w, bool has_bias, const ConvParams& p);
   void ConvFwd(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y, Tensor* saved);
-  void ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, const Tensor& dy, const ConvParams& p,
-               Tensor* dx, Tensor& dw, Tensor* db);
+  void ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
+               Tensor& dw, Tensor* db);
 
   int threads_;
   struct Dnnl;  // engine + stream, kept out of this header

@@ -56,14 +56,16 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
   auto it = conv_plans_.find(key);
   if (it != conv_plans_.end()) return *it->second;
 
-  SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1),
-              "CpuBackend::Conv: x " + ShapeString(x.shape()) + " and weights " + ShapeString(w.shape()) +
-                  " are not [N,C,H,W] and [O,C,KH,KW]");
-  SHOAL_CHECK(p.stride > 0 && p.pad >= 0, "CpuBackend::Conv: bad stride/pad " + std::to_string(p.stride) + "/" + std::to_string(p.pad));
+  SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1), "CpuBackend::Conv: x " + ShapeString(x.shape()) +
+                                                                          " and weights " + ShapeString(w.shape()) +
+                                                                          " are not [N,C,H,W] and [O,C,KH,KW]");
+  SHOAL_CHECK(p.stride > 0 && p.pad >= 0,
+              "CpuBackend::Conv: bad stride/pad " + std::to_string(p.stride) + "/" + std::to_string(p.pad));
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t O = w.dim(0), KH = w.dim(2), KW = w.dim(3);
   const int64_t Ho = (H + 2 * p.pad - KH) / p.stride + 1, Wo = (W + 2 * p.pad - KW) / p.stride + 1;
-  SHOAL_CHECK(Ho > 0 && Wo > 0, "CpuBackend::Conv: kernel " + ShapeString(w.shape()) + " does not fit input " + ShapeString(x.shape()));
+  SHOAL_CHECK(Ho > 0 && Wo > 0,
+              "CpuBackend::Conv: kernel " + ShapeString(w.shape()) + " does not fit input " + ShapeString(x.shape()));
 
   auto plan = std::make_unique<CpuConvPlan>();
   CpuConvPlan& c = *plan;
@@ -82,12 +84,11 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
   c.ay = Any(c.y_md.dims());
   c.aw = Any(c.w_md.dims());
 
-  auto fd = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                                       c.ax, c.aw, c.b_md, c.ay,
-                                                       c.strides, c.pad, c.pad)
-                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                                       c.ax, c.aw, c.ay,
-                                                       c.strides, c.pad, c.pad);
+  auto fd =
+      has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                 c.ax, c.aw, c.b_md, c.ay, c.strides, c.pad, c.pad)
+               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                 c.ax, c.aw, c.ay, c.strides, c.pad, c.pad);
   c.fwd_pd = dnnl::convolution_forward::primitive_desc(fd, UserScratchpad(), eng);
   c.fwd = dnnl::convolution_forward(c.fwd_pd);
   c.f_scratch = memory(c.fwd_pd.scratchpad_desc(), eng);
@@ -124,7 +125,8 @@ void CpuBackend::ConvFwd(const Tensor& x, const Tensor& w, const Tensor& b, cons
   PinThreads();
   CpuConvPlan& c = Plan(x, w, b.defined(), p);
   const Shape& want = c.y_shape;
-  SHOAL_CHECK(y.shape() == want, "CpuBackend::ConvForward: output must be " + ShapeString(want) + ", got " + ShapeString(y.shape()));
+  SHOAL_CHECK(y.shape() == want,
+              "CpuBackend::ConvForward: output must be " + ShapeString(want) + ", got " + ShapeString(y.shape()));
   dnnl::stream& s = dnnl_->stream;
   memory* src = nullptr;
   if (saved && c.f_x.reorder) {
@@ -163,22 +165,22 @@ void CpuBackend::ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, 
   SHOAL_CHECK(dy.shape() == yshape && dw.shape() == w.shape(),
               "CpuBackend::ConvBackward: dy " + ShapeString(dy.shape()) + " / dw " + ShapeString(dw.shape()) +
                   " do not match output " + ShapeString(yshape) + " / weights " + ShapeString(w.shape()));
-  if (dx) SHOAL_CHECK(dx->shape() == x.shape(), "CpuBackend::ConvBackward: dx " + ShapeString(dx->shape()) + " is not x's shape " + ShapeString(x.shape()));
+  if (dx)
+    SHOAL_CHECK(dx->shape() == x.shape(), "CpuBackend::ConvBackward: dx " + ShapeString(dx->shape()) +
+                                              " is not x's shape " + ShapeString(x.shape()));
   if (!c.has_bwd) {
-    dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, c.ax, c.aw,
-                                             c.ay, c.strides, c.pad, c.pad);
+    dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, c.ax, c.aw, c.ay, c.strides, c.pad,
+                                             c.pad);
     dnnl::convolution_backward_data::primitive_desc dpd(dd, UserScratchpad(), eng, c.fwd_pd);
     c.bwd_data = dnnl::convolution_backward_data(dpd);
     c.bd_scratch = memory(dpd.scratchpad_desc(), eng);
     c.bd_dx.Init(c.x_md, dpd.diff_src_desc(), eng);
     c.bd_w.Init(c.w_md, dpd.weights_desc(), eng);
     c.bd_dy.Init(c.y_md, dpd.diff_dst_desc(), eng);
-    auto wd = want_db ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax,
-                                                                 c.aw, c.b_md, c.ay, c.strides,
-                                                                 c.pad, c.pad)
-                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax,
-                                                                 c.aw, c.ay, c.strides, c.pad,
-                                                                 c.pad);
+    auto wd = want_db ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax, c.aw,
+                                                                 c.b_md, c.ay, c.strides, c.pad, c.pad)
+                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax, c.aw, c.ay,
+                                                                 c.strides, c.pad, c.pad);
     dnnl::convolution_backward_weights::primitive_desc wpd(wd, UserScratchpad(), eng, c.fwd_pd);
     c.bwd_weights = dnnl::convolution_backward_weights(wpd);
     c.bw_scratch = memory(wpd.scratchpad_desc(), eng);
@@ -196,8 +198,8 @@ void CpuBackend::ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, 
   dnnl::stream& s = dnnl_->stream;
   // dy in the layout both backward primitives want (usually the same: one reorder)
   memory& dy_w = c.bw_dy.In(s, dy.raw());
-  const bool use_saved = saved && c.bw_x_is_fwd_x && saved->defined() &&
-                        size_t(saved->numel()) * 4 >= c.fwd_pd.src_desc().get_size();
+  const bool use_saved =
+      saved && c.bw_x_is_fwd_x && saved->defined() && size_t(saved->numel()) * 4 >= c.fwd_pd.src_desc().get_size();
   if (use_saved) c.saved_x.set_data_handle(saved->raw());
   std::unordered_map<int, memory> wargs{{DNNL_ARG_SRC, use_saved ? c.saved_x : c.bw_x.In(s, x.raw())},
                                         {DNNL_ARG_DIFF_DST, dy_w},

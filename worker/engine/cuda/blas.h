@@ -14,13 +14,12 @@ using Handle = void*;
 const char* Create(Handle* h, cudaStream_t s, bool allow_tf32);
 void Destroy(Handle h);
 // Column-major C[m, n] = alpha op(A) op(B) + beta C, op = transpose when trans_*.
-const char* Sgemm(Handle h, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                  const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
+const char* Sgemm(Handle h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                  const float* b, int ldb, float beta, float* c, int ldc);
 
 // The same for fp16 (type 1) or bf16 (type 2) matrices, accumulating in fp32.
-const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k,
-                     float alpha, const void* a, int lda, const void* b, int ldb, float beta,
-                     void* c, int ldc);
+const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+                     int lda, const void* b, int ldb, float beta, void* c, int ldc);
 
 }  // namespace blas
 }  // namespace shoal

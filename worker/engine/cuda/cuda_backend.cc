@@ -64,33 +64,30 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::Activate() const { Check(cudaSetDevice(index_), Where("cudaSetDevice")); }
 
-std::string CudaBackend::Where(const char* op) const {
-  return "cuda:" + std::to_string(index_) + " " + op;
-}
+std::string CudaBackend::Where(const char* op) const { return "cuda:" + std::to_string(index_) + " " + op; }
 
 void CudaBackend::Expect(const Tensor& t, const char* op, const char* name, DType dt) const {
   SHOAL_CHECK(t.defined(), Where(op) + ": tensor '" + name + "' is undefined");
-  SHOAL_CHECK(t.device() == device(), Where(op) + ": tensor '" + name + "' lives on " +
-                                          t.device().ToString() + ", not on this backend's device");
-  SHOAL_CHECK(t.dtype() == dt, Where(op) + ": tensor '" + name + "' is " + DTypeName(t.dtype()) +
-                                   ", expected " + DTypeName(dt));
+  SHOAL_CHECK(t.device() == device(), Where(op) + ": tensor '" + name + "' lives on " + t.device().ToString() +
+                                          ", not on this backend's device");
+  SHOAL_CHECK(t.dtype() == dt,
+              Where(op) + ": tensor '" + name + "' is " + DTypeName(t.dtype()) + ", expected " + DTypeName(dt));
 }
 
-void CudaBackend::ExpectShape(const Tensor& t, const Shape& s, const char* op,
-                              const char* name) const {
-  SHOAL_CHECK(t.shape() == s, Where(op) + ": tensor '" + name + "' has shape " + Dims(t.shape()) +
-                                  ", expected " + Dims(s));
+void CudaBackend::ExpectShape(const Tensor& t, const Shape& s, const char* op, const char* name) const {
+  SHOAL_CHECK(t.shape() == s,
+              Where(op) + ": tensor '" + name + "' has shape " + Dims(t.shape()) + ", expected " + Dims(s));
 }
 
 cudnnTensorDescriptor_t CudaBackend::Desc4d(int64_t n, int64_t c, int64_t h, int64_t w, DType dt) {
   std::array<int64_t, 5> key{n, c, h, w, int64_t(dt)};
   auto it = descs_.find(key);
   if (it != descs_.end()) return it->second->get();
-  SHOAL_CHECK(n * c * h * w <= INT_MAX, Where("cuDNN") + ": tensor " + Dims({n, c, h, w}) +
-                                            " has more than 2^31-1 elements");
+  SHOAL_CHECK(n * c * h * w <= INT_MAX,
+              Where("cuDNN") + ": tensor " + Dims({n, c, h, w}) + " has more than 2^31-1 elements");
   auto d = std::make_unique<cudautil::TensorDesc>();
-  Check(cudnnSetTensor4dDescriptor(d->get(), CUDNN_TENSOR_NCHW, cudautil::CudnnType(dt),
-                                   AsInt(n, "N"), AsInt(c, "C"), AsInt(h, "H"), AsInt(w, "W")),
+  Check(cudnnSetTensor4dDescriptor(d->get(), CUDNN_TENSOR_NCHW, cudautil::CudnnType(dt), AsInt(n, "N"), AsInt(c, "C"),
+                                   AsInt(h, "H"), AsInt(w, "W")),
         Where("cudnnSetTensor4dDescriptor") + " " + Dims({n, c, h, w}));
   cudnnTensorDescriptor_t raw = d->get();
   descs_.emplace(key, std::move(d));
@@ -134,8 +131,7 @@ void CudaBackend::CopyFromHost(Tensor& dst, const void* src) {
   Expect(dst, "CopyFromHost", "dst", dst.dtype());
   SHOAL_CHECK(src != nullptr || dst.bytes() == 0, Where("CopyFromHost") + ": null host pointer");
   Activate();
-  Check(cudaMemcpyAsync(dst.raw(), src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
-        Where("CopyFromHost"));
+  Check(cudaMemcpyAsync(dst.raw(), src, dst.bytes(), cudaMemcpyHostToDevice, stream_), Where("CopyFromHost"));
   // Waiting keeps the call safe for pinned sources, which the caller may reuse at once.
   Check(cudaStreamSynchronize(stream_), Where("CopyFromHost"));
 }
@@ -144,24 +140,20 @@ void CudaBackend::CopyToHost(const Tensor& src, void* dst) {
   Expect(src, "CopyToHost", "src", src.dtype());
   SHOAL_CHECK(dst != nullptr || src.bytes() == 0, Where("CopyToHost") + ": null host pointer");
   Activate();
-  Check(cudaMemcpyAsync(dst, src.raw(), src.bytes(), cudaMemcpyDeviceToHost, stream_),
-        Where("CopyToHost"));
+  Check(cudaMemcpyAsync(dst, src.raw(), src.bytes(), cudaMemcpyDeviceToHost, stream_), Where("CopyToHost"));
   Check(cudaStreamSynchronize(stream_), Where("CopyToHost"));
 }
 
 void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
   Expect(src, "Copy", "src", src.dtype());
   Expect(dst, "Copy", "dst", dst.dtype());
-  SHOAL_CHECK(src.numel() == dst.numel(), Where("Copy") + ": src " + Dims(src.shape()) +
-                                              " and dst " + Dims(dst.shape()) +
-                                              " differ in element count");
+  SHOAL_CHECK(src.numel() == dst.numel(), Where("Copy") + ": src " + Dims(src.shape()) + " and dst " +
+                                              Dims(dst.shape()) + " differ in element count");
   Activate();
   if (src.dtype() == dst.dtype()) {
-    Check(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDeviceToDevice, stream_),
-          Where("Copy"));
+    Check(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDeviceToDevice, stream_), Where("Copy"));
   } else {
-    Check(cudak::Cast(src.raw(), ElemType(src.dtype()), dst.raw(), ElemType(dst.dtype()),
-                      src.numel(), stream_),
+    Check(cudak::Cast(src.raw(), ElemType(src.dtype()), dst.raw(), ElemType(dst.dtype()), src.numel(), stream_),
           Where("Copy (dtype conversion)"));
   }
 }
@@ -190,8 +182,7 @@ void CudaBackend::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   ExpectShape(dy, y.shape(), "ReluBackward", "dy");
   ExpectShape(dx, y.shape(), "ReluBackward", "dx");
   Activate();
-  Check(cudak::ReluBackward(ElemType(dt), y.raw(), dy.raw(), dx.raw(), y.numel(), stream_),
-        Where("ReluBackward"));
+  Check(cudak::ReluBackward(ElemType(dt), y.raw(), dy.raw(), dx.raw(), y.numel(), stream_), Where("ReluBackward"));
 }
 
 void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& y) {
@@ -209,8 +200,8 @@ void CudaBackend::Axpy(float alpha, const Tensor& x, Tensor& y) {
   const DType dt = x.dtype();
   Expect(x, "Axpy", "x", dt);
   Expect(y, "Axpy", "y", dt);
-  SHOAL_CHECK(x.numel() == y.numel(), Where("Axpy") + ": x " + Dims(x.shape()) + " and y " +
-                                          Dims(y.shape()) + " differ in element count");
+  SHOAL_CHECK(x.numel() == y.numel(),
+              Where("Axpy") + ": x " + Dims(x.shape()) + " and y " + Dims(y.shape()) + " differ in element count");
   Activate();
   Check(cudak::Axpy(ElemType(dt), alpha, x.raw(), y.raw(), x.numel(), stream_), Where("Axpy"));
 }
@@ -231,8 +222,7 @@ void CudaBackend::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
   ExpectShape(y, {x.dim(0), x.dim(1)}, "GlobalAvgPoolForward", "y");
   SHOAL_CHECK(x.dim(2) * x.dim(3) > 0, Where("GlobalAvgPoolForward") + ": empty spatial extent " + Dims(x.shape()));
   Activate();
-  Check(cudak::GlobalAvgPoolForward(ElemType(dt), x.raw(), y.raw(), x.dim(0) * x.dim(1),
-                                    x.dim(2) * x.dim(3), stream_),
+  Check(cudak::GlobalAvgPoolForward(ElemType(dt), x.raw(), y.raw(), x.dim(0) * x.dim(1), x.dim(2) * x.dim(3), stream_),
         Where("GlobalAvgPoolForward"));
 }
 
@@ -244,8 +234,8 @@ void CudaBackend::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
   ExpectShape(dy, {dx.dim(0), dx.dim(1)}, "GlobalAvgPoolBackward", "dy");
   SHOAL_CHECK(dx.dim(2) * dx.dim(3) > 0, Where("GlobalAvgPoolBackward") + ": empty spatial extent " + Dims(dx.shape()));
   Activate();
-  Check(cudak::GlobalAvgPoolBackward(ElemType(dt), dy.raw(), dx.raw(), dx.dim(0) * dx.dim(1),
-                                     dx.dim(2) * dx.dim(3), stream_),
+  Check(cudak::GlobalAvgPoolBackward(ElemType(dt), dy.raw(), dx.raw(), dx.dim(0) * dx.dim(1), dx.dim(2) * dx.dim(3),
+                                     stream_),
         Where("GlobalAvgPoolBackward"));
 }
 
@@ -253,14 +243,12 @@ void CudaBackend::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
 // [c, r] with leading dimension c, so y = x w^T is computed as y^T = w x^T, i.e.
 // gemm(T, N) of the column-major views w^T [I, O] and x^T [I, N].
 
-void CudaBackend::Gemm(DType dt, bool ta, bool tb, int m, int n, int k, float alpha, const void* a,
-                       int lda, const void* b, int ldb, float beta, void* c, int ldc,
-                       const char* what) {
-  const char* err =
-      dt == DType::kF32
-          ? blas::Sgemm(cublas_, ta, tb, m, n, k, alpha, static_cast<const float*>(a), lda,
-                        static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc)
-          : blas::GemmHalf(cublas_, ElemType(dt), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+void CudaBackend::Gemm(DType dt, bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
+                       const void* b, int ldb, float beta, void* c, int ldc, const char* what) {
+  const char* err = dt == DType::kF32
+                        ? blas::Sgemm(cublas_, ta, tb, m, n, k, alpha, static_cast<const float*>(a), lda,
+                                      static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc)
+                        : blas::GemmHalf(cublas_, ElemType(dt), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   cudautil::CheckBlas(err, Where(what));
 }
 
@@ -269,35 +257,35 @@ void CudaBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& 
   Expect(x, "LinearForward", "x", dt);
   Expect(w, "LinearForward", "w", dt);
   Expect(y, "LinearForward", "y", dt);
-  SHOAL_CHECK(x.ndim() == 2 && w.ndim() == 2, Where("LinearForward") + ": x " + Dims(x.shape()) +
-                                                  " and w " + Dims(w.shape()) + " must be 2-D");
+  SHOAL_CHECK(x.ndim() == 2 && w.ndim() == 2,
+              Where("LinearForward") + ": x " + Dims(x.shape()) + " and w " + Dims(w.shape()) + " must be 2-D");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
-  SHOAL_CHECK(w.dim(1) == in, Where("LinearForward") + ": w " + Dims(w.shape()) +
-                                  " does not match x " + Dims(x.shape()));
+  SHOAL_CHECK(w.dim(1) == in,
+              Where("LinearForward") + ": w " + Dims(w.shape()) + " does not match x " + Dims(x.shape()));
   ExpectShape(y, {n, out}, "LinearForward", "y");
   if (b.defined()) {
     Expect(b, "LinearForward", "b", dt);
     ExpectShape(b, {out}, "LinearForward", "b");
   }
   Activate();
-  Gemm(dt, true, false, AsInt(out, "O"), AsInt(n, "N"), AsInt(in, "I"), 1.f, w.raw(), int(in),
-       x.raw(), int(in), 0.f, y.raw(), int(out), "LinearForward gemm");
+  Gemm(dt, true, false, AsInt(out, "O"), AsInt(n, "N"), AsInt(in, "I"), 1.f, w.raw(), int(in), x.raw(), int(in), 0.f,
+       y.raw(), int(out), "LinearForward gemm");
   if (b.defined())
     Check(cudak::BiasAdd(ElemType(dt), y.raw(), b.raw(), n, out, 1, stream_), Where("LinearForward bias"));
 }
 
-void CudaBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
-                                 Tensor& dw, Tensor* db) {
+void CudaBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                                 Tensor* db) {
   const DType dt = x.dtype();
   Expect(x, "LinearBackward", "x", dt);
   Expect(w, "LinearBackward", "w", dt);
   Expect(dy, "LinearBackward", "dy", dt);
   Expect(dw, "LinearBackward", "dw", dt);
-  SHOAL_CHECK(x.ndim() == 2 && w.ndim() == 2, Where("LinearBackward") + ": x " + Dims(x.shape()) +
-                                                  " and w " + Dims(w.shape()) + " must be 2-D");
+  SHOAL_CHECK(x.ndim() == 2 && w.ndim() == 2,
+              Where("LinearBackward") + ": x " + Dims(x.shape()) + " and w " + Dims(w.shape()) + " must be 2-D");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
-  SHOAL_CHECK(w.dim(1) == in, Where("LinearBackward") + ": w " + Dims(w.shape()) +
-                                  " does not match x " + Dims(x.shape()));
+  SHOAL_CHECK(w.dim(1) == in,
+              Where("LinearBackward") + ": w " + Dims(w.shape()) + " does not match x " + Dims(x.shape()));
   ExpectShape(dy, {n, out}, "LinearBackward", "dy");
   ExpectShape(dw, w.shape(), "LinearBackward", "dw");
   if (db != nullptr) {
@@ -313,8 +301,7 @@ void CudaBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor&
   // dw^T [I, O] += x^T [I, N] * (dy^T [O, N])^T
   Gemm(dt, false, true, I, O, N, 1.f, x.raw(), I, dy.raw(), O, 1.f, dw.raw(), I, "LinearBackward dw gemm");
   if (db != nullptr)
-    Check(cudak::BiasGradAccumulate(ElemType(dt), dy.raw(), db->raw(), n, out, 1, stream_),
-          Where("LinearBackward db"));
+    Check(cudak::BiasGradAccumulate(ElemType(dt), dy.raw(), db->raw(), n, out, 1, stream_), Where("LinearBackward db"));
   // dx^T [I, N] = w^T [I, O] * dy^T [O, N]
   if (dx != nullptr)
     Gemm(dt, false, false, I, N, O, 1.f, w.raw(), I, dy.raw(), O, 0.f, dx->raw(), I, "LinearBackward dx gemm");
@@ -322,8 +309,8 @@ void CudaBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor&
 
 // ---- loss
 
-float CudaBackend::SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing,
-                                       Tensor* dlogits, int64_t* correct) {
+float CudaBackend::SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing, Tensor* dlogits,
+                                       int64_t* correct) {
   const char* op = "SoftmaxCrossEntropy";
   Expect(logits, op, "logits");
   SHOAL_CHECK(logits.ndim() == 2 && logits.dim(0) > 0 && logits.dim(1) > 0,
@@ -334,8 +321,8 @@ float CudaBackend::SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labe
   const int64_t n = logits.dim(0), k = logits.dim(1);
   for (int64_t i = 0; i < n; ++i)
     SHOAL_CHECK(labels[i] >= 0 && labels[i] < k, Where(op) + ": label[" + std::to_string(i) +
-                                                     "] = " + std::to_string(labels[i]) +
-                                                     " outside [0, " + std::to_string(k) + ")");
+                                                     "] = " + std::to_string(labels[i]) + " outside [0, " +
+                                                     std::to_string(k) + ")");
   if (dlogits != nullptr) {
     Expect(*dlogits, op, "dlogits");
     ExpectShape(*dlogits, logits.shape(), op, "dlogits");
@@ -374,8 +361,7 @@ double CudaBackend::SumSquares(const Tensor& x) {
   auto* partials = static_cast<double*>(Scratch(cudak::kSumSquaresBlocks * sizeof(double)));
   Check(cudak::SumSquaresPartials(x.data<float>(), x.numel(), partials, stream_), Where("SumSquares"));
   std::vector<double> host(cudak::kSumSquaresBlocks);
-  Check(cudaMemcpyAsync(host.data(), partials, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
-                        stream_),
+  Check(cudaMemcpyAsync(host.data(), partials, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
         Where("SumSquares"));
   Check(cudaStreamSynchronize(stream_), Where("SumSquares"));
   double total = 0;
@@ -389,8 +375,8 @@ std::unique_ptr<Backend> MakeCudaBackend(int index) {
   std::string why;
   const int n = CudaDeviceCount(&why);
   if (n == 0) throw Error("no CUDA device: " + why);
-  SHOAL_CHECK(index >= 0 && index < n, "cuda:" + std::to_string(index) + " does not exist: " +
-                                           std::to_string(n) + " CUDA device(s) present");
+  SHOAL_CHECK(index >= 0 && index < n,
+              "cuda:" + std::to_string(index) + " does not exist: " + std::to_string(n) + " CUDA device(s) present");
   return std::make_unique<CudaBackend>(index);
 }
 

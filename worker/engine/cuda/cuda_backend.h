@@ -64,20 +64,17 @@ class CudaBackend final : public Backend {
   void Copy(const Tensor& src, Tensor& dst) override;
   void Synchronize() override;
 
-  void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p,
-                   Tensor& y) override;
-  void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p,
-                    Tensor* dx, Tensor& dw, Tensor* db) override;
+  void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) override;
+  void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx, Tensor& dw,
+                    Tensor* db) override;
 
-  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                             float momentum, Tensor& running_mean, Tensor& running_var,
-                             Tensor& save_mean, Tensor& save_invstd, Tensor& y) override;
-  void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 const Tensor& running_mean, const Tensor& running_var, float eps,
-                                 Tensor& y) override;
-  void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                         const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                         Tensor& dgamma, Tensor& dbeta) override;
+  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
+                             Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
+                             Tensor& y) override;
+  void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                                 const Tensor& running_var, float eps, Tensor& y) override;
+  void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
+                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
 
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
@@ -87,17 +84,16 @@ class CudaBackend final : public Backend {
 
   // cuDNN max pooling recomputes the argmax from x and y, so `workspace` stays untouched.
   void MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& workspace) override;
-  void MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p,
-                       const Tensor& workspace, Tensor& dx) override;
+  void MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p, const Tensor& workspace,
+                       Tensor& dx) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
 
   void LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
-  void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
-                      Tensor* db) override;
+  void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) override;
 
-  float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing,
-                            Tensor* dlogits, int64_t* correct) override;
+  float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing, Tensor* dlogits,
+                            int64_t* correct) override;
   double SumSquares(const Tensor& x) override;
 
  private:
@@ -112,14 +108,13 @@ class CudaBackend final : public Backend {
   void ExpectShape(const Tensor& t, const Shape& s, const char* op, const char* name) const;
   std::string Where(const char* op) const;
   // A cached NCHW descriptor of the given dims and element type.
-  cudnnTensorDescriptor_t Desc4d(int64_t n, int64_t c, int64_t h, int64_t w,
-                                 DType dt = DType::kF32);
+  cudnnTensorDescriptor_t Desc4d(int64_t n, int64_t c, int64_t h, int64_t w, DType dt = DType::kF32);
   // Descriptors for batch norm over x ([N,C,H,W] or [N,C]) and its per-channel tensors.
-  void BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor_t* xd,
-               cudnnTensorDescriptor_t* pd, int64_t* c, int64_t* hw);
+  void BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor_t* xd, cudnnTensorDescriptor_t* pd, int64_t* c,
+               int64_t* hw);
   // Column-major C = alpha op(A) op(B) + beta C on cuBLAS, for fp32 or fp16/bf16 operands.
-  void Gemm(DType dt, bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda,
-            const void* b, int ldb, float beta, void* c, int ldc, const char* what);
+  void Gemm(DType dt, bool ta, bool tb, int m, int n, int k, float alpha, const void* a, int lda, const void* b,
+            int ldb, float beta, void* c, int ldc, const char* what);
   // Device scratch of at least `bytes`, reused across calls (stream-ordered).
   void* Scratch(size_t bytes);
   void* Workspace(size_t bytes);

@@ -14,9 +14,7 @@ using cudautil::ElemType;
 
 namespace {
 
-bool TensorOpMath(cudnnMathType_t m) {
-  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-}
+bool TensorOpMath(cudnnMathType_t m) { return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION; }
 
 std::string Dims(const Shape& s) {
   std::string r = "[";
@@ -30,8 +28,7 @@ std::string Dims(const Shape& s) {
 // own math type (tensor cores for fp16/bf16, TF32 when allowed) is used.
 template <typename Perf, typename Algo, typename SizeFn>
 bool PickAlgo(const std::vector<Perf>& ranked, int count, bool exact_fp32, size_t max_bytes,
-              cudnnConvolutionDescriptor_t conv, SizeFn workspace, Algo* algo,
-              cudnnMathType_t* math, size_t* bytes) {
+              cudnnConvolutionDescriptor_t conv, SizeFn workspace, Algo* algo, cudnnMathType_t* math, size_t* bytes) {
   for (int i = 0; i < count; ++i) {
     const Perf& r = ranked[i];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
@@ -50,20 +47,18 @@ bool PickAlgo(const std::vector<Perf>& ranked, int count, bool exact_fp32, size_
 
 }  // namespace
 
-CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvParams& p,
-                                   const char* op) {
+CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvParams& p, const char* op) {
   const DType dt = x.dtype();
   Expect(x, op, "x", dt);
   Expect(w, op, "w", dt);
-  SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4, Where(op) + ": x " + Dims(x.shape()) + " and w " +
-                                                  Dims(w.shape()) + " must be NCHW and OIHW");
-  SHOAL_CHECK(x.dim(1) == w.dim(1), Where(op) + ": x " + Dims(x.shape()) + " has " +
-                                        std::to_string(x.dim(1)) + " channels but w " +
-                                        Dims(w.shape()) + " expects " + std::to_string(w.dim(1)));
-  SHOAL_CHECK(p.stride >= 1 && p.pad >= 0, Where(op) + ": stride " + std::to_string(p.stride) +
-                                               " / pad " + std::to_string(p.pad) + " invalid");
-  const ConvKey key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),
-                    w.dim(1), w.dim(2), w.dim(3), p.stride, p.pad, int64_t(dt)};
+  SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4,
+              Where(op) + ": x " + Dims(x.shape()) + " and w " + Dims(w.shape()) + " must be NCHW and OIHW");
+  SHOAL_CHECK(x.dim(1) == w.dim(1), Where(op) + ": x " + Dims(x.shape()) + " has " + std::to_string(x.dim(1)) +
+                                        " channels but w " + Dims(w.shape()) + " expects " + std::to_string(w.dim(1)));
+  SHOAL_CHECK(p.stride >= 1 && p.pad >= 0,
+              Where(op) + ": stride " + std::to_string(p.stride) + " / pad " + std::to_string(p.pad) + " invalid");
+  const ConvKey key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),   w.dim(1),
+                    w.dim(2), w.dim(3), p.stride, p.pad,    int64_t(dt)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
@@ -73,31 +68,28 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   const std::string where = Where(op) + " x " + Dims(x.shape()) + " w " + Dims(w.shape());
   const cudnnDataType_t type = cudautil::CudnnType(dt);
   plan->dtype = dt;
-  Check(cudnnSetTensor4dDescriptor(plan->x.get(), CUDNN_TENSOR_NCHW, type, int(x.dim(0)),
-                                   int(x.dim(1)), int(x.dim(2)), int(x.dim(3))),
+  Check(cudnnSetTensor4dDescriptor(plan->x.get(), CUDNN_TENSOR_NCHW, type, int(x.dim(0)), int(x.dim(1)), int(x.dim(2)),
+                                   int(x.dim(3))),
         where);
-  Check(cudnnSetFilter4dDescriptor(plan->w.get(), type, CUDNN_TENSOR_NCHW, int(w.dim(0)),
-                                   int(w.dim(1)), int(w.dim(2)), int(w.dim(3))),
+  Check(cudnnSetFilter4dDescriptor(plan->w.get(), type, CUDNN_TENSOR_NCHW, int(w.dim(0)), int(w.dim(1)), int(w.dim(2)),
+                                   int(w.dim(3))),
         where);
   Check(cudnnSetConvolution2dDescriptor(plan->conv.get(), p.pad, p.pad, p.stride, p.stride, 1, 1,
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         where);
   // Accumulation is fp32 for every data type.
-  Check(cudnnSetConvolutionMathType(plan->conv.get(), ExactFp32(dt) ? CUDNN_FMA_MATH
+  Check(cudnnSetConvolutionMathType(plan->conv.get(), ExactFp32(dt)       ? CUDNN_FMA_MATH
                                                       : dt == DType::kF32 ? CUDNN_DEFAULT_MATH
                                                                           : CUDNN_TENSOR_OP_MATH),
         where);
   int n = 0, o = 0, ho = 0, wo = 0;
-  Check(cudnnGetConvolution2dForwardOutputDim(plan->conv.get(), plan->x.get(), plan->w.get(), &n, &o,
-                                              &ho, &wo),
-        where);
+  Check(cudnnGetConvolution2dForwardOutputDim(plan->conv.get(), plan->x.get(), plan->w.get(), &n, &o, &ho, &wo), where);
   SHOAL_CHECK(ho > 0 && wo > 0, where + ": kernel larger than the padded input");
   plan->n = n;
   plan->o = o;
   plan->ho = ho;
   plan->wo = wo;
-  Check(cudnnSetTensor4dDescriptor(plan->y.get(), CUDNN_TENSOR_NCHW, type, n, o, ho, wo),
-        where);
+  Check(cudnnSetTensor4dDescriptor(plan->y.get(), CUDNN_TENSOR_NCHW, type, n, o, ho, wo), where);
   auto& ref = *plan;
   plans_.emplace(key, std::move(plan));
   return ref;
@@ -108,15 +100,14 @@ void CudaBackend::ChooseForwardAlgo(CudaConvPlan& pl) {
   Check(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &max_n), Where("ConvForward"));
   std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(max_n > 0 ? max_n : 1);
   int got = 0;
-  Check(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, pl.x.get(), pl.w.get(), pl.conv.get(),
-                                               pl.y.get(), int(ranked.size()), &got, ranked.data()),
+  Check(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, pl.x.get(), pl.w.get(), pl.conv.get(), pl.y.get(),
+                                               int(ranked.size()), &got, ranked.data()),
         Where("cudnnGetConvolutionForwardAlgorithm_v7"));
   auto size = [&](cudnnConvolutionFwdAlgo_t a, size_t* b) {
-    return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, pl.x.get(), pl.w.get(), pl.conv.get(),
-                                                   pl.y.get(), a, b);
+    return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, pl.x.get(), pl.w.get(), pl.conv.get(), pl.y.get(), a, b);
   };
-  SHOAL_CHECK(PickAlgo(ranked, got, ExactFp32(pl.dtype), options_.max_workspace_bytes,
-                       pl.conv.get(), size, &pl.fwd, &pl.fwd_math, &pl.fwd_bytes),
+  SHOAL_CHECK(PickAlgo(ranked, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(), size, &pl.fwd,
+                       &pl.fwd_math, &pl.fwd_bytes),
               Where("ConvForward") + ": cuDNN offers no usable forward algorithm for this shape");
   pl.has_fwd = true;
 }
@@ -126,34 +117,33 @@ void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
   Check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &max_n), Where("ConvBackward"));
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(max_n > 0 ? max_n : 1);
   int got = 0;
-  Check(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, pl.w.get(), pl.y.get(), pl.conv.get(),
-                                                    pl.x.get(), int(data.size()), &got, data.data()),
+  Check(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, pl.w.get(), pl.y.get(), pl.conv.get(), pl.x.get(),
+                                                    int(data.size()), &got, data.data()),
         Where("cudnnGetConvolutionBackwardDataAlgorithm_v7"));
   auto data_size = [&](cudnnConvolutionBwdDataAlgo_t a, size_t* b) {
-    return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, pl.w.get(), pl.y.get(),
-                                                        pl.conv.get(), pl.x.get(), a, b);
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, pl.w.get(), pl.y.get(), pl.conv.get(), pl.x.get(), a,
+                                                        b);
   };
-  SHOAL_CHECK(PickAlgo(data, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(),
-                       data_size, &pl.bwd_data, &pl.bwd_data_math, &pl.bwd_data_bytes),
+  SHOAL_CHECK(PickAlgo(data, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(), data_size,
+                       &pl.bwd_data, &pl.bwd_data_math, &pl.bwd_data_bytes),
               Where("ConvBackward") + ": cuDNN offers no usable backward-data algorithm");
 
   Check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &max_n), Where("ConvBackward"));
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filt(max_n > 0 ? max_n : 1);
-  Check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, pl.x.get(), pl.y.get(), pl.conv.get(),
-                                                      pl.w.get(), int(filt.size()), &got, filt.data()),
+  Check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, pl.x.get(), pl.y.get(), pl.conv.get(), pl.w.get(),
+                                                      int(filt.size()), &got, filt.data()),
         Where("cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
   auto filt_size = [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* b) {
-    return cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, pl.x.get(), pl.y.get(),
-                                                          pl.conv.get(), pl.w.get(), a, b);
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, pl.x.get(), pl.y.get(), pl.conv.get(), pl.w.get(), a,
+                                                          b);
   };
-  SHOAL_CHECK(PickAlgo(filt, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(),
-                       filt_size, &pl.bwd_filter, &pl.bwd_filter_math, &pl.bwd_filter_bytes),
+  SHOAL_CHECK(PickAlgo(filt, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(), filt_size,
+                       &pl.bwd_filter, &pl.bwd_filter_math, &pl.bwd_filter_bytes),
               Where("ConvBackward") + ": cuDNN offers no usable backward-filter algorithm");
   pl.has_bwd = true;
 }
 
-void CudaBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b,
-                              const ConvParams& p, Tensor& y) {
+void CudaBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) {
   Activate();
   CudaConvPlan& pl = PlanFor(x, w, p, "ConvForward");
   Expect(y, "ConvForward", "y", pl.dtype);
@@ -166,16 +156,16 @@ void CudaBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b,
   const float one = 1.f, zero = 0.f;
   Check(cudnnSetConvolutionMathType(pl.conv.get(), pl.fwd_math), Where("ConvForward"));
   void* ws = Workspace(pl.fwd_bytes);
-  Check(cudnnConvolutionForward(cudnn_, &one, pl.x.get(), x.raw(), pl.w.get(), w.raw(),
-                                pl.conv.get(), pl.fwd, ws, pl.fwd_bytes, &zero, pl.y.get(), y.raw()),
+  Check(cudnnConvolutionForward(cudnn_, &one, pl.x.get(), x.raw(), pl.w.get(), w.raw(), pl.conv.get(), pl.fwd, ws,
+                                pl.fwd_bytes, &zero, pl.y.get(), y.raw()),
         Where("cudnnConvolutionForward"));
   if (b.defined())
     Check(cudak::BiasAdd(ElemType(pl.dtype), y.raw(), b.raw(), pl.n, pl.o, pl.ho * pl.wo, stream_),
           Where("ConvForward bias"));
 }
 
-void CudaBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy,
-                               const ConvParams& p, Tensor* dx, Tensor& dw, Tensor* db) {
+void CudaBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
+                               Tensor& dw, Tensor* db) {
   Activate();
   CudaConvPlan& pl = PlanFor(x, w, p, "ConvBackward");
   Expect(dy, "ConvBackward", "dy", pl.dtype);
@@ -195,20 +185,17 @@ void CudaBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& d
   // beta = 1 accumulates into dw, as the Backend contract asks of parameter gradients.
   Check(cudnnSetConvolutionMathType(pl.conv.get(), pl.bwd_filter_math), Where("ConvBackward"));
   void* ws = Workspace(pl.bwd_filter_bytes);
-  Check(cudnnConvolutionBackwardFilter(cudnn_, &one, pl.x.get(), x.raw(), pl.y.get(), dy.raw(),
-                                       pl.conv.get(), pl.bwd_filter, ws, pl.bwd_filter_bytes, &one,
-                                       pl.w.get(), dw.raw()),
+  Check(cudnnConvolutionBackwardFilter(cudnn_, &one, pl.x.get(), x.raw(), pl.y.get(), dy.raw(), pl.conv.get(),
+                                       pl.bwd_filter, ws, pl.bwd_filter_bytes, &one, pl.w.get(), dw.raw()),
         Where("cudnnConvolutionBackwardFilter"));
   if (db)
-    Check(cudak::BiasGradAccumulate(ElemType(pl.dtype), dy.raw(), db->raw(), pl.n, pl.o,
-                                    pl.ho * pl.wo, stream_),
+    Check(cudak::BiasGradAccumulate(ElemType(pl.dtype), dy.raw(), db->raw(), pl.n, pl.o, pl.ho * pl.wo, stream_),
           Where("ConvBackward db"));
   if (dx) {
     Check(cudnnSetConvolutionMathType(pl.conv.get(), pl.bwd_data_math), Where("ConvBackward"));
     ws = Workspace(pl.bwd_data_bytes);
-    Check(cudnnConvolutionBackwardData(cudnn_, &one, pl.w.get(), w.raw(), pl.y.get(), dy.raw(),
-                                       pl.conv.get(), pl.bwd_data, ws, pl.bwd_data_bytes, &zero,
-                                       pl.x.get(), dx->raw()),
+    Check(cudnnConvolutionBackwardData(cudnn_, &one, pl.w.get(), w.raw(), pl.y.get(), dy.raw(), pl.conv.get(),
+                                       pl.bwd_data, ws, pl.bwd_data_bytes, &zero, pl.x.get(), dx->raw()),
           Where("cudnnConvolutionBackwardData"));
   }
 }

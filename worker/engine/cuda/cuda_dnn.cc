@@ -20,10 +20,9 @@ constexpr double kBackwardEps = 1e-5;
 
 }  // namespace
 
-void CudaBackend::BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor_t* xd,
-                          cudnnTensorDescriptor_t* pd, int64_t* c, int64_t* hw) {
-  SHOAL_CHECK(x.ndim() == 4 || x.ndim() == 2,
-              Where(op) + ": x must be [N,C,H,W] or [N,C], got " + Dims(x.shape()));
+void CudaBackend::BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor_t* xd, cudnnTensorDescriptor_t* pd,
+                          int64_t* c, int64_t* hw) {
+  SHOAL_CHECK(x.ndim() == 4 || x.ndim() == 2, Where(op) + ": x must be [N,C,H,W] or [N,C], got " + Dims(x.shape()));
   // [N,C] is batch norm with H = W = 1: per-channel statistics over the batch.
   const int64_t h = x.ndim() == 4 ? x.dim(2) : 1, w = x.ndim() == 4 ? x.dim(3) : 1;
   *c = x.dim(1);
@@ -33,9 +32,8 @@ void CudaBackend::BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor
   *pd = Desc4d(1, *c, 1, 1, DType::kF32);
 }
 
-void CudaBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                        float eps, float momentum, Tensor& running_mean,
-                                        Tensor& running_var, Tensor& save_mean,
+void CudaBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                                        float momentum, Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
                                         Tensor& save_invstd, Tensor& y) {
   const char* op = "BatchNormForwardTrain";
   Expect(x, op, "x", x.dtype());
@@ -43,8 +41,8 @@ void CudaBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, co
   cudnnTensorDescriptor_t xd, pd;
   int64_t bn_c, bn_hw;
   BnDescs(x, op, &xd, &pd, &bn_c, &bn_hw);
-  SHOAL_CHECK(x.dim(0) * bn_hw > 1, Where(op) + ": " + Dims(x.shape()) +
-                                        " has one value per channel; the unbiased variance needs two");
+  SHOAL_CHECK(x.dim(0) * bn_hw > 1,
+              Where(op) + ": " + Dims(x.shape()) + " has one value per channel; the unbiased variance needs two");
   SHOAL_CHECK(eps > 0.f, Where(op) + ": eps must be positive, got " + std::to_string(eps));
   SHOAL_CHECK(momentum >= 0.f && momentum <= 1.f,
               Where(op) + ": momentum " + std::to_string(momentum) + " outside [0, 1]");
@@ -60,16 +58,15 @@ void CudaBackend::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, co
   const float one = 1.f, zero = 0.f;
   // cuDNN's update is running = (1 - factor) running + factor batch, with the unbiased
   // variance for running_var, and it saves 1/sqrt(var + eps): the Backend contract exactly.
-  Check(cudnnBatchNormalizationForwardTraining(
-            cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x.raw(), xd, y.raw(), pd,
-            gamma.raw(), beta.raw(), double(momentum), running_mean.raw(), running_var.raw(),
-            double(eps), save_mean.raw(), save_invstd.raw()),
+  Check(cudnnBatchNormalizationForwardTraining(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x.raw(), xd, y.raw(),
+                                               pd, gamma.raw(), beta.raw(), double(momentum), running_mean.raw(),
+                                               running_var.raw(), double(eps), save_mean.raw(), save_invstd.raw()),
         Where("cudnnBatchNormalizationForwardTraining") + " " + Dims(x.shape()));
 }
 
-void CudaBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma,
-                                            const Tensor& beta, const Tensor& running_mean,
-                                            const Tensor& running_var, float eps, Tensor& y) {
+void CudaBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                            const Tensor& running_mean, const Tensor& running_var, float eps,
+                                            Tensor& y) {
   const char* op = "BatchNormForwardInference";
   Expect(x, op, "x", x.dtype());
   Activate();
@@ -87,15 +84,14 @@ void CudaBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma
   Expect(y, op, "y", x.dtype());
   ExpectShape(y, x.shape(), op, "y");
   const float one = 1.f, zero = 0.f;
-  Check(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd,
-                                                x.raw(), xd, y.raw(), pd, gamma.raw(), beta.raw(),
-                                                running_mean.raw(), running_var.raw(), double(eps)),
+  Check(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x.raw(), xd, y.raw(),
+                                                pd, gamma.raw(), beta.raw(), running_mean.raw(), running_var.raw(),
+                                                double(eps)),
         Where("cudnnBatchNormalizationForwardInference") + " " + Dims(x.shape()));
 }
 
-void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                    const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                                    Tensor& dgamma, Tensor& dbeta) {
+void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
+                                    const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   const char* op = "BatchNormBackward";
   Expect(x, op, "x", x.dtype());
   Activate();
@@ -115,10 +111,9 @@ void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Ten
   ExpectShape(dx, x.shape(), op, "dx");
   const float one = 1.f, zero = 0.f;
   // Data gradient overwrites (beta 0); parameter gradients accumulate (beta 1).
-  Check(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &one,
-                                        xd, x.raw(), xd, dy.raw(), xd, dx.raw(), pd, gamma.raw(),
-                                        dgamma.raw(), dbeta.raw(), kBackwardEps, save_mean.raw(),
-                                        save_invstd.raw()),
+  Check(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &one, xd, x.raw(), xd,
+                                        dy.raw(), xd, dx.raw(), pd, gamma.raw(), dgamma.raw(), dbeta.raw(),
+                                        kBackwardEps, save_mean.raw(), save_invstd.raw()),
         Where("cudnnBatchNormalizationBackward") + " " + Dims(x.shape()));
 }
 
@@ -126,17 +121,16 @@ namespace {
 
 void SetPool(cudnnPoolingDescriptor_t d, const PoolParams& p, const std::string& where) {
   SHOAL_CHECK(p.kernel >= 1 && p.stride >= 1 && p.pad >= 0 && p.pad < p.kernel,
-              where + ": bad pooling kernel " + std::to_string(p.kernel) + " stride " +
-                  std::to_string(p.stride) + " pad " + std::to_string(p.pad));
-  Check(cudnnSetPooling2dDescriptor(d, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
-                                    p.kernel, p.kernel, p.pad, p.pad, p.stride, p.stride),
+              where + ": bad pooling kernel " + std::to_string(p.kernel) + " stride " + std::to_string(p.stride) +
+                  " pad " + std::to_string(p.pad));
+  Check(cudnnSetPooling2dDescriptor(d, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, p.kernel, p.kernel,
+                                    p.pad, p.pad, p.stride, p.stride),
         where + " cudnnSetPooling2dDescriptor");
 }
 
 }  // namespace
 
-void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y,
-                                 Tensor& /*workspace*/) {
+void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& /*workspace*/) {
   const char* op = "MaxPoolForward";
   const DType dt = x.dtype();
   Expect(x, op, "x", dt);
@@ -152,12 +146,11 @@ void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y
   ExpectShape(y, {n, c, h, w}, op, "y");
   cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w, dt);
   const float one = 1.f, zero = 0.f;
-  Check(cudnnPoolingForward(cudnn_, pool.get(), &one, xd, x.raw(), &zero, yd, y.raw()),
-        Where("cudnnPoolingForward"));
+  Check(cudnnPoolingForward(cudnn_, pool.get(), &one, xd, x.raw(), &zero, yd, y.raw()), Where("cudnnPoolingForward"));
 }
 
-void CudaBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                  const PoolParams& p, const Tensor& /*workspace*/, Tensor& dx) {
+void CudaBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const PoolParams& p,
+                                  const Tensor& /*workspace*/, Tensor& dx) {
   const char* op = "MaxPoolBackward";
   const DType dt = x.dtype();
   Expect(x, op, "x", dt);
@@ -176,8 +169,7 @@ void CudaBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor
   ExpectShape(dy, {n, c, h, w}, op, "dy");
   cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w, dt);
   const float one = 1.f, zero = 0.f;
-  Check(cudnnPoolingBackward(cudnn_, pool.get(), &one, yd, y.raw(), yd, dy.raw(), xd, x.raw(), &zero,
-                             xd, dx.raw()),
+  Check(cudnnPoolingBackward(cudnn_, pool.get(), &one, yd, y.raw(), yd, dy.raw(), xd, x.raw(), &zero, xd, dx.raw()),
         Where("cudnnPoolingBackward"));
 }
 

@@ -25,18 +25,24 @@ inline void CheckBlas(const char* err, const std::string& where) {
 
 inline int ElemType(DType t) {
   switch (t) {
-    case DType::kF16: return cudak::kF16;
-    case DType::kBF16: return cudak::kBF16;
-    case DType::kF32: break;
+    case DType::kF16:
+      return cudak::kF16;
+    case DType::kBF16:
+      return cudak::kBF16;
+    case DType::kF32:
+      break;
   }
   return cudak::kF32;
 }
 
 inline cudnnDataType_t CudnnType(DType t) {
   switch (t) {
-    case DType::kF16: return CUDNN_DATA_HALF;
-    case DType::kBF16: return CUDNN_DATA_BFLOAT16;
-    case DType::kF32: break;
+    case DType::kF16:
+      return CUDNN_DATA_HALF;
+    case DType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::kF32:
+      break;
   }
   return CUDNN_DATA_FLOAT;
 }
@@ -55,14 +61,11 @@ class Desc {
   T d_{};
 };
 
-using TensorDesc = Desc<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor,
-                        cudnnDestroyTensorDescriptor>;
-using FilterDesc = Desc<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
-                        cudnnDestroyFilterDescriptor>;
-using ConvDesc = Desc<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
-                      cudnnDestroyConvolutionDescriptor>;
-using PoolDesc = Desc<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor,
-                      cudnnDestroyPoolingDescriptor>;
+using TensorDesc = Desc<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDesc = Desc<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvDesc =
+    Desc<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+using PoolDesc = Desc<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 
 }  // namespace cudautil
 }  // namespace shoal

@@ -24,20 +24,15 @@ inline int BlocksFor(int64_t n) {
   return int(b > 65535 ? 65535 : b);
 }
 
-#define GRID_STRIDE(i, n)                                                         \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);      \
-       i += int64_t(blockDim.x) * gridDim.x)
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(blockDim.x) * gridDim.x)
 
 __device__ __forceinline__ float Load(const float* p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float Load(const __half* p, int64_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ float Load(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
+__device__ __forceinline__ float Load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void Store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
-__device__ __forceinline__ void Store(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
+__device__ __forceinline__ void Store(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 template <typename T>
 __global__ void FillKernel(T* p, int64_t n, float v) {
@@ -121,8 +116,8 @@ __global__ void AvgPoolBackwardKernel(const T* dy, T* dx, int64_t rows, int64_t 
 }
 
 // One block per row.
-__global__ void SoftmaxXentKernel(const float* logits, const int32_t* labels, int64_t n, int64_t k,
-                                  float eps, float* dlogits, float* row_loss, int32_t* row_correct) {
+__global__ void SoftmaxXentKernel(const float* logits, const int32_t* labels, int64_t n, int64_t k, float eps,
+                                  float* dlogits, float* row_loss, int32_t* row_correct) {
   __shared__ float buf[kThreads];
   __shared__ int64_t ibuf[kThreads];
   const int64_t r = blockIdx.x;
@@ -133,7 +128,10 @@ __global__ void SoftmaxXentKernel(const float* logits, const int32_t* labels, in
   float best = -FLT_MAX;
   int64_t best_i = k;
   for (int64_t j = threadIdx.x; j < k; j += kThreads) {
-    if (z[j] > best || best_i == k) { best = z[j]; best_i = j; }
+    if (z[j] > best || best_i == k) {
+      best = z[j];
+      best_i = j;
+    }
   }
   buf[threadIdx.x] = best;
   ibuf[threadIdx.x] = best_i;
@@ -142,8 +140,8 @@ __global__ void SoftmaxXentKernel(const float* logits, const int32_t* labels, in
     if (threadIdx.x < s) {
       float ov = buf[threadIdx.x + s];
       int64_t oi = ibuf[threadIdx.x + s];
-      if (oi < k && (ibuf[threadIdx.x] == k || ov > buf[threadIdx.x] ||
-                     (ov == buf[threadIdx.x] && oi < ibuf[threadIdx.x]))) {
+      if (oi < k &&
+          (ibuf[threadIdx.x] == k || ov > buf[threadIdx.x] || (ov == buf[threadIdx.x] && oi < ibuf[threadIdx.x]))) {
         buf[threadIdx.x] = ov;
         ibuf[threadIdx.x] = oi;
       }
@@ -196,12 +194,17 @@ __global__ void SumSquaresKernel(const float* x, int64_t n, double* partials) {
 template <typename S>
 cudaError_t CastFrom(const S* src, void* dst, int dst_type, int64_t n, cudaStream_t s) {
   switch (dst_type) {
-    case kF32: CastKernel<<<BlocksFor(n), kThreads, 0, s>>>(src, static_cast<float*>(dst), n); break;
-    case kF16: CastKernel<<<BlocksFor(n), kThreads, 0, s>>>(src, static_cast<__half*>(dst), n); break;
+    case kF32:
+      CastKernel<<<BlocksFor(n), kThreads, 0, s>>>(src, static_cast<float*>(dst), n);
+      break;
+    case kF16:
+      CastKernel<<<BlocksFor(n), kThreads, 0, s>>>(src, static_cast<__half*>(dst), n);
+      break;
     case kBF16:
       CastKernel<<<BlocksFor(n), kThreads, 0, s>>>(src, static_cast<__nv_bfloat16*>(dst), n);
       break;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -210,10 +213,17 @@ cudaError_t CastFrom(const S* src, void* dst, int dst_type, int64_t n, cudaStrea
 template <typename F>
 cudaError_t Dispatch(int type, F f) {
   switch (type) {
-    case kF32: f(static_cast<float*>(nullptr)); break;
-    case kF16: f(static_cast<__half*>(nullptr)); break;
-    case kBF16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
-    default: return cudaErrorInvalidValue;
+    case kF32:
+      f(static_cast<float*>(nullptr));
+      break;
+    case kF16:
+      f(static_cast<__half*>(nullptr));
+      break;
+    case kBF16:
+      f(static_cast<__nv_bfloat16*>(nullptr));
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -223,12 +233,17 @@ cudaError_t Dispatch(int type, F f) {
 cudaError_t Fill(void* p, int type, int64_t n, float v, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   switch (type) {
-    case kF32: FillKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<float*>(p), n, v); break;
-    case kF16: FillKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<__half*>(p), n, v); break;
+    case kF32:
+      FillKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<float*>(p), n, v);
+      break;
+    case kF16:
+      FillKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<__half*>(p), n, v);
+      break;
     case kBF16:
       FillKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, v);
       break;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -236,10 +251,14 @@ cudaError_t Fill(void* p, int type, int64_t n, float v, cudaStream_t s) {
 cudaError_t Cast(const void* src, int src_type, void* dst, int dst_type, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   switch (src_type) {
-    case kF32: return CastFrom(static_cast<const float*>(src), dst, dst_type, n, s);
-    case kF16: return CastFrom(static_cast<const __half*>(src), dst, dst_type, n, s);
-    case kBF16: return CastFrom(static_cast<const __nv_bfloat16*>(src), dst, dst_type, n, s);
-    default: return cudaErrorInvalidValue;
+    case kF32:
+      return CastFrom(static_cast<const float*>(src), dst, dst_type, n, s);
+    case kF16:
+      return CastFrom(static_cast<const __half*>(src), dst, dst_type, n, s);
+    case kBF16:
+      return CastFrom(static_cast<const __nv_bfloat16*>(src), dst, dst_type, n, s);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -247,8 +266,8 @@ cudaError_t Add(int type, const void* a, const void* b, void* y, int64_t n, cuda
   if (n == 0) return cudaSuccess;
   return Dispatch(type, [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    AddKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b),
-                                                static_cast<T*>(y), n);
+    AddKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y),
+                                                n);
   });
 }
 cudaError_t Axpy(int type, float alpha, const void* x, void* y, int64_t n, cudaStream_t s) {
@@ -272,64 +291,55 @@ cudaError_t ReluForward(int type, const void* x, void* y, int64_t n, cudaStream_
     ReluForwardKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
   });
 }
-cudaError_t ReluBackward(int type, const void* y, const void* dy, void* dx, int64_t n,
-                         cudaStream_t s) {
+cudaError_t ReluBackward(int type, const void* y, const void* dy, void* dx, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   return Dispatch(type, [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    ReluBackwardKernel<<<BlocksFor(n), kThreads, 0, s>>>(
-        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n);
+    ReluBackwardKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+                                                         static_cast<T*>(dx), n);
   });
 }
 
-cudaError_t BiasAdd(int type, void* y, const void* b, int64_t outer, int64_t c, int64_t inner,
-                    cudaStream_t s) {
+cudaError_t BiasAdd(int type, void* y, const void* b, int64_t outer, int64_t c, int64_t inner, cudaStream_t s) {
   const int64_t n = outer * c * inner;
   if (n == 0) return cudaSuccess;
   return Dispatch(type, [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    BiasAddKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(b),
-                                                    c, inner, n);
+    BiasAddKernel<<<BlocksFor(n), kThreads, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(b), c, inner, n);
   });
 }
 
-cudaError_t BiasGradAccumulate(int type, const void* dy, void* db, int64_t outer, int64_t c,
-                               int64_t inner, cudaStream_t s) {
+cudaError_t BiasGradAccumulate(int type, const void* dy, void* db, int64_t outer, int64_t c, int64_t inner,
+                               cudaStream_t s) {
   if (c == 0) return cudaSuccess;
   if (c > 0x7fffffff) return cudaErrorInvalidValue;
   return Dispatch(type, [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    BiasGradKernel<<<unsigned(c), kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(db),
-                                                    outer, c, inner);
+    BiasGradKernel<<<unsigned(c), kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(db), outer, c, inner);
   });
 }
 
-cudaError_t GlobalAvgPoolForward(int type, const void* x, void* y, int64_t rows, int64_t hw,
-                                 cudaStream_t s) {
+cudaError_t GlobalAvgPoolForward(int type, const void* x, void* y, int64_t rows, int64_t hw, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   return Dispatch(type, [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    AvgPoolForwardKernel<<<BlocksFor(rows), kThreads, 0, s>>>(static_cast<const T*>(x),
-                                                              static_cast<T*>(y), rows, hw);
+    AvgPoolForwardKernel<<<BlocksFor(rows), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, hw);
   });
 }
-cudaError_t GlobalAvgPoolBackward(int type, const void* dy, void* dx, int64_t rows, int64_t hw,
-                                  cudaStream_t s) {
+cudaError_t GlobalAvgPoolBackward(int type, const void* dy, void* dx, int64_t rows, int64_t hw, cudaStream_t s) {
   if (rows * hw == 0) return cudaSuccess;
   return Dispatch(type, [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    AvgPoolBackwardKernel<<<BlocksFor(rows * hw), kThreads, 0, s>>>(static_cast<const T*>(dy),
-                                                                    static_cast<T*>(dx), rows, hw);
+    AvgPoolBackwardKernel<<<BlocksFor(rows * hw), kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(dx),
+                                                                    rows, hw);
   });
 }
 
-cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k,
-                                float smoothing, float* dlogits, float* row_loss,
-                                int32_t* row_correct, cudaStream_t s) {
+cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k, float smoothing,
+                                float* dlogits, float* row_loss, int32_t* row_correct, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   if (n > 0x7fffffff) return cudaErrorInvalidValue;
-  SoftmaxXentKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, n, k, smoothing, dlogits,
-                                                     row_loss, row_correct);
+  SoftmaxXentKernel<<<unsigned(n), kThreads, 0, s>>>(logits, labels, n, k, smoothing, dlogits, row_loss, row_correct);
   return cudaGetLastError();
 }
 
@@ -370,16 +380,14 @@ void Destroy(Handle h) {
   if (h) cublasDestroy(static_cast<cublasHandle_t>(h));
 }
 
-const char* Sgemm(Handle h, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                  const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+const char* Sgemm(Handle h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                  const float* b, int ldb, float beta, float* c, int ldc) {
   return Msg(cublasSgemm(static_cast<cublasHandle_t>(h), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, lda, b, ldb, &beta,
-                         c, ldc));
+                         trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc));
 }
 
-const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k,
-                     float alpha, const void* a, int lda, const void* b, int ldb, float beta,
-                     void* c, int ldc) {
+const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+                     int lda, const void* b, int ldb, float beta, void* c, int ldc) {
   cudaDataType_t t;
   if (type == cudak::kF16) {
     t = CUDA_R_16F;
@@ -389,8 +397,8 @@ const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int 
     return "GemmHalf: element type must be fp16 or bf16";
   }
   return Msg(cublasGemmEx(static_cast<cublasHandle_t>(h), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, t, lda, b, t, ldb,
-                          &beta, c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                          trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, t, lda, b, t, ldb, &beta, c, t, ldc,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace blas

@@ -23,28 +23,23 @@ cudaError_t Add(int type, const void* a, const void* b, void* y, int64_t n, cuda
 cudaError_t Axpy(int type, float alpha, const void* x, void* y, int64_t n, cudaStream_t s);
 cudaError_t Scale(int type, float alpha, void* x, int64_t n, cudaStream_t s);
 cudaError_t ReluForward(int type, const void* x, void* y, int64_t n, cudaStream_t s);
-cudaError_t ReluBackward(int type, const void* y, const void* dy, void* dx, int64_t n,
-                         cudaStream_t s);
+cudaError_t ReluBackward(int type, const void* y, const void* dy, void* dx, int64_t n, cudaStream_t s);
 
 // y viewed as [outer, c, inner]: y[o, k, i] += b[k].
-cudaError_t BiasAdd(int type, void* y, const void* b, int64_t outer, int64_t c, int64_t inner,
-                    cudaStream_t s);
+cudaError_t BiasAdd(int type, void* y, const void* b, int64_t outer, int64_t c, int64_t inner, cudaStream_t s);
 // db[k] += sum over o, i of dy[o, k, i].
-cudaError_t BiasGradAccumulate(int type, const void* dy, void* db, int64_t outer, int64_t c,
-                               int64_t inner, cudaStream_t s);
+cudaError_t BiasGradAccumulate(int type, const void* dy, void* db, int64_t outer, int64_t c, int64_t inner,
+                               cudaStream_t s);
 
 // x [rows, hw] -> y [rows] (mean), and its backward dx[r, j] = dy[r] / hw.
-cudaError_t GlobalAvgPoolForward(int type, const void* x, void* y, int64_t rows, int64_t hw,
-                                 cudaStream_t s);
-cudaError_t GlobalAvgPoolBackward(int type, const void* dy, void* dx, int64_t rows, int64_t hw,
-                                  cudaStream_t s);
+cudaError_t GlobalAvgPoolForward(int type, const void* x, void* y, int64_t rows, int64_t hw, cudaStream_t s);
+cudaError_t GlobalAvgPoolBackward(int type, const void* dy, void* dx, int64_t rows, int64_t hw, cudaStream_t s);
 
 // fp32 only from here on. Per row of logits [n, k]: row_loss[r] = cross-entropy against (1-eps) one-hot + eps/k,
 // row_correct[r] = (first argmax == label); dlogits (may be null) = (softmax - target) / n.
 // Labels must already be validated to lie in [0, k).
-cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k,
-                                float smoothing, float* dlogits, float* row_loss,
-                                int32_t* row_correct, cudaStream_t s);
+cudaError_t SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t n, int64_t k, float smoothing,
+                                float* dlogits, float* row_loss, int32_t* row_correct, cudaStream_t s);
 
 // Writes kSumSquaresBlocks partial sums (double) of x[i]^2; the caller adds them up.
 constexpr int kSumSquaresBlocks = 256;

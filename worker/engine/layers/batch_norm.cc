@@ -6,8 +6,9 @@ namespace shoal {
 
 BatchNorm::BatchNorm(Backend& be, int64_t channels, float eps, float momentum, bool zero_gamma)
     : Layer(be), c_(channels), eps_(eps), momentum_(momentum), zero_gamma_(zero_gamma) {
-  SHOAL_CHECK(c_ > 0 && eps > 0 && momentum >= 0 && momentum <= 1,
-              "BatchNorm: bad channels/eps/momentum " + std::to_string(c_) + "/" + std::to_string(eps) + "/" + std::to_string(momentum));
+  SHOAL_CHECK(c_ > 0 && eps > 0 && momentum >= 0 && momentum <= 1, "BatchNorm: bad channels/eps/momentum " +
+                                                                       std::to_string(c_) + "/" + std::to_string(eps) +
+                                                                       "/" + std::to_string(momentum));
   AddParam("gamma", {c_}, true);
   AddParam("beta", {c_}, true);
   AddBuffer("running_mean", {c_});
@@ -20,7 +21,8 @@ BatchNorm::BatchNorm(Backend& be, int64_t channels, float eps, float momentum, b
 Shape BatchNorm::OutputShape(const std::vector<Shape>& in) const {
   CheckInputs(in);
   SHOAL_CHECK((in[0].size() == 2 || in[0].size() == 4) && in[0][1] == c_,
-              "BatchNorm(" + std::to_string(c_) + "): input must be [N," + std::to_string(c_) + "(,H,W)], got " + ShapeString(in[0]));
+              "BatchNorm(" + std::to_string(c_) + "): input must be [N," + std::to_string(c_) + "(,H,W)], got " +
+                  ShapeString(in[0]));
   return in[0];
 }
 
@@ -30,7 +32,8 @@ const Tensor& BatchNorm::Forward(const std::vector<const Tensor*>& x, bool train
     be_.BatchNormForwardTrain(*x[0], params_[0].value, params_[1].value, eps_, momentum_, buffers_[0].value,
                               buffers_[1].value, save_mean_, save_invstd_, y_);
   else
-    be_.BatchNormForwardInference(*x[0], params_[0].value, params_[1].value, buffers_[0].value, buffers_[1].value, eps_, y_);
+    be_.BatchNormForwardInference(*x[0], params_[0].value, params_[1].value, buffers_[0].value, buffers_[1].value, eps_,
+                                  y_);
   return y_;
 }
 

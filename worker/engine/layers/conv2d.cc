@@ -21,7 +21,8 @@ Shape Conv2d::OutputShape(const std::vector<Shape>& in) const {
   CheckInputs(in);
   const Shape& s = in[0];
   SHOAL_CHECK(s.size() == 4 && s[1] == in_, "Conv2d(" + std::to_string(in_) + "->" + std::to_string(out_) +
-                                                 "): input must be [N," + std::to_string(in_) + ",H,W], got " + ShapeString(s));
+                                                "): input must be [N," + std::to_string(in_) + ",H,W], got " +
+                                                ShapeString(s));
   const int64_t ho = (s[2] + 2 * p_.pad - kernel_) / p_.stride + 1, wo = (s[3] + 2 * p_.pad - kernel_) / p_.stride + 1;
   SHOAL_CHECK(s[2] + 2 * p_.pad >= kernel_ && s[3] + 2 * p_.pad >= kernel_,
               "Conv2d: kernel " + std::to_string(kernel_) + " larger than padded input " + ShapeString(s));

@@ -17,7 +17,8 @@ const Tensor& GlobalAvgPool::Forward(const std::vector<const Tensor*>& x, bool t
   return y_;
 }
 
-void GlobalAvgPool::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) {
+void GlobalAvgPool::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx,
+                             std::vector<Tensor>& dx) {
   if (!need_dx) return;
   Ensure(dx_, x[0]->shape());
   be_.GlobalAvgPoolBackward(dy, dx_);

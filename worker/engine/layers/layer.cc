@@ -27,8 +27,8 @@ void Layer::FillNormal(Tensor& t, double stddev, std::mt19937_64& rng) {
 }
 
 void Layer::CheckInputs(const std::vector<Shape>& in) const {
-  SHOAL_CHECK(int(in.size()) == NumInputs(), Kind() + ": expected " + std::to_string(NumInputs()) + " input(s), got " +
-                                                 std::to_string(in.size()));
+  SHOAL_CHECK(int(in.size()) == NumInputs(),
+              Kind() + ": expected " + std::to_string(NumInputs()) + " input(s), got " + std::to_string(in.size()));
 }
 
 }  // namespace shoal

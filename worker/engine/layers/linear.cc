@@ -17,7 +17,8 @@ Linear::Linear(Backend& be, int64_t in_features, int64_t out_features, bool bias
 Shape Linear::OutputShape(const std::vector<Shape>& in) const {
   CheckInputs(in);
   SHOAL_CHECK(in[0].size() == 2 && in[0][1] == in_, "Linear(" + std::to_string(in_) + "->" + std::to_string(out_) +
-                                                        "): input must be [N," + std::to_string(in_) + "], got " + ShapeString(in[0]));
+                                                        "): input must be [N," + std::to_string(in_) + "], got " +
+                                                        ShapeString(in[0]));
   return {in[0][0], out_};
 }
 

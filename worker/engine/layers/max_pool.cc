@@ -6,7 +6,8 @@ namespace shoal {
 
 MaxPool::MaxPool(Backend& be, int kernel, int stride, int pad) : Layer(be) {
   SHOAL_CHECK(kernel > 0 && stride > 0 && pad >= 0 && pad < kernel,
-              "MaxPool: bad kernel/stride/pad " + std::to_string(kernel) + "/" + std::to_string(stride) + "/" + std::to_string(pad));
+              "MaxPool: bad kernel/stride/pad " + std::to_string(kernel) + "/" + std::to_string(stride) + "/" +
+                  std::to_string(pad));
   p_.kernel = kernel;
   p_.stride = stride;
   p_.pad = pad;
@@ -15,8 +16,9 @@ MaxPool::MaxPool(Backend& be, int kernel, int stride, int pad) : Layer(be) {
 Shape MaxPool::OutputShape(const std::vector<Shape>& in) const {
   CheckInputs(in);
   const Shape& s = in[0];
-  SHOAL_CHECK(s.size() == 4 && s[2] + 2 * p_.pad >= p_.kernel && s[3] + 2 * p_.pad >= p_.kernel,
-              "MaxPool(" + std::to_string(p_.kernel) + "): input must be [N,C,H,W] at least the window, got " + ShapeString(s));
+  SHOAL_CHECK(
+      s.size() == 4 && s[2] + 2 * p_.pad >= p_.kernel && s[3] + 2 * p_.pad >= p_.kernel,
+      "MaxPool(" + std::to_string(p_.kernel) + "): input must be [N,C,H,W] at least the window, got " + ShapeString(s));
   return {s[0], s[1], (s[2] + 2 * p_.pad - p_.kernel) / p_.stride + 1, (s[3] + 2 * p_.pad - p_.kernel) / p_.stride + 1};
 }
 

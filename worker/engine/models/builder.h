@@ -31,7 +31,9 @@ struct ModelBuilder {
   }
   int Gap(const std::string& n, int in) { return m.AddNode(n, std::make_unique<GlobalAvgPool>(be), {in}); }
   int Flat(const std::string& n, int in) { return m.AddNode(n, std::make_unique<Flatten>(be), {in}); }
-  int Fc(const std::string& n, int in, int64_t i, int64_t o) { return m.AddNode(n, std::make_unique<Linear>(be, i, o), {in}); }
+  int Fc(const std::string& n, int in, int64_t i, int64_t o) {
+    return m.AddNode(n, std::make_unique<Linear>(be, i, o), {in});
+  }
   // the classifier: gain-1 init, as no ReLU follows
   int Logits(const std::string& n, int in, int64_t i, int64_t o) {
     return m.AddNode(n, std::make_unique<Linear>(be, i, o, true, 1.0), {in});

@@ -45,7 +45,8 @@ std::unique_ptr<Model> BuildResnet20(Backend& be, const ModelOptions& o) {
   for (int s = 0; s < 3; ++s)
     for (int i = 0; i < 3; ++i) {
       const int stride = (s > 0 && i == 0) ? 2 : 1;
-      x = BasicBlock(b, "layer" + std::to_string(s + 1) + "." + std::to_string(i), x, cin, widths[s], stride, o.zero_gamma_init);
+      x = BasicBlock(b, "layer" + std::to_string(s + 1) + "." + std::to_string(i), x, cin, widths[s], stride,
+                     o.zero_gamma_init);
       cin = widths[s];
     }
   x = b.Flat("flatten", b.Gap("avgpool", x));
@@ -65,7 +66,8 @@ std::unique_ptr<Model> BuildResnet50(Backend& be, const ModelOptions& o) {
   for (int s = 0; s < 4; ++s)
     for (int i = 0; i < blocks[s]; ++i) {
       const int stride = (s > 0 && i == 0) ? 2 : 1;
-      x = Bottleneck(b, "layer" + std::to_string(s + 1) + "." + std::to_string(i), x, cin, widths[s], stride, o.zero_gamma_init);
+      x = Bottleneck(b, "layer" + std::to_string(s + 1) + "." + std::to_string(i), x, cin, widths[s], stride,
+                     o.zero_gamma_init);
       cin = widths[s] * 4;
     }
   x = b.Flat("flatten", b.Gap("avgpool", x));

@@ -38,7 +38,8 @@ std::unique_ptr<Model> MakeModel(const std::string& name, Backend& backend, cons
   ModelOptions o = options;
   SHOAL_CHECK(o.num_classes >= 2, "model " + name + ": num_classes must be >= 2, got " + std::to_string(o.num_classes));
   for (int64_t d : o.input_shape)
-    SHOAL_CHECK(d > 0, "model " + name + ": input shape " + ShapeString(o.input_shape) + " has a non-positive dimension");
+    SHOAL_CHECK(d > 0,
+                "model " + name + ": input shape " + ShapeString(o.input_shape) + " has a non-positive dimension");
   std::unique_ptr<Model> m;
   if (name == "mlp") {
     if (o.input_shape.empty()) o.input_shape = {1, 28, 28};
