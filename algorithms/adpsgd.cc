@@ -1,12 +1,11 @@
 // "adpsgd" (Lian et al. 2018, seed 003): asynchronous decentralized SGD. No barrier per
 // step: after each local gradient step an active worker (even rank) averages its model
 // with one randomly chosen passive worker (odd rank) directly over ZeroMQ; passive
-// workers answer from a background thread. Actives only ask and passives only answer, so
+// workers answer from a background thread over the job's Transport (CurveZMQ and
+// the client-key check like every other socket). Actives only ask and passives only answer, so
 // averaging can never deadlock (the paper's bipartite scheme), and each exchange sets both
 // models to their mean, preserving their sum. At the end the workers average once over
 // the ring so the job ends with one model.
-#include <zmq.h>
-
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -19,17 +18,43 @@
 #include "algorithms/collectives/store.h"
 #include "common/error.h"
 #include "common/rate_limiter.h"
+#include "common/transport/transport.h"
 
 namespace shoal {
 namespace {
 
-constexpr uint32_t kMagic = 0x53484750;  // "SHGP"
-enum Kind : uint32_t { kAverage = 1, kBye = 2 };
-struct GossipHeader {
-  uint32_t magic;
-  uint32_t kind;
-  uint64_t floats;
-};
+CurveKeys KeysOf(const JobConfig& c) {
+  return CurveKeys{c.curve_server_public, c.curve_server_secret, c.curve_client_public, c.curve_client_secret};
+}
+
+// A gossip message: kind, request id, and (for gossip and its reply) the model as one
+// fp32 tensor named "model", sent from `data` in place (kept alive by `keep`).
+void FillGossip(OutMessage* m, msg::Kind kind, uint64_t id, int rank, std::shared_ptr<std::vector<float>> model) {
+  auto h = m->header();
+  h.setKind(kind);
+  h.setRequestId(id);
+  h.setRank(rank);
+  if (!model) return;
+  auto t = h.initTensors(1);
+  t[0].setName("model");
+  t[0].setDtype(msg::DType::FP32);
+  t[0].initShape(1).set(0, int64_t(model->size()));
+  t[0].setByteSize(model->size() * 4);
+  Payload p;
+  p.data = model->data();
+  p.size = model->size() * 4;
+  p.keep = model;
+  m->payloads.push_back(std::move(p));
+}
+
+// The model a gossip message carries, or nullptr when it is not `floats` fp32 values.
+const float* ModelOf(InMessage& m, int64_t floats) {
+  m.ValidateTensors();
+  auto metas = m.header().getTensors();
+  if (metas.size() != 1 || metas[0].getDtype() != msg::DType::FP32 || m.payloads[0].size() != size_t(floats) * 4)
+    return nullptr;
+  return static_cast<const float*>(m.payloads[0].data());
+}
 
 class AdPsgd : public Algorithm {
  public:
@@ -50,44 +75,22 @@ class AdPsgd : public Algorithm {
     for (auto& p : params) total_ += p.n;
     model_.resize(size_t(total_));
     Gather(params, model_.data());
-    ctx_ = zmq_ctx_new();
     SHOAL_CHECK(env_.store, "adpsgd: the environment has no rendezvous store");
     Store& store = *env_.store;
+    const CurveKeys keys = KeysOf(*env_.config);
     if (passive()) {
-      router_ = zmq_socket(ctx_, ZMQ_ROUTER);
-      int linger = 1000;
-      zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof linger);
-      int64_t maxmsg = int64_t(total_) * 4 + 64;  // a model's worth, no more
-      zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-      const JobConfig& c = *env_.config;
-      if (c.curve_enabled()) {  // gossip is encrypted like every other link of the job
-        int one = 1;
-        zmq_setsockopt(router_, ZMQ_CURVE_SERVER, &one, sizeof one);
-        zmq_setsockopt(router_, ZMQ_CURVE_SECRETKEY, c.curve_server_secret.c_str(), 40);
-      }
-      std::string bind = "tcp://" + env_.config->workers[size_t(env_.rank)].host + ":*";
-      if (zmq_bind(router_, bind.c_str()) != 0) throw Error("adpsgd: bind " + bind + ": " + zmq_strerror(zmq_errno()));
-      char ep[256];
-      size_t len = sizeof ep;
-      zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, ep, &len);
+      router_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
+      router_->SetMaxMessageBytes(int64_t(total_) * 4 + 4096);  // a model's worth and its header, no more
+      std::string ep = router_->Bind("tcp://" + env_.config->workers[size_t(env_.rank)].host + ":*");
       store.Set("adpsgd-" + std::to_string(env_.rank), ep);
       responder_ = std::thread([this] { Respond(); });
     }
     comm_->Barrier();  // every passive is listening
     if (!passive()) {
       for (int r = 1; r < env_.world; r += 2) {
-        void* s = zmq_socket(ctx_, ZMQ_DEALER);
-        int linger = 0;
-        zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-        const JobConfig& c = *env_.config;
-        if (c.curve_enabled()) {
-          zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, c.curve_server_public.c_str(), 40);
-          zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, c.curve_client_public.c_str(), 40);
-          zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c.curve_client_secret.c_str(), 40);
-        }
-        std::string ep = store.Get("adpsgd-" + std::to_string(r), 60000);
-        if (zmq_connect(s, ep.c_str()) != 0) throw Error("adpsgd: connect to rank " + std::to_string(r) + " at " + ep);
-        peers_.push_back({r, s, true});
+        auto t = std::make_unique<Transport>(ctx_, Transport::Kind::kClient, keys);
+        t->Connect(store.Get("adpsgd-" + std::to_string(r), 60000));
+        peers_.push_back({r, std::move(t), true});
       }
     }
   }
@@ -109,8 +112,9 @@ class AdPsgd : public Algorithm {
   void Finish(const std::vector<ParamView>& params) override {
     if (!passive())
       for (auto& p : peers_) {
-        GossipHeader h{kMagic, kBye, 0};
-        zmq_send(p.sock, &h, sizeof h, ZMQ_DONTWAIT);
+        OutMessage bye;
+        FillGossip(&bye, msg::Kind::GOSSIP_BYE, 0, env_.rank, nullptr);
+        p.link->TrySend(bye);
       }
     comm_->Barrier();  // every active has said goodbye, every passive has heard it
     StopResponder();
@@ -119,12 +123,7 @@ class AdPsgd : public Algorithm {
       Scatter(model_.data(), params);
     }
     for (auto& p : params) comm_->AllReduce(p.w, p.n, ReduceOp::kMean);
-    for (auto& p : peers_) zmq_close(p.sock);
     peers_.clear();
-    if (ctx_) {
-      zmq_ctx_term(ctx_);
-      ctx_ = nullptr;
-    }
   }
   bool ModelChangedAtFinish() const override { return true; }
 
@@ -144,7 +143,7 @@ class AdPsgd : public Algorithm {
  private:
   struct Peer {
     int rank;
-    void* sock;
+    std::unique_ptr<Transport> link;
     bool alive;
   };
   bool passive() const { return env_.rank % 2 == 1; }
@@ -168,107 +167,91 @@ class AdPsgd : public Algorithm {
       if (p.alive) alive.push_back(&p);
     if (alive.empty()) return;
     Peer* peer = alive[std::uniform_int_distribution<size_t>(0, alive.size() - 1)(rng_)];
-    std::vector<float> mine;
+    auto mine = std::make_shared<std::vector<float>>();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      mine = model_;
+      *mine = model_;
     }
-    GossipHeader h{kMagic, kAverage, uint64_t(total_)};
-    limiter_.Acquire(double(sizeof h + mine.size() * 4));
-    zmq_send(peer->sock, &h, sizeof h, ZMQ_SNDMORE);
-    zmq_send(peer->sock, mine.data(), mine.size() * 4, 0);
-    gossip_bytes_ += int64_t(sizeof h + mine.size() * 4);
-    zmq_pollitem_t item{peer->sock, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&item, 1, timeout_ms_) <= 0) {
-      // A passive that stopped answering is dropped from the pairing; training goes on.
-      fprintf(stderr, "adpsgd: rank %d did not answer within %d ms; averaging without it from now on\n", peer->rank,
-              timeout_ms_);
-      peer->alive = false;
-      return;
-    }
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    zmq_msg_recv(&m, peer->sock, 0);
-    bool ok = zmq_msg_size(&m) == size_t(total_) * 4;
-    if (ok) {
-      const float* theirs = static_cast<const float*>(zmq_msg_data(&m));
-      std::lock_guard<std::mutex> lock(mu_);
-      double d2 = 0;
-      // Only the average of what we sent and what they had moves our model: our own
-      // updates since sending are kept (model_ - mine is added back).
-      for (int64_t i = 0; i < total_; ++i) {
-        float avg = 0.5f * (mine[size_t(i)] + theirs[i]);
-        double d = double(mine[size_t(i)]) - theirs[i];
-        d2 += d * d;
-        model_[size_t(i)] += avg - mine[size_t(i)];
+    const uint64_t id = ++next_request_;
+    OutMessage out;
+    FillGossip(&out, msg::Kind::GOSSIP, id, env_.rank, mine);
+    limiter_.Acquire(double(mine->size() * 4));
+    peer->link->Send(out);
+    gossip_bytes_ += int64_t(mine->size() * 4);
+    InMessage m;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
+    while (true) {  // skip a late answer to an earlier, timed-out request
+      int left = int(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+      if (left <= 0 || !peer->link->Recv(&m, left)) {
+        // A passive that stopped answering is dropped from the pairing; training goes on.
+        fprintf(stderr, "adpsgd: rank %d did not answer within %d ms; averaging without it from now on\n", peer->rank,
+                timeout_ms_);
+        peer->alive = false;
+        return;
       }
-      consensus_sum_ += std::sqrt(d2);
-      ++consensus_n_;
-      ++averagings_;
+      if (m.header().getRequestId() == id) break;
     }
-    zmq_msg_close(&m);
-    if (!ok) throw Error("adpsgd: malformed reply from rank " + std::to_string(peer->rank));
+    const float* theirs = m.header().getKind() == msg::Kind::GOSSIP_REPLY ? ModelOf(m, total_) : nullptr;
+    if (!theirs) throw Error("adpsgd: malformed reply from rank " + std::to_string(peer->rank));
+    std::lock_guard<std::mutex> lock(mu_);
+    double d2 = 0;
+    // Only the average of what we sent and what they had moves our model: our own
+    // updates since sending are kept (model_ - mine is added back).
+    for (int64_t i = 0; i < total_; ++i) {
+      float sent = (*mine)[size_t(i)];
+      float avg = 0.5f * (sent + theirs[i]);
+      double d = double(sent) - theirs[i];
+      d2 += d * d;
+      model_[size_t(i)] += avg - sent;
+    }
+    consensus_sum_ += std::sqrt(d2);
+    ++consensus_n_;
+    ++averagings_;
   }
 
-  // Passive side: answer each request with our model and take the mean.
+  // Passive side: answer each request with our model and take the mean. Anything else on
+  // the port is dropped with one line (a few, then every thousandth), never fatal.
   void Respond() {
-    std::vector<zmq_msg_t> parts;
     while (!stop_.load()) {
-      zmq_pollitem_t item{router_, 0, ZMQ_POLLIN, 0};
-      if (zmq_poll(&item, 1, 50) <= 0) continue;
-      // [identity][header][payload?]
-      std::vector<std::string> frames;
-      int more = 1;
-      while (more) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, router_, 0) < 0) {
-          zmq_msg_close(&m);
-          break;
+      InMessage m;
+      std::string bad;
+      try {
+        if (!router_->Recv(&m, 50)) continue;
+        auto kind = m.header().getKind();
+        if (kind == msg::Kind::GOSSIP_BYE) continue;
+        const float* theirs = kind == msg::Kind::GOSSIP ? ModelOf(m, total_) : nullptr;
+        if (!theirs) {
+          bad = "a gossip message of the wrong kind or size";
+        } else {
+          auto reply = std::make_shared<std::vector<float>>();
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            *reply = model_;
+            for (int64_t i = 0; i < total_; ++i) model_[size_t(i)] = 0.5f * (model_[size_t(i)] + theirs[i]);
+            ++averagings_;
+          }
+          OutMessage out;
+          FillGossip(&out, msg::Kind::GOSSIP_REPLY, m.header().getRequestId(), env_.rank, reply);
+          limiter_.Acquire(double(reply->size() * 4));
+          router_->Send(out, &m.identity);
+          gossip_bytes_ += int64_t(reply->size() * 4);
         }
-        frames.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
-        zmq_msg_close(&m);
-        size_t ml = sizeof more;
-        zmq_getsockopt(router_, ZMQ_RCVMORE, &more, &ml);
+      } catch (const std::exception& e) {  // BadMessage, Error
+        bad = e.what();
+      } catch (...) {
+        bad = "an undecodable message";
       }
-      GossipHeader h{};
-      if (frames.size() < 2 || frames[1].size() != sizeof h) {
-        fprintf(stderr, "adpsgd rank %d: dropped a malformed gossip message (%zu frames)\n", env_.rank, frames.size());
-        continue;
-      }
-      memcpy(&h, frames[1].data(), sizeof h);
-      if (h.magic != kMagic) {
-        fprintf(stderr, "adpsgd rank %d: dropped a gossip message with a bad header\n", env_.rank);
-        continue;
-      }
-      if (h.kind == kBye) continue;
-      if (h.kind != kAverage || frames.size() != 3 || h.floats != uint64_t(total_) ||
-          frames[2].size() != size_t(total_) * 4) {
-        fprintf(stderr, "adpsgd rank %d: dropped a gossip message of the wrong size\n", env_.rank);
-        continue;
-      }
-      const float* theirs = reinterpret_cast<const float*>(frames[2].data());
-      std::vector<float> reply;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        reply = model_;
-        for (int64_t i = 0; i < total_; ++i) model_[size_t(i)] = 0.5f * (model_[size_t(i)] + theirs[i]);
-        ++averagings_;
-      }
-      limiter_.Acquire(double(reply.size() * 4));
-      zmq_send(router_, frames[0].data(), frames[0].size(), ZMQ_SNDMORE);
-      zmq_send(router_, reply.data(), reply.size() * 4, 0);
-      gossip_bytes_ += int64_t(reply.size() * 4);
+      if (!bad.empty() && (dropped_++ < 3 || dropped_ % 1000 == 0))
+        fprintf(stderr, "adpsgd rank %d: dropped a malformed gossip message (%s; %lld so far)\n", env_.rank,
+                bad.c_str(), (long long)dropped_);
     }
   }
 
   void StopResponder() {
     stop_ = true;
     if (responder_.joinable()) responder_.join();
-    if (router_) {
-      zmq_close(router_);
-      router_ = nullptr;
-    }
+    router_.reset();
   }
 
   AlgorithmEnv env_;
@@ -280,9 +263,11 @@ class AdPsgd : public Algorithm {
   int64_t total_ = 0;
   std::mutex mu_;
   std::vector<float> model_;  // this worker's model; the responder averages into it
-  void* ctx_ = nullptr;
-  void* router_ = nullptr;
+  TransportContext ctx_{"adpsgd"};
+  std::unique_ptr<Transport> router_;
   std::vector<Peer> peers_;
+  uint64_t next_request_ = 0;
+  int64_t dropped_ = 0;
   std::thread responder_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> gossip_bytes_{0};

@@ -158,7 +158,7 @@ void Checkpointer::Load(uint64_t id, KvShard* kv) const {
     SHOAL_CHECK(data.size() == elems * DTypeSize(t.dtype),
                 tw + ": " + std::to_string(data.size()) + " bytes for its shape");
     t.buf = std::make_shared<Buffer>();
-    t.buf->bytes.rebuild(data.data(), data.size());
+    t.buf->bytes = Frame(data.data(), data.size());
     kv->rule().LoadState(t, state);
     tensors.emplace(std::move(name), std::move(t));
   }

@@ -179,7 +179,7 @@ void Coordinator::OnBarrier(const InMessage& m) {
     }
   }
   BarrierState& b = barriers_[name];
-  b.waiting[h.getRank()].rebuild(m.identity.data(), m.identity.size());
+  b.waiting[h.getRank()] = m.identity;
   b.request_ids[h.getRank()] = h.getRequestId();
   if (int(b.waiting.size()) < cfg_.world_size()) return;
   for (auto& kv : b.waiting) {
@@ -194,7 +194,7 @@ void Coordinator::OnBarrier(const InMessage& m) {
   barriers_.erase(name);
 }
 
-void Coordinator::ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what) {
+void Coordinator::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) {
   OutMessage out;
   auto r = out.header();
   r.setKind(msg::Kind::ERROR);

@@ -7,7 +7,6 @@
 #include <set>
 #include <string>
 #include <vector>
-#include <zmq.hpp>
 
 #include "common/config.h"
 #include "common/transport/transport.h"
@@ -29,7 +28,7 @@ class Coordinator {
  public:
   using Clock = std::chrono::steady_clock;
   // Sends a reply to the peer with that identity.
-  using ReplyFn = std::function<void(const zmq::message_t& to, OutMessage& m)>;
+  using ReplyFn = std::function<void(const PeerId& to, OutMessage& m)>;
 
   Coordinator(const JobConfig& cfg, ReplyFn reply);
 
@@ -51,7 +50,7 @@ class Coordinator {
     bool alive = true;
   };
   struct BarrierState {
-    std::map<int, zmq::message_t> waiting;  // rank -> identity
+    std::map<int, PeerId> waiting;  // rank -> identity
     std::map<int, uint64_t> request_ids;
   };
   using Key = std::pair<int, int>;  // (role, rank)
@@ -60,7 +59,7 @@ class Coordinator {
   void OnRegister(const InMessage& m);
   void OnBarrier(const InMessage& m);
   void OnCheckpoint(const InMessage& m);
-  void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
+  void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
   void FailBarriers(const std::string& why);
   static std::string Name(const Key& k);
 

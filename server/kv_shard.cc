@@ -35,8 +35,8 @@ void AddRule::Apply(const std::string&, StoredTensor& param, const void* grad, s
   AddInto(param.dtype, param.buf->data(), grad, param.elements());
 }
 
-std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                                      zmq::message_t&& data, msg::PushOp op) {
+std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> shape, Frame&& data,
+                                      msg::PushOp op) {
   auto it = tensors_.find(name);
   if (it == tensors_.end() || op == msg::PushOp::ASSIGN) {
     // First push of a tensor, or a replacement: keep the received frame as the value.
@@ -70,7 +70,7 @@ StoredTensor& KvShard::Writable(const std::string& name) {
   // Only ZeroMQ's I/O thread drops references concurrently, so a count of 1 is final.
   if (t.buf.use_count() > 1) {
     auto copy = std::make_shared<Buffer>();
-    copy->bytes.rebuild(t.buf->data(), t.buf->size());
+    copy->bytes = Frame(t.buf->data(), t.buf->size());
     t.buf = std::move(copy);
   }
   return t;

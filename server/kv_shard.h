@@ -8,16 +8,16 @@
 #include <string>
 #include <string_view>
 #include <vector>
-#include <zmq.hpp>
 
 #include "common/dtype.h"
 #include "common/training_plan.h"
 #include "common/messages/schema.capnp.h"
+#include "common/transport/transport.h"
 
 namespace shoal {
 
 struct Buffer {
-  zmq::message_t bytes;  // a received frame kept as-is, or a fresh allocation
+  Frame bytes;  // a received frame kept as-is, or a fresh allocation
   char* data() { return static_cast<char*>(bytes.data()); }
   size_t size() const { return bytes.size(); }
 };
@@ -70,7 +70,7 @@ class KvShard {
   // assign). Throws shoal::Error if dtype/shape disagree with the stored tensor. Returns
   // the buffer an assign replaced, so the caller can free it after answering (freeing a
   // large buffer costs page-table work that need not delay the reply).
-  std::shared_ptr<Buffer> Push(const std::string& name, DType dtype, std::vector<int64_t> shape, zmq::message_t&& data,
+  std::shared_ptr<Buffer> Push(const std::string& name, DType dtype, std::vector<int64_t> shape, Frame&& data,
                                msg::PushOp op);
   // nullptr when absent.
   const StoredTensor* Find(const std::string& name) const;

@@ -39,18 +39,17 @@ std::string BindEndpoint(const std::string& host_port) {
 std::string ConnectEndpoint(const std::string& host_port) { return "tcp://" + host_port; }
 
 Server::Server(const JobConfig& cfg, int shard, const std::string& bind_override)
-    : cfg_(cfg), shard_(shard), who_("shard " + std::to_string(shard)), ctx_(1) {
+    : cfg_(cfg), shard_(shard), who_("shard " + std::to_string(shard)), ctx_(who_) {
   SHOAL_CHECK(shard >= 0 && shard < int(cfg_.servers.size()), cfg_.path + ": shard " + std::to_string(shard) +
                                                                   " is not in [cluster] servers (" +
                                                                   std::to_string(cfg_.servers.size()) + " listed)");
   CurveKeys keys = CurveKeysFrom(cfg_);
-  if (keys.enabled()) auth_ = std::make_unique<CurveAuthenticator>(ctx_, keys.client_public, who_);
   transport_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
   transport_->EnableMonitor();
   endpoint_ = transport_->Bind(bind_override.empty() ? BindEndpoint(cfg_.servers[shard]) : bind_override);
   if (shard == 0) {
-    coordinator_ = std::make_unique<Coordinator>(
-        cfg_, [this](const zmq::message_t& to, OutMessage& m) { transport_->Send(m, &to); });
+    coordinator_ =
+        std::make_unique<Coordinator>(cfg_, [this](const PeerId& to, OutMessage& m) { transport_->Send(m, &to); });
   } else {
     heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, ConnectEndpoint(cfg_.servers[0]), keys, msg::Role::SERVER,
                                                    shard, int(cfg_.heartbeat_ms));
@@ -63,7 +62,6 @@ Server::~Server() {
   heartbeat_.reset();
   coordinator_.reset();
   transport_.reset();
-  auth_.reset();
 }
 
 void Server::OpenCheckpoints(bool resume) {
@@ -140,19 +138,17 @@ void Server::HandlePlan(InMessage& m) {
 void Server::Run(const std::atomic<bool>& stop) {
   auto last_tick = Coordinator::Clock::now();
   while (!stop) {
-    zmq::pollitem_t items[2] = {{transport_->socket().handle(), 0, ZMQ_POLLIN, 0},
-                                {transport_->monitor_socket()->handle(), 0, ZMQ_POLLIN, 0}};
-    Poll(items, 2, 50);
-    if (items[1].revents & ZMQ_POLLIN)
+    Transport::Ready ready = transport_->Wait(50);
+    if (ready.event)
       for (auto& e : transport_->DrainEvents()) {
         // Ordinary disconnects are routine; failed handshakes are worth a warning.
-        if (e.event == ZMQ_EVENT_DISCONNECTED)
+        if (e.is_disconnect())
           LOG(INFO) << who_ << ": " << e.Describe();
         else
           Warn(e.Describe());
       }
     // Drain what is queued, but come back to ticks and the stop flag regularly.
-    for (int i = 0; i < 64 && (items[0].revents & ZMQ_POLLIN); ++i) {
+    for (int i = 0; i < 64 && ready.message; ++i) {
       InMessage m;
       try {
         if (!transport_->Recv(&m, 0)) break;
@@ -243,7 +239,7 @@ void Server::HandlePull(InMessage& m) {
   SendTensors(m.identity, m.header().getRequestId(), names);
 }
 
-void Server::SendTensors(const zmq::message_t& to, uint64_t request_id, const std::vector<std::string>& names) {
+void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names) {
   std::vector<const StoredTensor*> found;
   for (auto& n : names) {
     const StoredTensor* t = kv_.Find(n);
@@ -293,7 +289,7 @@ void Server::Warn(const std::string& line) {
     ++warn_suppressed_;
 }
 
-void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what) {
+void Server::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) {
   if (to.size() == 0) return;
   OutMessage out;
   auto r = out.header();

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <zmq.hpp>
 
 #include "common/config.h"
 #include "common/transport/heartbeat.h"
@@ -45,16 +44,15 @@ class Server {
   void HandlePull(InMessage& m);
   void HandleCheckpoint(InMessage& m);
   void HandlePlan(InMessage& m);
-  void SendTensors(const zmq::message_t& to, uint64_t request_id, const std::vector<std::string>& names);
-  void ReplyError(const zmq::message_t& to, uint64_t request_id, const std::string& what);
+  void SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names);
+  void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
   void Warn(const std::string& line);
   void FlushWarnings(Coordinator::Clock::time_point now);
 
   JobConfig cfg_;
   int shard_;
   std::string who_;  // "shard K" for log lines
-  zmq::context_t ctx_;
-  std::unique_ptr<CurveAuthenticator> auth_;
+  TransportContext ctx_;
   std::unique_ptr<Transport> transport_;
   std::string endpoint_;
   KvShard kv_;

@@ -25,6 +25,9 @@ enum Kind {
   resumeQuery @15;   # member -> coordinator: which checkpoint to resume from; answered by checkpointAck
   plan @16;          # worker -> every shard at registration: `plan`, what the shard's update rule needs; answered by planAck
   planAck @17;
+  gossip @18;        # adpsgd active -> passive worker: its model as tensor "model"; answered by gossipReply
+  gossipReply @19;   # the passive's model before averaging, as tensor "model"
+  gossipBye @20;     # an active worker has finished; never answered
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }

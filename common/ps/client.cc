@@ -40,7 +40,7 @@ std::vector<float> PulledTensor::ToFloats() const {
   return out;
 }
 
-Client::Client(const JobConfig& cfg, const ClientOptions& opts) : cfg_(cfg), opts_(opts), ctx_(1) {
+Client::Client(const JobConfig& cfg, const ClientOptions& opts) : cfg_(cfg), opts_(opts) {
   SHOAL_CHECK(!cfg_.servers.empty(), cfg_.path + ": [cluster] servers is empty");
   keys_.server_public = cfg_.curve_server_public;
   keys_.client_public = cfg_.curve_client_public;
@@ -259,15 +259,16 @@ void Client::Wait(int ts) {
   auto it = pending_.find(uint64_t(ts));
   SHOAL_CHECK(it != pending_.end(), "Wait(" + std::to_string(ts) + "): no such request in flight");
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
-  std::vector<zmq::pollitem_t> items;
-  for (auto& s : shards_) items.push_back({s->socket().handle(), 0, ZMQ_POLLIN, ZMQ_POLLIN});
+  std::vector<Transport*> sockets;
+  for (auto& s : shards_) sockets.push_back(s.get());
+  // Answers often are already queued (a pull answered right behind its push): read them
+  // before paying for a poll.
+  std::vector<char> ready(sockets.size(), 1);
   while (!it->second.waiting.empty()) {
     bool any = false;
-    for (auto& item : items) any = any || (item.revents & ZMQ_POLLIN);
+    for (char r : ready) any = any || r;
     int left = RemainingMs(deadline);
-    // Answers often are already queued (a pull answered right behind its push): read them
-    // before paying for a poll.
-    if (left == 0 || (!any && Poll(items.data(), items.size(), left) == 0)) {
+    if (left == 0 || (!any && !WaitAny(sockets, left, &ready))) {
       std::string who;
       for (int s : it->second.waiting)
         who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")";
@@ -275,14 +276,14 @@ void Client::Wait(int ts) {
       throw Error("request " + std::to_string(ts) + ": shard(s) " + who + " did not answer within " +
                   std::to_string(opts_.timeout_ms) + " ms");
     }
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+    for (size_t i = 0; i < ready.size(); ++i) {
+      if (!ready[i]) continue;
       InMessage m;
       try {
         if (shards_[i]->Recv(&m, 0))
           Dispatch(int(i), m);
         else
-          items[i].revents = 0;  // drained
+          ready[i] = 0;  // drained
       } catch (const BadMessage& e) {
         LOG(WARNING) << "client: undecodable answer from shard " << i << ": " << e.what();
       } catch (const Error& e) {

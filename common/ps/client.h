@@ -12,7 +12,6 @@
 #include <set>
 #include <string>
 #include <vector>
-#include <zmq.hpp>
 
 #include "common/checkpoint_record.h"
 #include "common/config.h"
@@ -47,7 +46,7 @@ struct PulledTensor {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   uint64_t version = 0;  // pushes the shard had applied when it answered
-  zmq::message_t bytes;
+  Frame bytes;
   const void* data() const { return bytes.data(); }
   size_t size() const { return bytes.size(); }
   std::vector<float> ToFloats() const;
@@ -125,7 +124,7 @@ class Client {
   JobConfig cfg_;
   ClientOptions opts_;
   CurveKeys keys_;
-  zmq::context_t ctx_;
+  TransportContext ctx_{"client"};
   std::unique_ptr<Transport> control_;
   std::vector<std::unique_ptr<Transport>> shards_;
   std::unique_ptr<HeartbeatSender> heartbeat_;

@@ -4,11 +4,11 @@
 
 namespace shoal {
 
-HeartbeatSender::HeartbeatSender(zmq::context_t& ctx, const std::string& endpoint, const CurveKeys& keys,
+HeartbeatSender::HeartbeatSender(TransportContext& ctx, const std::string& endpoint, const CurveKeys& keys,
                                  msg::Role role, int rank, int interval_ms)
     : transport_(ctx, Transport::Kind::kClient, keys), role_(role), rank_(rank), interval_ms_(interval_ms) {
   // While the coordinator is unreachable, keep a couple of heartbeats queued, not hours'.
-  transport_.socket().set(zmq::sockopt::sndhwm, 2);
+  transport_.SetSendQueue(2);
   transport_.Connect(endpoint);
   thread_ = std::thread([this] { Run(); });
 }
@@ -30,9 +30,11 @@ void HeartbeatSender::Run() {
     h.setKind(msg::Kind::HEARTBEAT);
     h.setRole(role_);
     h.setRank(rank_);
-    auto words = capnp::messageToFlatArray(m.builder);
-    zmq::message_t frame(words.asBytes().begin(), words.asBytes().size());
-    (void)transport_.socket().send(frame, zmq::send_flags::dontwait);  // a full queue drops it
+    try {
+      (void)transport_.TrySend(m);  // a full queue drops it
+    } catch (const std::exception&) {
+      // A heartbeat that cannot be sent is a missed heartbeat: the coordinator notices.
+    }
     cv_.wait_for(l, std::chrono::milliseconds(interval_ms_), [this] { return stop_; });
   }
 }

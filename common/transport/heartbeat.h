@@ -6,7 +6,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <zmq.hpp>
 
 #include "common/transport/transport.h"
 
@@ -14,7 +13,7 @@ namespace shoal {
 
 class HeartbeatSender {
  public:
-  HeartbeatSender(zmq::context_t& ctx, const std::string& coordinator_endpoint, const CurveKeys& keys, msg::Role role,
+  HeartbeatSender(TransportContext& ctx, const std::string& coordinator_endpoint, const CurveKeys& keys, msg::Role role,
                   int rank, int interval_ms);
   ~HeartbeatSender();
 

@@ -1,15 +1,78 @@
 #include "common/transport/transport.h"
 
+#include <zmq.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <glog/logging.h>
 #include <kj/exception.h>
-#include <zmq.h>
+#include <thread>
 
 #include "common/error.h"
+#include "common/transport/frame_access.h"
 
 namespace shoal {
+
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string ZmqError(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
+
+// zmq_poll that rides out signals (EINTR) until timeout_ms (-1 = forever) has passed.
+int PollRetry(zmq_pollitem_t* items, int n, int timeout_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    int rc = zmq_poll(items, n, timeout_ms);
+    if (rc >= 0) return rc;
+    if (zmq_errno() != EINTR) throw Error(ZmqError("zmq_poll"));
+    if (timeout_ms < 0) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return 0;
+    timeout_ms = int(left.count());
+  }
+}
+
+void SetInt(void* s, int opt, int v, const char* what) {
+  if (zmq_setsockopt(s, opt, &v, sizeof v) != 0) throw Error(ZmqError(std::string("socket option ") + what));
+}
+
+void SetStr(void* s, int opt, const std::string& v, const char* what) {
+  if (zmq_setsockopt(s, opt, v.data(), v.size()) != 0) throw Error(ZmqError(std::string("socket option ") + what));
+}
+
+bool RcvMore(void* s) {
+  int more = 0;
+  size_t len = sizeof more;
+  zmq_getsockopt(s, ZMQ_RCVMORE, &more, &len);
+  return more != 0;
+}
+
+// Sends one frame, riding out EINTR; false when ZMQ_DONTWAIT found the queue full.
+bool SendFrame(void* s, zmq_msg_t* m, int flags) {
+  while (zmq_msg_send(m, s, flags) < 0) {
+    if (zmq_errno() == EINTR) continue;
+    if (zmq_errno() == EAGAIN && (flags & ZMQ_DONTWAIT)) return false;
+    throw Error(ZmqError("send"));
+  }
+  return true;
+}
+
+bool SendCopy(void* s, const void* data, size_t n, int flags) {
+  zmq_msg_t m;
+  zmq_msg_init_size(&m, n);
+  if (n) memcpy(zmq_msg_data(&m), data, n);
+  try {
+    bool sent = SendFrame(s, &m, flags);
+    if (!sent) zmq_msg_close(&m);
+    return sent;
+  } catch (...) {
+    zmq_msg_close(&m);
+    throw;
+  }
+}
 
 // Cap'n Proto headers are small; these limits make a hostile header cheap to reject.
 capnp::ReaderOptions HeaderLimits() {
@@ -65,7 +128,27 @@ void CheckKeyPair(const std::string& pub, const std::string& secret, const char*
 
 }  // namespace
 
-void InMessage::ParseHeader(const zmq::message_t& frame) {
+Frame::Frame() { zmq_msg_init(FrameAccess::Msg(*this)); }
+Frame::Frame(size_t size) {
+  if (zmq_msg_init_size(FrameAccess::Msg(*this), size) != 0) throw std::bad_alloc();
+}
+Frame::Frame(const void* data, size_t size) : Frame(size) {
+  if (size) memcpy(this->data(), data, size);
+}
+Frame::Frame(Frame&& o) noexcept {
+  zmq_msg_init(FrameAccess::Msg(*this));
+  zmq_msg_move(FrameAccess::Msg(*this), FrameAccess::Msg(o));
+}
+Frame& Frame::operator=(Frame&& o) noexcept {
+  if (this != &o) zmq_msg_move(FrameAccess::Msg(*this), FrameAccess::Msg(o));
+  return *this;
+}
+Frame::~Frame() { zmq_msg_close(FrameAccess::Msg(*this)); }
+void* Frame::data() { return zmq_msg_data(FrameAccess::Msg(*this)); }
+const void* Frame::data() const { return zmq_msg_data(FrameAccess::Msg(*this)); }
+size_t Frame::size() const { return zmq_msg_size(FrameAccess::Msg(*this)); }
+
+void InMessage::ParseHeader(const Frame& frame) {
   size_t n = frame.size();
   SHOAL_CHECK(n > 0, "empty header frame");
   SHOAL_CHECK(n % sizeof(capnp::word) == 0,
@@ -125,115 +208,258 @@ std::string SocketEvent::Describe() const {
   }
 }
 
-Transport::Transport(zmq::context_t& ctx, Kind kind, const CurveKeys& keys)
-    : ctx_(ctx),
-      kind_(kind),
-      socket_(ctx, kind == Kind::kServer ? zmq::socket_type::router : zmq::socket_type::dealer) {
-  socket_.set(zmq::sockopt::linger, 0);
-  // Kernel socket buffers stay at their (auto-tuned) defaults: fixed 4 MiB buffers measured
-  // slower on loopback.
-  if (kind == Kind::kClient) {
-    // A client's own requests are never dropped or blocked; a server keeps ZeroMQ's
-    // default high-water marks so one flooding peer meets TCP back-pressure instead of
-    // growing the server's memory.
-    socket_.set(zmq::sockopt::sndhwm, 0);
-    socket_.set(zmq::sockopt::rcvhwm, 0);
-  } else {
-    socket_.set(zmq::sockopt::maxmsgsize, kMaxFrameBytes);
-    socket_.set(zmq::sockopt::router_handover, 1);
+bool SocketEvent::is_disconnect() const { return event == ZMQ_EVENT_DISCONNECTED; }
+
+// ZAP handler: admits only CURVE clients presenting the allowed public key.
+class TransportContext::Authenticator {
+ public:
+  Authenticator(void* ctx, const std::string& allowed_raw, std::string who)
+      : allowed_(allowed_raw), who_(std::move(who)) {
+    socket_ = zmq_socket(ctx, ZMQ_REP);
+    SetInt(socket_, ZMQ_LINGER, 0, "linger");
+    if (zmq_bind(socket_, "inproc://zeromq.zap.01") != 0) {
+      zmq_close(socket_);
+      throw Error(ZmqError(who_ + ": cannot start the CURVE authenticator"));
+    }
+    thread_ = std::thread([this] { Run(); });
   }
+  ~Authenticator() {
+    stop_ = true;
+    thread_.join();
+    zmq_close(socket_);
+  }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 100) <= 0) continue;
+      std::vector<std::string> req;
+      do {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, socket_, 0) < 0) {
+          zmq_msg_close(&m);
+          break;
+        }
+        req.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+        zmq_msg_close(&m);
+      } while (RcvMore(socket_));
+      // ZAP request: version, request id, domain, address, identity, mechanism, credentials.
+      bool ok = req.size() >= 7 && req[5] == "CURVE" && req[6] == allowed_;
+      if (!ok) Refused(req);
+      std::string reqid = req.size() > 1 ? req[1] : "";
+      const std::string reply[] = {"1.0", reqid, ok ? "200" : "400", ok ? "OK" : "unknown client key", "", ""};
+      for (int i = 0; i < 6; ++i) SendCopy(socket_, reply[i].data(), reply[i].size(), i < 5 ? ZMQ_SNDMORE : 0);
+    }
+  }
+
+  // One line per refusal, at most kLinesPerMinute a minute: a flood of foreign keys cannot
+  // fill the log.
+  void Refused(const std::vector<std::string>& req) {
+    constexpr int kLinesPerMinute = 10;
+    auto now = Clock::now();
+    if (now - window_ > std::chrono::minutes(1)) {
+      if (suppressed_ > 0)
+        LOG(WARNING) << who_ << ": " << suppressed_ << " more foreign CURVE clients were refused in the last minute";
+      window_ = now;
+      lines_ = 0;
+      suppressed_ = 0;
+    }
+    if (++lines_ > kLinesPerMinute) {
+      ++suppressed_;
+      return;
+    }
+    std::string key = "?";
+    if (req.size() >= 7 && req[6].size() == 32) {
+      char z85[41];
+      zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(req[6].data()), 32);
+      key = z85;
+    }
+    LOG(WARNING) << who_ << ": refused CURVE client at " << (req.size() > 3 ? req[3] : "?") << ": public key " << key
+                 << " is not the job's client key";
+  }
+
+  void* socket_;
+  std::string allowed_;
+  std::string who_;
+  std::atomic<bool> stop_{false};
+  Clock::time_point window_{};
+  int lines_ = 0;
+  int64_t suppressed_ = 0;
+  std::thread thread_;
+};
+
+TransportContext::TransportContext(std::string who) : who_(std::move(who)), ctx_(zmq_ctx_new()) {
+  if (!ctx_) throw Error(ZmqError("cannot create a ZeroMQ context"));
+}
+
+TransportContext::~TransportContext() {
+  auth_.reset();
+  while (zmq_ctx_term(ctx_) != 0 && zmq_errno() == EINTR) {
+  }
+}
+
+void TransportContext::Authenticate(const CurveKeys& keys) {
+  CheckKeyPair(keys.client_public, keys.client_secret, "client", false);
+  std::string raw(32, '\0');
+  zmq_z85_decode(reinterpret_cast<uint8_t*>(&raw[0]), keys.client_public.c_str());
+  if (auth_) {
+    SHOAL_CHECK(raw == allowed_, who_ + ": one process cannot admit two different client keys");
+    return;
+  }
+  auth_ = std::make_unique<Authenticator>(ctx_, raw, who_);
+  allowed_ = raw;
+}
+
+Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys) : ctx_(ctx), kind_(kind) {
   if (keys.enabled()) {
     CheckKeyPair(keys.server_public, keys.server_secret, "server", kind == Kind::kServer);
     CheckKeyPair(keys.client_public, keys.client_secret, "client", kind == Kind::kClient);
-    if (kind == Kind::kServer) {
-      socket_.set(zmq::sockopt::curve_server, 1);
-      socket_.set(zmq::sockopt::curve_secretkey, keys.server_secret);
-      socket_.set(zmq::sockopt::zap_domain, "shoal");
+    if (kind == Kind::kServer) ctx.Authenticate(keys);
+  }
+  socket_ = zmq_socket(ctx.handle(), kind == Kind::kServer ? ZMQ_ROUTER : ZMQ_DEALER);
+  if (!socket_) throw Error(ZmqError("cannot create a socket"));
+  try {
+    SetInt(socket_, ZMQ_LINGER, 0, "linger");
+    // Kernel socket buffers stay at their (auto-tuned) defaults: fixed 4 MiB buffers
+    // measured slower on loopback.
+    if (kind == Kind::kClient) {
+      // A client's own requests are never dropped or blocked; a server keeps ZeroMQ's
+      // default high-water marks so one flooding peer meets TCP back-pressure instead of
+      // growing the server's memory.
+      SetInt(socket_, ZMQ_SNDHWM, 0, "sndhwm");
+      SetInt(socket_, ZMQ_RCVHWM, 0, "rcvhwm");
     } else {
-      socket_.set(zmq::sockopt::curve_serverkey, keys.server_public);
-      socket_.set(zmq::sockopt::curve_publickey, keys.client_public);
-      socket_.set(zmq::sockopt::curve_secretkey, keys.client_secret);
+      SetMaxMessageBytes(kMaxFrameBytes);
+      SetInt(socket_, ZMQ_ROUTER_HANDOVER, 1, "router_handover");
     }
+    if (keys.enabled()) {
+      if (kind == Kind::kServer) {
+        SetInt(socket_, ZMQ_CURVE_SERVER, 1, "curve_server");
+        SetStr(socket_, ZMQ_CURVE_SECRETKEY, keys.server_secret, "curve_secretkey");
+        SetStr(socket_, ZMQ_ZAP_DOMAIN, "shoal", "zap_domain");
+      } else {
+        SetStr(socket_, ZMQ_CURVE_SERVERKEY, keys.server_public, "curve_serverkey");
+        SetStr(socket_, ZMQ_CURVE_PUBLICKEY, keys.client_public, "curve_publickey");
+        SetStr(socket_, ZMQ_CURVE_SECRETKEY, keys.client_secret, "curve_secretkey");
+      }
+    }
+  } catch (...) {
+    zmq_close(socket_);
+    throw;
   }
 }
 
 Transport::~Transport() {
-  if (monitor_) zmq_socket_monitor(socket_.handle(), nullptr, 0);
+  if (monitor_) {
+    zmq_socket_monitor(socket_, nullptr, 0);
+    zmq_close(monitor_);
+  }
+  zmq_close(socket_);
 }
 
+void Transport::SetMaxMessageBytes(int64_t bytes) {
+  if (zmq_setsockopt(socket_, ZMQ_MAXMSGSIZE, &bytes, sizeof bytes) != 0) throw Error(ZmqError("maxmsgsize"));
+}
+
+void Transport::SetSendQueue(int messages) { SetInt(socket_, ZMQ_SNDHWM, messages, "sndhwm"); }
+
 std::string Transport::Bind(const std::string& endpoint) {
-  try {
-    socket_.bind(endpoint);
-  } catch (const zmq::error_t& e) {
-    throw Error("cannot listen on " + endpoint + ": " + e.what());
-  }
-  return socket_.get(zmq::sockopt::last_endpoint);
+  if (zmq_bind(socket_, endpoint.c_str()) != 0) throw Error(ZmqError("cannot listen on " + endpoint));
+  char ep[256];
+  size_t len = sizeof ep;
+  if (zmq_getsockopt(socket_, ZMQ_LAST_ENDPOINT, ep, &len) != 0) throw Error(ZmqError("last endpoint"));
+  return ep;
 }
 
 void Transport::Connect(const std::string& endpoint) {
-  try {
-    socket_.connect(endpoint);
-  } catch (const zmq::error_t& e) {
-    throw Error("cannot connect to " + endpoint + ": " + e.what());
-  }
+  if (zmq_connect(socket_, endpoint.c_str()) != 0) throw Error(ZmqError("cannot connect to " + endpoint));
 }
 
-void Transport::Send(OutMessage& m, const zmq::message_t* to) {
-  if (to) {
-    zmq::message_t id(to->data(), to->size());
-    socket_.send(id, zmq::send_flags::sndmore);
-  }
+void Transport::Send(OutMessage& m, const PeerId* to) {
+  if (to) SendCopy(socket_, to->data(), to->size(), ZMQ_SNDMORE);
   auto words = capnp::messageToFlatArray(m.builder);
   auto bytes = words.asBytes();
-  zmq::message_t head(bytes.begin(), bytes.size());
   bool more = !m.payloads.empty();
-  socket_.send(head, more ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  SendCopy(socket_, bytes.begin(), bytes.size(), more ? ZMQ_SNDMORE : 0);
   bytes_sent_ += bytes.size();
   for (size_t i = 0; i < m.payloads.size(); ++i) {
     Payload& p = m.payloads[i];
-    auto flags = i + 1 < m.payloads.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    int flags = i + 1 < m.payloads.size() ? ZMQ_SNDMORE : 0;
     bytes_sent_ += p.size;
     if (p.size == 0) {
-      zmq::message_t empty;
-      socket_.send(empty, flags);
+      SendCopy(socket_, nullptr, 0, flags);
       if (p.on_release) p.on_release();
       continue;
     }
     auto* hint = new Payload(std::move(p));
-    zmq::message_t frame(const_cast<void*>(hint->data), hint->size, &ReleasePayload, hint);
-    socket_.send(frame, flags);
+    zmq_msg_t frame;
+    zmq_msg_init_data(&frame, const_cast<void*>(hint->data), hint->size, &ReleasePayload, hint);
+    try {
+      SendFrame(socket_, &frame, flags);
+    } catch (...) {
+      zmq_msg_close(&frame);  // runs ReleasePayload
+      throw;
+    }
   }
   m.payloads.clear();
 }
 
+bool Transport::TrySend(OutMessage& m) {
+  SHOAL_CHECK(m.payloads.empty(), "TrySend: only payload-free messages");
+  auto words = capnp::messageToFlatArray(m.builder);
+  auto bytes = words.asBytes();
+  bool sent = SendCopy(socket_, bytes.begin(), bytes.size(), ZMQ_DONTWAIT);
+  if (sent) bytes_sent_ += bytes.size();
+  return sent;
+}
+
 bool Transport::Recv(InMessage* m, int timeout_ms) {
-  std::vector<zmq::message_t> frames(1);
+  std::vector<Frame> frames(1);
   // Try first without waiting: when messages are queued this saves a poll per message.
-  if (!socket_.recv(frames[0], zmq::recv_flags::dontwait)) {
+  if (zmq_msg_recv(FrameAccess::Msg(frames[0]), socket_, ZMQ_DONTWAIT) < 0) {
     if (timeout_ms == 0) return false;
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (Poll(&item, 1, timeout_ms) == 0) return false;
-    if (!socket_.recv(frames[0], zmq::recv_flags::dontwait)) return false;
+    zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
+    if (PollRetry(&item, 1, timeout_ms) == 0) return false;
+    if (zmq_msg_recv(FrameAccess::Msg(frames[0]), socket_, ZMQ_DONTWAIT) < 0) return false;
   }
   // A multipart message arrives whole or not at all, so these reads never block.
-  while (socket_.get(zmq::sockopt::rcvmore)) {
+  while (RcvMore(socket_)) {
     frames.emplace_back();
-    if (!socket_.recv(frames.back(), zmq::recv_flags::none)) return false;
+    while (zmq_msg_recv(FrameAccess::Msg(frames.back()), socket_, 0) < 0)
+      if (zmq_errno() != EINTR) return false;
   }
   size_t first = 0;
-  m->identity = zmq::message_t();
+  m->identity.clear();
   m->payloads.clear();
-  if (kind_ == Kind::kServer) m->identity = std::move(frames[first++]);
+  if (kind_ == Kind::kServer) m->identity = frames[first++].to_string();
   try {
     SHOAL_CHECK(first < frames.size(), "message has no header frame");
     m->ParseHeader(frames[first]);
   } catch (const Error& e) {
-    zmq::message_t id;
-    id.rebuild(m->identity.data(), m->identity.size());
-    throw BadMessage(e.what(), std::move(id));
+    throw BadMessage(e.what(), m->identity);
   }
   for (size_t i = first + 1; i < frames.size(); ++i) m->payloads.push_back(std::move(frames[i]));
   return true;
+}
+
+Transport::Ready Transport::Wait(int timeout_ms) {
+  zmq_pollitem_t items[2] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor_, 0, ZMQ_POLLIN, 0}};
+  PollRetry(items, monitor_ ? 2 : 1, timeout_ms);
+  Ready r;
+  r.message = items[0].revents & ZMQ_POLLIN;
+  r.event = monitor_ && (items[1].revents & ZMQ_POLLIN);
+  return r;
+}
+
+bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char>* ready) {
+  std::vector<zmq_pollitem_t> items;
+  for (Transport* t : ts) items.push_back({t->socket_, 0, ZMQ_POLLIN, 0});
+  int n = PollRetry(items.data(), int(items.size()), timeout_ms);
+  ready->assign(ts.size(), 0);
+  for (size_t i = 0; i < items.size(); ++i) (*ready)[i] = (items[i].revents & ZMQ_POLLIN) != 0;
+  return n > 0;
 }
 
 void Transport::EnableMonitor() {
@@ -241,20 +467,20 @@ void Transport::EnableMonitor() {
   snprintf(addr, sizeof addr, "inproc://shoal-monitor-%p", static_cast<void*>(this));
   int events = ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED;
-  if (zmq_socket_monitor(socket_.handle(), addr, events) != 0)
-    throw Error(std::string("cannot monitor socket: ") + zmq_strerror(zmq_errno()));
-  monitor_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pair);
-  monitor_->set(zmq::sockopt::linger, 0);
-  monitor_->connect(addr);
+  if (zmq_socket_monitor(socket_, addr, events) != 0) throw Error(ZmqError("cannot monitor socket"));
+  monitor_ = zmq_socket(ctx_.handle(), ZMQ_PAIR);
+  SetInt(monitor_, ZMQ_LINGER, 0, "linger");
+  if (zmq_connect(monitor_, addr) != 0) throw Error(ZmqError("cannot connect the socket monitor"));
 }
 
 std::vector<SocketEvent> Transport::DrainEvents() {
   std::vector<SocketEvent> out;
   if (!monitor_) return out;
   while (true) {
-    zmq::message_t head, where;
-    if (!monitor_->recv(head, zmq::recv_flags::dontwait)) break;
-    if (!monitor_->recv(where, zmq::recv_flags::dontwait) || head.size() < 6) continue;
+    Frame head, where;
+    if (zmq_msg_recv(FrameAccess::Msg(head), monitor_, ZMQ_DONTWAIT) < 0) break;
+    if (!RcvMore(monitor_) || zmq_msg_recv(FrameAccess::Msg(where), monitor_, ZMQ_DONTWAIT) < 0 || head.size() < 6)
+      continue;
     SocketEvent e;
     uint16_t ev;
     uint32_t val;
@@ -268,80 +494,19 @@ std::vector<SocketEvent> Transport::DrainEvents() {
   return out;
 }
 
-CurveAuthenticator::CurveAuthenticator(zmq::context_t& ctx, const std::string& allowed_z85, std::string who)
-    : socket_(ctx, zmq::socket_type::rep), who_(std::move(who)) {
-  allowed_.resize(32);
-  SHOAL_CHECK(allowed_z85.size() == 40 &&
-                  zmq_z85_decode(reinterpret_cast<uint8_t*>(&allowed_[0]), allowed_z85.c_str()) != nullptr,
-              "client public key is not a 40-character Z85 key");
-  socket_.set(zmq::sockopt::linger, 0);
-  socket_.bind("inproc://zeromq.zap.01");
-  thread_ = std::thread([this] { Run(); });
-}
-
-CurveAuthenticator::~CurveAuthenticator() {
-  stop_ = true;
-  thread_.join();
-}
-
-void CurveAuthenticator::Run() {
-  while (!stop_) {
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (Poll(&item, 1, 100) == 0) continue;
-    std::vector<zmq::message_t> req;
-    do {
-      req.emplace_back();
-      if (!socket_.recv(req.back(), zmq::recv_flags::none)) break;
-    } while (socket_.get(zmq::sockopt::rcvmore));
-    // ZAP request: version, request id, domain, address, identity, mechanism, credentials.
-    bool ok = req.size() >= 7 && req[5].to_string() == "CURVE" && req[6].size() == 32 &&
-              memcmp(req[6].data(), allowed_.data(), 32) == 0;
-    std::string address = req.size() > 3 ? req[3].to_string() : "?";
-    if (!ok) {
-      std::string key = "?";
-      if (req.size() >= 7 && req[6].size() == 32) {
-        char z85[41];
-        zmq_z85_encode(z85, static_cast<const uint8_t*>(req[6].data()), 32);
-        key = z85;
-      }
-      LOG(WARNING) << who_ << ": refused CURVE client at " << address << ": public key " << key
-                   << " is not the job's client key";
-    }
-    std::string reqid = req.size() > 1 ? req[1].to_string() : "";
-    const char* reply[] = {"1.0", reqid.c_str(), ok ? "200" : "400", ok ? "OK" : "unknown client key", "", ""};
-    for (int i = 0; i < 6; ++i) {
-      zmq::message_t part(reply[i], i == 1 ? reqid.size() : strlen(reply[i]));
-      socket_.send(part, i < 5 ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
-  }
-}
-
-int Poll(zmq::pollitem_t* items, size_t n, int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (true) {
-    int rc = zmq_poll(items, int(n), timeout_ms);
-    if (rc >= 0) return rc;
-    if (zmq_errno() != EINTR) throw Error(std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
-    if (timeout_ms < 0) continue;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return 0;
-    timeout_ms = int(left.count());
-  }
-}
-
 std::pair<std::string, std::string> CurveKeyPair() {
   char pub[41], sec[41];
   if (zmq_curve_keypair(pub, sec) != 0) throw Error("zmq_curve_keypair failed: this libzmq lacks CURVE support");
   return {pub, sec};
 }
 
-std::string PeerName(const zmq::message_t& identity) {
+std::string PeerName(const PeerId& identity) {
   static const char* hex = "0123456789abcdef";
   std::string s = "peer 0x";
-  auto* p = static_cast<const uint8_t*>(identity.data());
   for (size_t i = 0; i < identity.size() && i < 16; ++i) {
-    s += hex[p[i] >> 4];
-    s += hex[p[i] & 15];
+    auto c = static_cast<uint8_t>(identity[i]);
+    s += hex[c >> 4];
+    s += hex[c & 15];
   }
   return s;
 }

@@ -1,17 +1,16 @@
-// The one class that knows ZeroMQ. A message is one Cap'n Proto header frame followed by
-// raw tensor frames; tensor bytes are handed to ZeroMQ by pointer (zmq_msg_init_data) and
-// received frames stay alive as the tensor buffer, so no layer copies them.
+// Shoal's messages over ZeroMQ, with ZeroMQ kept inside common/transport/ (nothing else
+// includes it). A message is one Cap'n Proto header frame followed by raw tensor frames;
+// tensor bytes are handed to ZeroMQ by pointer and received frames stay alive as the
+// tensor buffer (Frame), so no layer copies them.
 #pragma once
-#include <atomic>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
-#include <zmq.hpp>
 
 #include "common/dtype.h"
 #include "common/messages/schema.capnp.h"
@@ -23,6 +22,54 @@ struct CurveKeys {
   std::string server_public, server_secret;
   std::string client_public, client_secret;
   bool enabled() const { return !server_public.empty(); }
+};
+
+// Bytes received off the wire and kept as they arrived (a ZeroMQ frame, no copy), or a
+// fresh allocation. Move-only.
+class Frame {
+ public:
+  Frame();
+  explicit Frame(size_t size);           // uninitialized bytes
+  Frame(const void* data, size_t size);  // a copy
+  Frame(Frame&& o) noexcept;
+  Frame& operator=(Frame&& o) noexcept;
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+  ~Frame();
+  void* data();
+  const void* data() const;
+  size_t size() const;
+  std::string to_string() const { return std::string(static_cast<const char*>(data()), size()); }
+
+ private:
+  friend struct FrameAccess;
+  alignas(8) unsigned char msg_[64];  // a zmq_msg_t
+};
+
+// Who sent a message to a server socket (a ROUTER identity); empty on client sockets.
+using PeerId = std::string;
+
+// A ZeroMQ context and the job's one CurveZMQ authentication path: once a socket of this
+// context binds with keys, a ZAP handler admits only peers presenting the job's client
+// public key, and logs each refusal (rate-limited). Outlives every socket made in it; its
+// destructor returns only once ZeroMQ has released every message sent through it.
+class TransportContext {
+ public:
+  explicit TransportContext(std::string who = "shoal");
+  ~TransportContext();
+  TransportContext(const TransportContext&) = delete;
+  TransportContext& operator=(const TransportContext&) = delete;
+  // Starts the ZAP handler for `keys` (once; a second call must name the same client key).
+  void Authenticate(const CurveKeys& keys);
+  const std::string& who() const { return who_; }
+  void* handle() const { return ctx_; }  // for common/transport's own sockets
+
+ private:
+  class Authenticator;
+  std::string who_;
+  void* ctx_;
+  std::unique_ptr<Authenticator> auth_;
+  std::string allowed_;  // the client key the handler admits
 };
 
 // A tensor frame to send. `data` must stay valid until ZeroMQ releases it; `keep` (if
@@ -46,11 +93,11 @@ struct OutMessage {
 // payload frames are kept as received.
 class InMessage {
  public:
-  zmq::message_t identity;  // ROUTER peer id (empty on DEALER sockets)
-  std::vector<zmq::message_t> payloads;
+  PeerId identity;  // the sender, on server sockets
+  std::vector<Frame> payloads;
   msg::Header::Reader header() const { return reader_->getRoot<msg::Header>(); }
   // Parses `frame` as the header; throws shoal::Error saying what is wrong with it.
-  void ParseHeader(const zmq::message_t& frame);
+  void ParseHeader(const Frame& frame);
   // Checks that the tensor metas match the frames (count, byte sizes, dtype x shape).
   void ValidateTensors() const;
 
@@ -65,12 +112,14 @@ struct SocketEvent {
   int value = 0;
   std::string endpoint;
   std::string Describe() const;  // one line, e.g. "handshake failed: ..."
+  bool is_disconnect() const;
 };
 
 class Transport {
  public:
   enum class Kind { kServer, kClient };  // ROUTER (bind) | DEALER (connect)
-  Transport(zmq::context_t& ctx, Kind kind, const CurveKeys& keys);
+  // A server socket with keys turns on the context's client authentication.
+  Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys);
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -78,59 +127,56 @@ class Transport {
   // Binds and returns the resolved endpoint (so "tcp://127.0.0.1:*" works).
   std::string Bind(const std::string& endpoint);
   void Connect(const std::string& endpoint);
+  // Largest message a server socket accepts (default kMaxFrameBytes); set before Bind.
+  void SetMaxMessageBytes(int64_t bytes);
+  // Messages queued for an unreachable peer before sends drop (heartbeats); default none.
+  void SetSendQueue(int messages);
   // Sends header + payloads; `to` is the peer identity on a server socket.
-  void Send(OutMessage& m, const zmq::message_t* to = nullptr);
+  void Send(OutMessage& m, const PeerId* to = nullptr);
+  // Sends a payload-free message unless the queue is full; false when dropped.
+  bool TrySend(OutMessage& m);
   // Receives one whole message, waiting at most timeout_ms (-1 = forever); false on
   // timeout. A frame sequence that is not a valid message throws BadMessage.
   bool Recv(InMessage* m, int timeout_ms);
 
-  // Reports handshake failures and disconnects through Monitor() + DrainEvents().
+  // What Wait found ready.
+  struct Ready {
+    bool message = false;
+    bool event = false;
+  };
+  // Waits up to timeout_ms for a message or a monitor event.
+  Ready Wait(int timeout_ms);
+  // Reports handshake failures and disconnects through DrainEvents().
   void EnableMonitor();
-  zmq::socket_t* monitor_socket() { return monitor_.get(); }
   std::vector<SocketEvent> DrainEvents();
 
-  zmq::socket_t& socket() { return socket_; }
   Kind kind() const { return kind_; }
   uint64_t bytes_sent() const { return bytes_sent_; }
 
  private:
-  zmq::context_t& ctx_;
+  friend bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char>* ready);
+  TransportContext& ctx_;
   Kind kind_;
-  zmq::socket_t socket_;
-  std::unique_ptr<zmq::socket_t> monitor_;
+  void* socket_ = nullptr;
+  void* monitor_ = nullptr;
   uint64_t bytes_sent_ = 0;
 };
 
+// Waits up to timeout_ms until one of `ts` has a message; (*ready)[i] says which. False on
+// timeout.
+bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char>* ready);
+
 // Thrown by Recv for a message that cannot be decoded; identity names the sender.
 struct BadMessage : std::runtime_error {
-  BadMessage(const std::string& what, zmq::message_t id) : std::runtime_error(what), identity(std::move(id)) {}
-  zmq::message_t identity;
+  BadMessage(const std::string& what, PeerId id) : std::runtime_error(what), identity(std::move(id)) {}
+  PeerId identity;
 };
-
-// ZAP handler: with CURVE on, accepts only clients presenting the configured client public
-// key and logs one line for each refusal. Must start before the server socket binds.
-class CurveAuthenticator {
- public:
-  CurveAuthenticator(zmq::context_t& ctx, const std::string& allowed_client_public_z85, std::string who);
-  ~CurveAuthenticator();
-
- private:
-  void Run();
-  zmq::socket_t socket_;
-  std::string allowed_;  // 32 raw bytes
-  std::string who_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-// zmq_poll that rides out signals (EINTR) until timeout_ms (-1 = forever) has passed.
-int Poll(zmq::pollitem_t* items, size_t n, int timeout_ms);
 
 // Generates a Z85 key pair (public, secret).
 std::pair<std::string, std::string> CurveKeyPair();
 
-// Printable form of a ROUTER identity for log lines.
-std::string PeerName(const zmq::message_t& identity);
+// Printable form of a server socket's peer identity for log lines.
+std::string PeerName(const PeerId& identity);
 
 inline msg::DType ToWire(DType t) { return static_cast<msg::DType>(uint16_t(t)); }
 inline DType FromWire(msg::DType t) { return static_cast<DType>(uint8_t(t)); }

@@ -11,7 +11,7 @@
 namespace shoal {
 namespace {
 
-zmq::message_t Floats(const std::vector<float>& v) { return zmq::message_t(v.data(), v.size() * 4); }
+Frame Floats(const std::vector<float>& v) { return Frame(v.data(), v.size() * 4); }
 std::vector<float> Values(const KvShard& kv, const std::string& name) {
   const float* p = reinterpret_cast<const float*>(kv.Find(name)->buf->data());
   return std::vector<float>(p, p + kv.Find(name)->elements());

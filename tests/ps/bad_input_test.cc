@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
+#include <zmq.hpp>  // a hostile raw client, below the transport
 
 #include "common/config.h"
 #include "common/error.h"
@@ -61,7 +62,7 @@ class BadInput : public ::testing::Test {
     zmq::message_t head;
     EXPECT_TRUE(raw_->recv(head, zmq::recv_flags::none));
     InMessage in;
-    in.ParseHeader(head);
+    in.ParseHeader(Frame(head.data(), head.size()));
     EXPECT_EQ(in.header().getKind(), msg::Kind::ERROR);
     return in.header().getMessage();
   }

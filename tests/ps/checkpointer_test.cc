@@ -3,6 +3,7 @@
 // a writer SIGKILLed at random moments never leaves a checkpoint half there.
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,7 +22,7 @@
 namespace shoal {
 namespace {
 
-zmq::message_t Floats(const std::vector<float>& v) { return zmq::message_t(v.data(), v.size() * 4); }
+Frame Floats(const std::vector<float>& v) { return Frame(v.data(), v.size() * 4); }
 std::vector<float> Values(const KvShard& kv, const std::string& name) {
   const StoredTensor* t = kv.Find(name);
   if (!t) return {};
@@ -76,7 +77,7 @@ TEST(Checkpointer, TensorsAndOptimizerStateRoundTripExactly) {
   b.SetUpdateRule(PlannedRule(cfg));
   a.Push("fc.weight", DType::kF32, {2, 3}, Floats({1, 2, 3, 4, 5, 6}), msg::PushOp::ASSIGN);
   a.Push("fc.bias", DType::kF32, {3}, Floats({0.5f, -0.5f, 0}), msg::PushOp::ASSIGN);
-  a.Push("half", DType::kF16, {2}, zmq::message_t("\x01\x3c\x00\x40", 4), msg::PushOp::ASSIGN);
+  a.Push("half", DType::kF16, {2}, Frame("\x01\x3c\x00\x40", 4), msg::PushOp::ASSIGN);
   for (int i = 0; i < 5; ++i) {  // LAMB's moments and step counts now differ from zero
     a.Push("fc.weight", DType::kF32, {2, 3}, Floats({0.1f, -0.2f, 0.3f, 0.1f * i, 0, 1}), msg::PushOp::APPLY);
     a.Push("fc.bias", DType::kF32, {3}, Floats({1, 1, -1}), msg::PushOp::APPLY);
@@ -111,8 +112,7 @@ TEST(Checkpointer, TensorsAndOptimizerStateRoundTripExactly) {
   // Against a shard that lost its state: the update differs, so the check above has teeth.
   KvShard cold;
   cold.SetUpdateRule(PlannedRule(cfg));
-  cold.Push("fc.weight", DType::kF32, {2, 3}, zmq::message_t(a.Find("fc.weight")->buf->data(), 24),
-            msg::PushOp::ASSIGN);
+  cold.Push("fc.weight", DType::kF32, {2, 3}, Frame(a.Find("fc.weight")->buf->data(), 24), msg::PushOp::ASSIGN);
   KvShard warm;
   warm.SetUpdateRule(PlannedRule(cfg));
   c.Load(7, &warm);
@@ -177,8 +177,13 @@ TEST(Checkpointer, AWriterKilledMidWriteLeavesEveryCheckpointWhole) {
   const size_t kFloats = 1 << 20;  // 4 MiB a tensor, 3 tensors: writes take a while
   uint64_t next = 1;
   for (int round = 0; round < 6; ++round) {
+    // The writer says when its first checkpoint of the round is down, so the kill always
+    // lands mid-stream however slow the machine is, never before anything was written.
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
     pid_t pid = fork();
     if (pid == 0) {
+      close(ready[0]);
       try {
         Checkpointer c(dir, 0, round == 0);
         KvShard kv;
@@ -187,15 +192,21 @@ TEST(Checkpointer, AWriterKilledMidWriteLeavesEveryCheckpointWhole) {
             kv.Push("t" + std::to_string(t), DType::kF32, {int64_t(kFloats)},
                     Floats(std::vector<float>(kFloats, float(id * 10 + t))), msg::PushOp::ASSIGN);
           c.Write(Rec(id), kv);
+          if (id == next && write(ready[1], "w", 1) != 1) _exit(4);
         }
       } catch (...) {
         _exit(3);
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 200));
+    close(ready[1]);
+    pollfd pfd{ready[0], POLLIN, 0};
+    bool wrote = poll(&pfd, 1, 60000) == 1;
+    close(ready[0]);
+    if (wrote) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
     kill(pid, SIGKILL);
     int st = 0;
     waitpid(pid, &st, 0);
+    ASSERT_TRUE(wrote) << "the writer wrote no checkpoint within 60 s";
     ASSERT_TRUE(WIFSIGNALED(st)) << "the writer failed on its own";
     Checkpointer c(dir, 0, false);
     std::vector<uint64_t> ids = c.Written();

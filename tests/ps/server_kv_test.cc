@@ -8,7 +8,7 @@
 namespace shoal {
 namespace {
 
-zmq::message_t Floats(std::vector<float> v) { return zmq::message_t(v.data(), v.size() * 4); }
+Frame Floats(const std::vector<float>& v) { return Frame(v.data(), v.size() * 4); }
 const float* F(const StoredTensor* t) { return reinterpret_cast<const float*>(t->buf->data()); }
 
 TEST(KvShard, AssignAddAndVersions) {
@@ -39,8 +39,8 @@ TEST(KvShard, CopiesOnWriteWhileABufferIsBeingSent) {
 TEST(KvShard, Fp16AddAndApplyHook) {
   KvShard kv;
   uint16_t h[2] = {FloatToHalf(1.5f), FloatToHalf(-2)};
-  kv.Push("h", DType::kF16, {2}, zmq::message_t(h, 4), msg::PushOp::ADD);
-  kv.Push("h", DType::kF16, {2}, zmq::message_t(h, 4), msg::PushOp::ADD);
+  kv.Push("h", DType::kF16, {2}, Frame(h, 4), msg::PushOp::ADD);
+  kv.Push("h", DType::kF16, {2}, Frame(h, 4), msg::PushOp::ADD);
   auto* d = reinterpret_cast<const uint16_t*>(kv.Find("h")->buf->data());
   EXPECT_EQ(HalfToFloat(d[0]), 3.0f);
   EXPECT_EQ(HalfToFloat(d[1]), -4.0f);

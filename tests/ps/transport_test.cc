@@ -42,7 +42,7 @@ TEST(Schema, RoundTripsEveryField) {
   h.setMessage("hello");
 
   auto words = capnp::messageToFlatArray(out.builder);
-  zmq::message_t frame(words.asBytes().begin(), words.asBytes().size());
+  Frame frame(words.asBytes().begin(), words.asBytes().size());
   InMessage in;
   in.ParseHeader(frame);
   auto r = in.header();
@@ -71,19 +71,19 @@ TEST(Schema, RejectsTruncatedAndGarbageHeaders) {
   auto words = capnp::messageToFlatArray(out.builder);
   auto bytes = words.asBytes();
   InMessage in;
-  zmq::message_t odd(bytes.begin(), bytes.size() - 3);
+  Frame odd(bytes.begin(), bytes.size() - 3);
   EXPECT_THROW(in.ParseHeader(odd), Error);
-  zmq::message_t cut(bytes.begin(), bytes.size() - 8);  // whole words, but the text is cut off
+  Frame cut(bytes.begin(), bytes.size() - 8);  // whole words, but the text is cut off
   EXPECT_THROW(in.ParseHeader(cut), Error);
   std::string junk(64, '\xff');
-  zmq::message_t garbage(junk.data(), junk.size());
+  Frame garbage(junk.data(), junk.size());
   EXPECT_THROW(in.ParseHeader(garbage), Error);
-  zmq::message_t empty;
+  Frame empty;
   EXPECT_THROW(in.ParseHeader(empty), Error);
 }
 
 TEST(Transport, SendsTensorFramesWithoutCopying) {
-  zmq::context_t ctx(1);
+  TransportContext ctx;
   Transport server(ctx, Transport::Kind::kServer, {});
   std::string ep = server.Bind("tcp://127.0.0.1:*");
   Transport client(ctx, Transport::Kind::kClient, {});
@@ -141,7 +141,7 @@ TEST(Transport, ValidateTensorsNamesTheMismatch) {
   t[1].setName("b");
   t[1].setByteSize(0);
   auto words = capnp::messageToFlatArray(m.builder);
-  zmq::message_t frame(words.asBytes().begin(), words.asBytes().size());
+  Frame frame(words.asBytes().begin(), words.asBytes().size());
   InMessage in;
   in.ParseHeader(frame);
   in.payloads.emplace_back(16);
@@ -163,7 +163,7 @@ TEST(Transport, ValidateTensorsNamesTheMismatch) {
 }
 
 TEST(Heartbeat, NobodyListeningNeitherBlocksNorQueuesWithoutBound) {
-  zmq::context_t ctx(1);
+  TransportContext ctx;
   auto t0 = std::chrono::steady_clock::now();
   {
     // Port 1 on loopback: nobody listens there.
@@ -174,7 +174,7 @@ TEST(Heartbeat, NobodyListeningNeitherBlocksNorQueuesWithoutBound) {
 }
 
 TEST(Curve, MismatchedOrBadKeysAreRefusedAtStartup) {
-  zmq::context_t ctx(1);
+  TransportContext ctx;
   auto server = CurveKeyPair(), client = CurveKeyPair();
   CurveKeys keys{server.first, server.second, client.first, client.second};
   EXPECT_NO_THROW(Transport(ctx, Transport::Kind::kServer, keys));
