@@ -1,7 +1,5 @@
 #include "algorithms/collectives/zmq_ring.h"
 
-#include <zmq.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,39 +15,6 @@ namespace {
 
 constexpr uint32_t kMagic = 0x53484c52;  // "SHLR"
 
-void ZmqCheck(int rc, const std::string& what) {
-  if (rc != 0) throw Error(what + ": " + zmq_strerror(zmq_errno()));
-}
-
-void* MonitorSocket(void* ctx, void* sock, const std::string& name) {
-  ZmqCheck(zmq_socket_monitor(
-               sock, ("inproc://" + name).c_str(),
-               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED),
-           "zmq_socket_monitor");
-  void* m = zmq_socket(ctx, ZMQ_PAIR);
-  ZmqCheck(zmq_connect(m, ("inproc://" + name).c_str()), "monitor connect");
-  return m;
-}
-
-// Reads one monitor event if any; returns the event id or 0.
-int PollMonitor(void* mon) {
-  zmq_msg_t ev;
-  zmq_msg_init(&ev);
-  if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
-    zmq_msg_close(&ev);
-    return 0;
-  }
-  uint16_t id = 0;
-  if (zmq_msg_size(&ev) >= 2) memcpy(&id, zmq_msg_data(&ev), 2);
-  zmq_msg_close(&ev);
-  // The second frame holds the endpoint.
-  zmq_msg_t addr;
-  zmq_msg_init(&addr);
-  zmq_msg_recv(&addr, mon, 0);
-  zmq_msg_close(&addr);
-  return id;
-}
-
 // Chunk c of n elements split N ways: [begin, end).
 int64_t ChunkBegin(int64_t n, int N, int c) { return n * c / N; }
 
@@ -57,25 +22,13 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
-// One ring message: a header frame and a payload frame (sent without copying).
-struct ZmqRing::Msg {
-  zmq_msg_t head, body;
-  Msg() {
-    zmq_msg_init(&head);
-    zmq_msg_init(&body);
-  }
-  ~Msg() {
-    zmq_msg_close(&head);
-    zmq_msg_close(&body);
-  }
-  const Header& header() const { return *static_cast<const Header*>(zmq_msg_data(const_cast<zmq_msg_t*>(&head))); }
-  const uint8_t* payload() const { return static_cast<const uint8_t*>(zmq_msg_data(const_cast<zmq_msg_t*>(&body))); }
-  size_t payload_size() const { return zmq_msg_size(const_cast<zmq_msg_t*>(&body)); }
-};
+ZmqRing::Header ZmqRing::HeaderOf(const PipeMessage& m) {
+  Header h;
+  memcpy(&h, m.head.data(), sizeof h);  // frames promise no alignment
+  return h;
+}
 
 namespace {
-void ReleaseSent(void*, void* hint) { static_cast<std::atomic<int64_t>*>(hint)->fetch_sub(1); }
-
 // Who can reach our abstract Unix socket: same host AND same network namespace (abstract
 // sockets live in the namespace, so network-namespace test hosts must use TCP).
 std::string HostName() {
@@ -102,47 +55,25 @@ ZmqRing::ZmqRing(int rank, int size, Store& store, const RingOptions& opts)
 
 void ZmqRing::Wire(Store& store) {
   const int rank = rank_, size = size_;
-  ctx_ = zmq_ctx_new();
-  pull_ = zmq_socket(ctx_, ZMQ_PULL);
-  push_ = zmq_socket(ctx_, ZMQ_PUSH);
-  // Linger: what we sent must still reach the neighbour after we close.
-  int zero = 0, big = 4 << 20, linger = 10000;
-  for (void* s : {pull_, push_}) {
-    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_SNDBUF, &big, sizeof big);
-    zmq_setsockopt(s, ZMQ_RCVBUF, &big, sizeof big);
-    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-  }
-  if (!opts_.curve_server_public.empty()) {
-    int one = 1;
-    ZmqCheck(zmq_setsockopt(pull_, ZMQ_CURVE_SERVER, &one, sizeof one), "ring: CURVE server");
-    ZmqCheck(zmq_setsockopt(pull_, ZMQ_CURVE_SECRETKEY, opts_.curve_server_secret.c_str(), 40),
-             "ring: CURVE server secret key");
-    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_SERVERKEY, opts_.curve_server_public.c_str(), 40),
-             "ring: CURVE server public key");
-    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_PUBLICKEY, opts_.curve_client_public.c_str(), 40),
-             "ring: CURVE client public key");
-    ZmqCheck(zmq_setsockopt(push_, ZMQ_CURVE_SECRETKEY, opts_.curve_client_secret.c_str(), 40),
-             "ring: CURVE client secret key");
-  }
-  // A message larger than any collective could send is hostile: refuse it at the socket.
-  int64_t maxmsg = int64_t(1) << 34;
-  zmq_setsockopt(pull_, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+  ctx_ = std::make_unique<TransportContext>("ring rank " + std::to_string(rank));
+  PipeOptions po;
+  // CurveZMQ from the job's keys: links are encrypted, and the context's ZAP handler admits
+  // only peers holding the job's client key.
+  po.keys = CurveKeys{opts_.curve_server_public, opts_.curve_server_secret, opts_.curve_client_public,
+                      opts_.curve_client_secret};
+  // A message larger than any collective could send is hostile: refused at the socket.
+  po.max_message_bytes = int64_t(1) << 34;
+  in_ = std::make_unique<PipeIn>(*ctx_, po);
+  out_ = std::make_unique<PipeOut>(*ctx_, po);
   std::string bind = "tcp://" + opts_.bind_host + ":*";
-  ZmqCheck(zmq_bind(pull_, bind.c_str()), "ring rank " + std::to_string(rank) + ": bind " + bind);
-  char ep[256];
-  size_t len = sizeof ep;
-  ZmqCheck(zmq_getsockopt(pull_, ZMQ_LAST_ENDPOINT, ep, &len), "ZMQ_LAST_ENDPOINT");
+  std::string ep = in_->Bind(bind);
   std::string id = opts_.prefix + "-" + std::to_string(rank) + "-" + std::to_string(getpid()) + "-" +
                    std::to_string(reinterpret_cast<uintptr_t>(this));
   // Peers on this host connect over a Unix socket: faster than TCP loopback.
   // Linux's abstract socket namespace ("@"): nothing on disk, so a killed rank leaves no
   // file behind.
-  std::string ipc = "ipc://@shoal-" + id;
-  ZmqCheck(zmq_bind(pull_, ipc.c_str()), "ring rank " + std::to_string(rank) + ": bind " + ipc);
-  mon_pull_ = MonitorSocket(ctx_, pull_, id + "-pull");
-  store.Set(opts_.prefix + "-" + std::to_string(rank), std::string(ep) + " " + ipc + " " + HostName());
+  std::string ipc = in_->Bind("ipc://@shoal-" + id);
+  store.Set(opts_.prefix + "-" + std::to_string(rank), ep + " " + ipc + " " + HostName());
   int right = (rank + 1) % size;
   std::string published = store.Get(opts_.prefix + "-" + std::to_string(right), opts_.rendezvous_timeout_ms);
   std::string right_ep = published, right_ipc, right_host;
@@ -155,8 +86,11 @@ void ZmqRing::Wire(Store& store) {
     }
     if (!right_ipc.empty() && right_host == HostName() && !opts_.tcp_only) right_ep = right_ipc;
   }
-  ZmqCheck(zmq_connect(push_, right_ep.c_str()),
-           "ring rank " + std::to_string(rank) + ": connect to rank " + std::to_string(right) + " at " + right_ep);
+  try {
+    out_->Connect(right_ep);
+  } catch (const Error& e) {
+    throw Error("ring rank " + std::to_string(rank) + ": rank " + std::to_string(right) + ": " + e.what());
+  }
   Barrier();  // the ring is wired once a token has gone round
 }
 
@@ -180,21 +114,16 @@ void ZmqRing::Abort() { Close(true); }
 // failed collective unwinds into its caller, which then frees that buffer.
 void ZmqRing::Close(bool abort) {
   if (!ctx_) return;
-  int zero = 0;
-  for (void* s : {mon_pull_, pull_, push_}) {
-    if (!s) continue;
-    if (abort) zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_close(s);
-  }
-  mon_pull_ = pull_ = push_ = nullptr;
-  while (zmq_ctx_term(ctx_) != 0 && zmq_errno() == EINTR) {
-  }
-  ctx_ = nullptr;
+  if (in_) in_->Close(abort);
+  if (out_) out_->Close(abort);
+  in_.reset();
+  out_.reset();
+  ctx_.reset();
 }
 
 void ZmqRing::WaitSendsReleased() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
-  while (inflight_.load() > 0) {
+  while (out_ && out_->in_flight() > 0) {
     if (std::chrono::steady_clock::now() > deadline)
       throw Error("ring rank " + std::to_string(rank_) + ": rank " + std::to_string(Mod(rank_ + 1, size_)) +
                   " (right neighbour) took nothing for " + std::to_string(opts_.timeout_ms) + " ms");
@@ -208,59 +137,25 @@ void ZmqRing::WaitSendsReleased() {
 // leaves detection to the timeout.
 void ZmqRing::CheckMonitors(const char* what) {
   (void)what;
-  int ev;
-  while ((ev = PollMonitor(mon_pull_)) != 0) {
-    if (ev == ZMQ_EVENT_ACCEPTED) {
-      ++live_left_;
-      left_connected_ = true;
-    }
-    if (ev == ZMQ_EVENT_DISCONNECTED && live_left_ > 0) --live_left_;
-  }
-  left_gone_ = left_connected_ && live_left_ == 0;
+  in_->UpdateConnections();
+  left_gone_ = in_->ever_connected() && in_->open_connections() == 0;
 }
 
 void ZmqRing::Send(const Header& h, const void* payload, size_t bytes, bool zero_copy) {
   limiter_.Acquire(double(sizeof h + bytes));
-  while (zmq_send(push_, &h, sizeof h, ZMQ_SNDMORE) < 0)
-    if (zmq_errno() != EINTR) throw Error(std::string("ring send: ") + zmq_strerror(zmq_errno()));
-  zmq_msg_t m;
-  if (zero_copy && bytes > 0) {
-    // The caller's buffer goes to the wire as is; ReleaseSent tells us when ZeroMQ is done.
-    inflight_.fetch_add(1);
-    zmq_msg_init_data(&m, const_cast<void*>(payload), bytes, ReleaseSent, &inflight_);
-  } else {
-    zmq_msg_init_size(&m, bytes);
-    if (bytes) memcpy(zmq_msg_data(&m), payload, bytes);
-  }
-  while (zmq_msg_send(&m, push_, 0) < 0) {
-    if (zmq_errno() != EINTR) {
-      zmq_msg_close(&m);
-      throw Error(std::string("ring send: ") + zmq_strerror(zmq_errno()));
-    }
-  }
+  out_->Send(&h, sizeof h, payload, bytes, zero_copy);
   bytes_sent_ += int64_t(sizeof h + bytes);
 }
 
-bool ZmqRing::TryRecv(Msg* msg, const char* what) {
-  if (zmq_msg_recv(&msg->head, pull_, ZMQ_DONTWAIT) < 0) return false;
-  int more = 0;
-  size_t ml = sizeof more;
-  zmq_getsockopt(pull_, ZMQ_RCVMORE, &more, &ml);
-  bool ok = zmq_msg_size(&msg->head) == sizeof(Header) && msg->header().magic == kMagic && more;
-  if (ok) {
-    zmq_msg_recv(&msg->body, pull_, 0);  // multipart messages arrive whole
-    zmq_getsockopt(pull_, ZMQ_RCVMORE, &more, &ml);
-    ok = !more;
+bool ZmqRing::TryRecv(PipeMessage* msg, const char* what) {
+  size_t first = 0;
+  PipeIn::Got got = in_->TryRecv(sizeof(Header), msg, &first);
+  if (got == PipeIn::Got::kNothing) return false;
+  if (got == PipeIn::Got::kMessage && HeaderOf(*msg).magic != kMagic) {
+    got = PipeIn::Got::kMalformed;
+    first = sizeof(Header);
   }
-  if (!ok) {
-    size_t first = zmq_msg_size(&msg->head);
-    while (more) {  // drop the rest of the bad message
-      zmq_msg_t junk;
-      zmq_msg_init(&junk);
-      zmq_msg_recv(&junk, pull_, 0);
-      zmq_msg_close(&junk);
-      zmq_getsockopt(pull_, ZMQ_RCVMORE, &more, &ml);
-    }
+  if (got == PipeIn::Got::kMalformed) {
     // Anyone can reach the port: junk is dropped (and said once in a while), never fatal,
     // so stray bytes cannot stop a job.
     if (dropped_++ < 3 || dropped_ % 1000 == 0)
@@ -268,16 +163,16 @@ bool ZmqRing::TryRecv(Msg* msg, const char* what) {
               rank_, what, first, (long long)dropped_);
     return false;
   }
-  if (msg->header().seq != seq_)
-    throw Error(std::string("ring ") + what + ": out-of-step message (collective " + std::to_string(msg->header().seq) +
+  uint32_t seq = HeaderOf(*msg).seq;
+  if (seq != seq_)
+    throw Error(std::string("ring ") + what + ": out-of-step message (collective " + std::to_string(seq) +
                 ", expected " + std::to_string(seq_) + "): ranks called different collectives");
   return true;
 }
-
 // Data queued before a disconnect is still delivered: the left neighbour counts as gone
 // only when its socket closed AND nothing it sent is left to read. Its death then
 // cascades round the ring, each rank failing on its own left neighbour.
-void ZmqRing::Recv(Msg* msg, const char* what) {
+void ZmqRing::Recv(PipeMessage* msg, const char* what) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
   while (true) {
     if (TryRecv(msg, what)) return;
@@ -287,9 +182,7 @@ void ZmqRing::Recv(Msg* msg, const char* what) {
       throw Error(std::string("ring ") + what + ": rank " + std::to_string(Mod(rank_ - 1, size_)) +
                   " (left neighbour) disconnected: it stopped or crashed");
     }
-    zmq_pollitem_t items[] = {{pull_, 0, ZMQ_POLLIN, 0}, {mon_pull_, 0, ZMQ_POLLIN, 0}};
-    int rc = zmq_poll(items, 2, 100);
-    if (rc < 0 && zmq_errno() != EINTR) throw Error(std::string("ring poll: ") + zmq_strerror(zmq_errno()));
+    in_->Wait(100);
     if (std::chrono::steady_clock::now() > deadline)
       throw Error(std::string("ring ") + what + ": no data from rank " + std::to_string(Mod(rank_ - 1, size_)) +
                   " for " + std::to_string(opts_.timeout_ms) + " ms");
@@ -345,18 +238,18 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
       do {
         int64_t sb = b + int64_t(s) * seg_elems, se = std::min(e, sb + seg_elems);
         int64_t cnt = std::max<int64_t>(0, se - sb);
-        Msg m;
+        PipeMessage m;
         Recv(&m, what);
-        if (m.header().step != step || m.header().segment != s || m.payload_size() != size_t(cnt) * es)
-          throw Error(std::string("ring ") + what + ": unexpected segment (step " + std::to_string(m.header().step) +
-                      " segment " + std::to_string(m.header().segment) + ", " + std::to_string(m.payload_size()) +
+        if (HeaderOf(m).step != step || HeaderOf(m).segment != s || m.body.size() != size_t(cnt) * es)
+          throw Error(std::string("ring ") + what + ": unexpected segment (step " + std::to_string(HeaderOf(m).step) +
+                      " segment " + std::to_string(HeaderOf(m).segment) + ", " + std::to_string(m.body.size()) +
                       " bytes)");
         const float* in;
         if (wire == DType::kF32) {
-          in = reinterpret_cast<const float*>(m.payload());
+          in = reinterpret_cast<const float*>(static_cast<const uint8_t*>(m.body.data()));
         } else {
           tmp.resize(size_t(cnt));
-          DecodeFloats(m.payload(), size_t(cnt), wire, tmp.data());
+          DecodeFloats(static_cast<const uint8_t*>(m.body.data()), size_t(cnt), wire, tmp.data());
           in = tmp.data();
         }
         float* out = data + sb;
@@ -409,12 +302,12 @@ void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
     int send_c = Mod(rank_ - step, size_), recv_c = Mod(rank_ - step - 1, size_);
     Header h{kMagic, seq_, uint32_t(step), 0};
     Send(h, o + bytes * send_c, size_t(bytes), false);
-    Msg m;
+    PipeMessage m;
     Recv(&m, "all-gather");
-    if (m.header().step != uint32_t(step) || m.payload_size() != size_t(bytes))
-      throw Error("ring all-gather: unexpected message (" + std::to_string(m.payload_size()) + " bytes, expected " +
+    if (HeaderOf(m).step != uint32_t(step) || m.body.size() != size_t(bytes))
+      throw Error("ring all-gather: unexpected message (" + std::to_string(m.body.size()) + " bytes, expected " +
                   std::to_string(bytes) + ")");
-    memcpy(o + bytes * recv_c, m.payload(), size_t(bytes));
+    memcpy(o + bytes * recv_c, static_cast<const uint8_t*>(m.body.data()), size_t(bytes));
   }
 }
 
@@ -428,11 +321,11 @@ void ZmqRing::Broadcast(void* data, int64_t bytes, int root) {
   int dist = Mod(rank_ - root, size_);
   Header h{kMagic, seq_, 0, 0};
   if (dist != 0) {
-    Msg m;
+    PipeMessage m;
     Recv(&m, "broadcast");
-    if (m.payload_size() != size_t(bytes))
-      throw Error("ring broadcast: " + std::to_string(m.payload_size()) + " bytes, expected " + std::to_string(bytes));
-    memcpy(data, m.payload(), size_t(bytes));
+    if (m.body.size() != size_t(bytes))
+      throw Error("ring broadcast: " + std::to_string(m.body.size()) + " bytes, expected " + std::to_string(bytes));
+    memcpy(data, static_cast<const uint8_t*>(m.body.data()), size_t(bytes));
   }
   if (dist != size_ - 1) Send(h, data, size_t(bytes), false);
 }

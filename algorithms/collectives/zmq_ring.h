@@ -5,7 +5,6 @@
 // A neighbour that disconnects mid-collective, or silence past the timeout, is an error
 // naming the rank, never a hang.
 #pragma once
-#include <atomic>
 #include <memory>
 #include <utility>
 #include <string>
@@ -14,6 +13,7 @@
 #include "algorithms/collectives/communicator.h"
 #include "algorithms/collectives/store.h"
 #include "common/rate_limiter.h"
+#include "common/transport/pipe.h"
 
 namespace shoal {
 
@@ -60,7 +60,6 @@ class ZmqRing : public Communicator {
     uint32_t step;   // ring step within the collective
     uint32_t segment;
   };
-  struct Msg;
   void Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_scatter, bool all_gather);
   void Send(const Header& h, const void* payload, size_t bytes, bool zero_copy);
   void WaitSendsReleased();
@@ -69,24 +68,23 @@ class ZmqRing : public Communicator {
   void Abort();
   void CheckUsable() const;
   // Receives one message from the left neighbour into `msg` (bounded wait).
-  void Recv(Msg* msg, const char* what);
-  bool TryRecv(Msg* msg, const char* what);
+  void Recv(PipeMessage* msg, const char* what);
+  bool TryRecv(PipeMessage* msg, const char* what);
   void CheckMonitors(const char* what);
+  static Header HeaderOf(const PipeMessage& m);
 
   int rank_, size_;
   RingOptions opts_;
-  void* ctx_ = nullptr;
-  void* pull_ = nullptr;
-  void* push_ = nullptr;
-  void* mon_pull_ = nullptr;
-  bool left_connected_ = false;
+  // The ring's own context: terminating it on a failure is what guarantees ZeroMQ let go of
+  // every zero-copy send before the caller's buffer is freed.
+  std::unique_ptr<TransportContext> ctx_;
+  std::unique_ptr<PipeIn> in_;    // from the left neighbour
+  std::unique_ptr<PipeOut> out_;  // to the right neighbour
   bool left_gone_ = false;
-  int live_left_ = 0;    // accepted connections on the PULL socket still open
   int64_t dropped_ = 0;  // malformed messages ignored
   uint32_t seq_ = 0;     // collective sequence number, checked on every message
   int64_t bytes_sent_ = 0;
   std::vector<uint8_t> scratch_;
-  std::atomic<int64_t> inflight_{0};  // zero-copy sends ZeroMQ has not released yet
   RateLimiter limiter_;
 };
 

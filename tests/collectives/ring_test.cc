@@ -180,6 +180,70 @@ TEST(ZmqRing, CurveEncryptedRingWorksAndPlaintextJunkCannotGetIn) {
   for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// Waits up to 3 s for a CURVE client holding a key pair of its own to finish its handshake
+// with `ep`; true if the server admitted it.
+bool ForeignKeyAdmitted(const std::string& ep, const char* server_public) {
+  char fpub[41], fsec[41];
+  zmq_curve_keypair(fpub, fsec);
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_PUSH);
+  int linger = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_public, 40);
+  zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, fpub, 40);
+  zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, fsec, 40);
+  zmq_socket_monitor(s, "inproc://foreign", ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+  void* mon = zmq_socket(ctx, ZMQ_PAIR);
+  zmq_connect(mon, "inproc://foreign");
+  zmq_connect(s, ep.c_str());
+  bool admitted = false;
+  zmq_pollitem_t item{mon, 0, ZMQ_POLLIN, 0};
+  if (zmq_poll(&item, 1, 3000) > 0) {
+    zmq_msg_t ev;
+    zmq_msg_init(&ev);
+    zmq_msg_recv(&ev, mon, 0);
+    uint16_t id = 0;
+    memcpy(&id, zmq_msg_data(&ev), 2);
+    admitted = id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+    zmq_msg_close(&ev);
+  }
+  zmq_socket_monitor(s, nullptr, 0);
+  zmq_close(mon);
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  return admitted;
+}
+
+TEST(ZmqRing, AClientWithAForeignKeyPairIsRefused) {
+  char spub[41], ssec[41], cpub[41], csec[41];
+  ASSERT_EQ(zmq_curve_keypair(spub, ssec), 0);
+  ASSERT_EQ(zmq_curve_keypair(cpub, csec), 0);
+  const int size = 3;
+  std::string dir = FreshDir("foreign");
+  auto codes = RunRanks(size, [&](int rank) {
+    FileStore store(dir);
+    RingOptions o;
+    o.tcp_only = true;
+    o.curve_server_public = spub;
+    o.curve_server_secret = ssec;
+    o.curve_client_public = cpub;
+    o.curve_client_secret = csec;
+    ZmqRing ring(rank, size, store, o);
+    int code = 0;
+    if (rank == 0) {  // knows the server key, holds a key pair of its own
+      std::string ep = store.Get("ring-1", 1000);
+      if (ForeignKeyAdmitted(ep.substr(0, ep.find(' ')), spub)) code = 2;
+    }
+    std::vector<float> v(1000, float(rank + 1));
+    ring.AllReduce(v.data(), int64_t(v.size()), ReduceOp::kSum);
+    for (float x : v)
+      if (x != 6.f) return 1;
+    return code;
+  });
+  for (int r = 0; r < size; ++r)
+    EXPECT_EQ(codes[r], 0) << "rank " << r << (codes[r] == 2 ? ": the foreign key got in" : "");
+}
+
 TEST(ZmqRing, BroadcastFromEveryRoot) {
   const int size = 3;
   std::string dir = FreshDir("bcast");
