@@ -153,6 +153,58 @@ TEST(ServerCluster, TwoShardsThreeConcurrentClientsExactResults) {
   EXPECT_TRUE(s1.WaitForLog("shard 1: stopped", 1000)) << s1.log();
 }
 
+// Servers never read the data set: a ps_sync job whose data files do not exist on the
+// server hosts still runs the job's optimizer, with the schedule from the workers' plan.
+TEST(ServerCluster, ServersLearnThePlanAtRegistrationNotFromTheData) {
+  std::string job = testing::WriteJob("plan", 2, 1,
+                                      "[algorithm]\nname = \"ps_sync\"\n"
+                                      "[optimizer]\nname = \"sgd\"\nlr = 0.4\nweight_decay = 0\nwarmup_epochs = 1\n");
+  // The synthetic default becomes data files that are nowhere.
+  std::string text = testing::ReadFile(job);
+  text.replace(text.find("format = \"synthetic\""), 20,
+               "format = \"idx\"\ntrain = \"/nonexistent/train\"\ntest = \"/nonexistent/t10k\"");
+  testing::WriteFile(job, text);
+  ServerProcess s0(job, 0), s1(job, 1);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  ASSERT_TRUE(s1.WaitForLog("listening on")) << s1.log();
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.timeout_ms = 20000;
+  o.heartbeat = false;
+  Client c(cfg, o);
+  TrainingPlan plan;
+  plan.steps_per_epoch = 4;  // warm-up: lr(0) = 0.4 / 4
+  plan.total_steps = 8;
+  plan.rule = msg::ServerRule::MEAN_OF_WORKERS;
+  plan.workers = 1;
+  plan.global_batch = 32;
+  std::vector<TensorSpec> specs = {{"a", DType::kF32, {2, 1}}, {"b", DType::kF32, {2, 1}}};
+  const ClusterInfo& info = c.Register(specs, &plan);
+  ASSERT_NE(info.shard_of.at("a"), info.shard_of.at("b")) << "both shards must get the plan";
+  std::vector<float> ones = {1, 1}, g = {2, 3};
+  c.Wait(c.Push({{"a", DType::kF32, {2, 1}, ones.data(), 8}, {"b", DType::kF32, {2, 1}, ones.data(), 8}},
+                msg::PushOp::ASSIGN));
+  c.Wait(
+      c.Push({{"a", DType::kF32, {2, 1}, g.data(), 8}, {"b", DType::kF32, {2, 1}, g.data(), 8}}, msg::PushOp::APPLY));
+  std::vector<PulledTensor> out;
+  c.Wait(c.Pull({"a", "b"}, &out));
+  for (auto& t : out) {
+    std::vector<float> w = t.ToFloats();
+    EXPECT_NEAR(w[0], 1 - 0.1 * 2, 1e-6) << t.name;
+    EXPECT_NEAR(w[1], 1 - 0.1 * 3, 1e-6) << t.name;
+  }
+  // A worker whose plan disagrees (another job file) is refused by name.
+  Client other(cfg, o);
+  TrainingPlan wrong = plan;
+  wrong.steps_per_epoch = 5;
+  try {
+    other.Register(specs, &wrong);
+    FAIL() << "a disagreeing plan was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("disagrees"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServerCli, BadJobFileExitsNonZeroWithOneLine) {
   std::string bad = testing::TempPath("bad.toml");
   testing::WriteFile(bad,
