@@ -124,19 +124,23 @@ const ClusterInfo& Client::Register(const std::vector<TensorSpec>& tensors, cons
   return cluster_;
 }
 
-void Client::SendPlan(const TrainingPlan& plan) {
+void Client::AskEveryShard(msg::Kind kind, msg::Kind ack, const std::function<void(msg::Header::Builder)>& fill) {
   uint64_t id = next_id_++;
   Request& req = pending_[id];
-  req.ack = msg::Kind::PLAN_ACK;
+  req.ack = ack;
   for (size_t s = 0; s < shards_.size(); ++s) {
     OutMessage m;
     auto h = m.header();
-    Header(h, msg::Kind::PLAN, id);
-    ToWire(plan, h.initPlan());
+    Header(h, kind, id);
+    fill(h);
     shards_[s]->Send(m);
     req.waiting.insert(int(s));
   }
   Wait(int(id));
+}
+
+void Client::SendPlan(const TrainingPlan& plan) {
+  AskEveryShard(msg::Kind::PLAN, msg::Kind::PLAN_ACK, [&](msg::Header::Builder h) { ToWire(plan, h.initPlan()); });
 }
 
 int Client::ShardOf(const std::string& name) const {
@@ -317,20 +321,10 @@ namespace shoal {
 
 void Client::Checkpoint(const CheckpointRecord& rec) {
   SHOAL_CHECK(!shards_.empty(), "checkpoint before Register");
-  uint64_t id = next_id_++;
-  Request& req = pending_[id];
-  req.ack = msg::Kind::CHECKPOINT_ACK;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    OutMessage m;
-    auto h = m.header();
-    Header(h, msg::Kind::CHECKPOINT, id);
-    ToWire(rec, h.initCheckpoint());
-    shards_[s]->Send(m);
-    req.waiting.insert(int(s));
-  }
-  Wait(int(id));
+  AskEveryShard(msg::Kind::CHECKPOINT, msg::Kind::CHECKPOINT_ACK,
+                [&](msg::Header::Builder h) { ToWire(rec, h.initCheckpoint()); });
   OutMessage m;
-  id = next_id_++;
+  uint64_t id = next_id_++;
   auto h = m.header();
   Header(h, msg::Kind::CHECKPOINT_COMMIT, id);
   ToWire(rec, h.initCheckpoint());

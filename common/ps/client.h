@@ -7,6 +7,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -116,6 +117,8 @@ class Client {
   };
   int ShardOf(const std::string& name) const;
   void SendPlan(const TrainingPlan& plan);
+  // Sends one `kind` message (filled by `fill`) to every shard and waits for every `ack`.
+  void AskEveryShard(msg::Kind kind, msg::Kind ack, const std::function<void(msg::Header::Builder)>& fill);
   int SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out);
   void Dispatch(int shard, InMessage& m);
   InMessage Control(OutMessage& m, uint64_t id, const std::string& what);

@@ -6,14 +6,16 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "common/transport/frame_access.h"
+#include "common/transport/zmq_internal.h"
 
 namespace shoal {
 
 namespace {
 
-std::string ZmqError(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
+using zmqi::RcvMore;
+std::string ZmqError(const std::string& what) { return zmqi::Error(what); }
 
+// Best effort: every option set here has a valid value.
 void SetInt(void* s, int opt, int v) { zmq_setsockopt(s, opt, &v, sizeof v); }
 
 // Options both ends share: no high-water mark (the ring's own protocol bounds what is in
@@ -34,13 +36,6 @@ void CurveOption(void* s, int opt, const std::string& key, const char* what) {
     zmq_close(s);
     throw Error(ZmqError(std::string("pipe: CURVE ") + what));
   }
-}
-
-bool RcvMore(void* s) {
-  int more = 0;
-  size_t len = sizeof more;
-  zmq_getsockopt(s, ZMQ_RCVMORE, &more, &len);
-  return more != 0;
 }
 
 void Release(void*, void* hint) { static_cast<std::atomic<int64_t>*>(hint)->fetch_sub(1); }
@@ -85,13 +80,7 @@ void PipeIn::Close(bool abort) {
   CloseSocket(socket_, abort);
 }
 
-std::string PipeIn::Bind(const std::string& endpoint) {
-  if (zmq_bind(socket_, endpoint.c_str()) != 0) throw Error(ZmqError("bind " + endpoint));
-  char ep[256];
-  size_t len = sizeof ep;
-  if (zmq_getsockopt(socket_, ZMQ_LAST_ENDPOINT, ep, &len) != 0) throw Error(ZmqError("last endpoint"));
-  return ep;
-}
+std::string PipeIn::Bind(const std::string& endpoint) { return zmqi::Bind(socket_, endpoint); }
 
 PipeIn::Got PipeIn::TryRecv(size_t head_bytes, PipeMessage* m, size_t* first_frame_bytes) {
   if (zmq_msg_recv(FrameAccess::Msg(m->head), socket_, ZMQ_DONTWAIT) < 0) return Got::kNothing;

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "common/transport/frame_access.h"
+#include "common/transport/zmq_internal.h"
 
 namespace shoal {
 
@@ -19,7 +19,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string ZmqError(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
+using zmqi::RcvMore;
+using zmqi::SetInt;
+std::string ZmqError(const std::string& what) { return zmqi::Error(what); }
 
 // zmq_poll that rides out signals (EINTR) until timeout_ms (-1 = forever) has passed.
 int PollRetry(zmq_pollitem_t* items, int n, int timeout_ms) {
@@ -35,19 +37,8 @@ int PollRetry(zmq_pollitem_t* items, int n, int timeout_ms) {
   }
 }
 
-void SetInt(void* s, int opt, int v, const char* what) {
-  if (zmq_setsockopt(s, opt, &v, sizeof v) != 0) throw Error(ZmqError(std::string("socket option ") + what));
-}
-
 void SetStr(void* s, int opt, const std::string& v, const char* what) {
   if (zmq_setsockopt(s, opt, v.data(), v.size()) != 0) throw Error(ZmqError(std::string("socket option ") + what));
-}
-
-bool RcvMore(void* s) {
-  int more = 0;
-  size_t len = sizeof more;
-  zmq_getsockopt(s, ZMQ_RCVMORE, &more, &len);
-  return more != 0;
 }
 
 // Sends one frame, riding out EINTR; false when ZMQ_DONTWAIT found the queue full.
@@ -365,13 +356,7 @@ void Transport::SetMaxMessageBytes(int64_t bytes) {
 
 void Transport::SetSendQueue(int messages) { SetInt(socket_, ZMQ_SNDHWM, messages, "sndhwm"); }
 
-std::string Transport::Bind(const std::string& endpoint) {
-  if (zmq_bind(socket_, endpoint.c_str()) != 0) throw Error(ZmqError("cannot listen on " + endpoint));
-  char ep[256];
-  size_t len = sizeof ep;
-  if (zmq_getsockopt(socket_, ZMQ_LAST_ENDPOINT, ep, &len) != 0) throw Error(ZmqError("last endpoint"));
-  return ep;
-}
+std::string Transport::Bind(const std::string& endpoint) { return zmqi::Bind(socket_, endpoint); }
 
 void Transport::Connect(const std::string& endpoint) {
   if (zmq_connect(socket_, endpoint.c_str()) != 0) throw Error(ZmqError("cannot connect to " + endpoint));

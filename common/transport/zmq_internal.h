@@ -1,0 +1,45 @@
+// Inside common/transport only: what the files that talk to ZeroMQ directly
+// (transport.cc, pipe.cc) share: the zmq_msg_t a Frame holds and small socket helpers.
+#pragma once
+#include <zmq.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "common/transport/transport.h"
+
+namespace shoal {
+
+static_assert(sizeof(zmq_msg_t) == 64, "Frame reserves 64 bytes for a zmq_msg_t");
+
+struct FrameAccess {
+  static zmq_msg_t* Msg(Frame& f) { return reinterpret_cast<zmq_msg_t*>(f.msg_); }
+  static zmq_msg_t* Msg(const Frame& f) { return reinterpret_cast<zmq_msg_t*>(const_cast<unsigned char*>(f.msg_)); }
+};
+
+namespace zmqi {
+
+inline std::string Error(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
+
+inline void SetInt(void* s, int opt, int v, const char* what) {
+  if (zmq_setsockopt(s, opt, &v, sizeof v) != 0) throw shoal::Error(Error(std::string("socket option ") + what));
+}
+
+inline bool RcvMore(void* s) {
+  int more = 0;
+  size_t len = sizeof more;
+  zmq_getsockopt(s, ZMQ_RCVMORE, &more, &len);
+  return more != 0;
+}
+
+// Binds and returns the endpoint ZeroMQ resolved (a "*" port filled in).
+inline std::string Bind(void* s, const std::string& endpoint) {
+  if (zmq_bind(s, endpoint.c_str()) != 0) throw shoal::Error(Error("cannot listen on " + endpoint));
+  char ep[256];
+  size_t len = sizeof ep;
+  if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ep, &len) != 0) throw shoal::Error(Error("last endpoint"));
+  return ep;
+}
+
+}  // namespace zmqi
+}  // namespace shoal
