@@ -150,7 +150,30 @@ void CheckHostPort(const std::string& file, const std::string& where, const std:
   if (!ok) throw Error(file + ": " + where + ": expected \"host:port\" with port 1-65535, got \"" + hp + "\"");
 }
 
+// Without [security] keys, a job whose addresses leave this machine is refused unless
+// allow_plaintext says the user means it; the error names the address and both ways out.
+void CheckPlaintextPolicy(const JobConfig& c) {
+  if (c.curve_enabled() || c.allow_plaintext) return;
+  auto refuse = [&](const std::string& where, const std::string& addr) {
+    throw Error(c.path + ": " + where + " = \"" + addr +
+                "\" is not a loopback address and the job has no [security] keys, so its traffic would cross the "
+                "network unencrypted and unauthenticated: add keys (./shoal keygen prints a [security] section) or "
+                "set [security] allow_plaintext = true");
+  };
+  for (size_t k = 0; k < c.servers.size(); ++k)
+    if (!IsLoopbackHost(c.servers[k].substr(0, c.servers[k].rfind(':'))))
+      refuse("[cluster] servers[" + std::to_string(k) + "]", c.servers[k]);
+  for (size_t r = 0; r < c.workers.size(); ++r)
+    if (!IsLoopbackHost(c.workers[r].host))
+      refuse("[cluster] workers[" + std::to_string(r) + "] host", c.workers[r].host);
+}
+
 }  // namespace
+
+bool IsLoopbackHost(std::string host) {
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
 
 std::string ConfigSection::Where(const std::string& key) const { return file_ + ": [" + section_ + "] " + key; }
 
@@ -281,13 +304,17 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   if (c.heartbeat_timeout_ms <= c.heartbeat_ms)
     cl.Fail("heartbeat_timeout_ms", "must be larger than heartbeat_ms (" + std::to_string(c.heartbeat_ms) + ")");
 
-  SectionReader sec(file, root, "security",
-                    {"server_public_key", "server_secret_key", "client_public_key", "client_secret_key"});
+  SectionReader sec(
+      file, root, "security",
+      {"server_public_key", "server_secret_key", "client_public_key", "client_secret_key", "allow_plaintext"});
   c.curve_server_public = sec.String("server_public_key", "");
   c.curve_server_secret = sec.String("server_secret_key", "");
   c.curve_client_public = sec.String("client_public_key", "");
   c.curve_client_secret = sec.String("client_secret_key", "");
-  if (sec.present()) {
+  c.allow_plaintext = sec.Bool("allow_plaintext", false);
+  const bool any_key = !c.curve_server_public.empty() || !c.curve_server_secret.empty() ||
+                       !c.curve_client_public.empty() || !c.curve_client_secret.empty();
+  if (any_key) {
     for (const char* k : {"server_public_key", "server_secret_key", "client_public_key", "client_secret_key"}) {
       std::string v = sec.String(k, "");
       if (v.size() != 40)
@@ -330,6 +357,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.max_steps = train.Int("max_steps", 0, 0, INT64_MAX);
   c.threads = train.Int("threads", 0, 0, 1024);
   c.log_every_steps = train.Int("log_every_steps", 50, 1, INT64_MAX);
+  CheckPlaintextPolicy(c);
   return c;
 }
 

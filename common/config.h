@@ -64,6 +64,9 @@ struct JobConfig {
   std::string curve_server_public, curve_server_secret;
   std::string curve_client_public, curve_client_secret;
   bool curve_enabled() const { return !curve_server_public.empty(); }
+  // Without keys, every address of the job must be loopback unless this is set: plaintext
+  // across a network is a decision, never a default.
+  bool allow_plaintext = false;
 
   // [model]
   std::string model = "mlp";
@@ -101,5 +104,9 @@ struct JobConfig {
 JobConfig LoadJobConfig(const std::string& path);
 // Same, from text already in memory (name used in messages).
 JobConfig ParseJobConfig(const std::string& text, const std::string& name);
+
+// "localhost", 127.x.x.x or ::1 (brackets allowed): addresses plaintext may use without
+// [security] allow_plaintext.
+bool IsLoopbackHost(std::string host);
 
 }  // namespace shoal

@@ -44,6 +44,14 @@ Server::Server(const JobConfig& cfg, int shard, const std::string& bind_override
                                                                   " is not in [cluster] servers (" +
                                                                   std::to_string(cfg_.servers.size()) + " listed)");
   CurveKeys keys = CurveKeysFrom(cfg_);
+  if (!bind_override.empty() && !keys.enabled() && !cfg_.allow_plaintext) {
+    std::string host =
+        bind_override.substr(bind_override.find("://") == std::string::npos ? 0 : bind_override.find("://") + 3);
+    host = host.substr(0, host.rfind(':'));
+    SHOAL_CHECK(IsLoopbackHost(host), "--bind " + bind_override + ": not a loopback address, and " + cfg_.path +
+                                          " has no [security] keys: add keys (./shoal keygen) or set [security] "
+                                          "allow_plaintext = true");
+  }
   transport_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
   transport_->EnableMonitor();
   endpoint_ = transport_->Bind(bind_override.empty() ? BindEndpoint(cfg_.servers[shard]) : bind_override);

@@ -41,7 +41,15 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int r
   ro.curve_client_public = cfg.curve_client_public;
   ro.curve_client_secret = cfg.curve_client_secret;
   if (kind == "ring") return std::unique_ptr<Communicator>(new ZmqRing(rank, world, store, ro));
+  // NCCL has no encryption: a job that asked for it with keys must say it accepts that.
+  auto refuse_unencrypted = [&] {
+    if (cfg.curve_enabled() && !cfg.allow_plaintext)
+      throw Error(o.Where("collective") + ": NCCL's traffic is not encrypted or authenticated, and this job has " +
+                  "[security] keys: use collective = \"ring\" (encrypted) or set [security] allow_plaintext = true " +
+                  "to accept NCCL's plaintext");
+  };
   if (kind == "nccl") {
+    refuse_unencrypted();
     // NCCL reduces on the GPUs: every worker of the job must have one (mixed CPU and GPU
     // workers use the ring, which takes both).
     for (size_t r = 0; r < cfg.workers.size(); ++r)
@@ -78,6 +86,7 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int r
   }
   bool all_gpus = kind == "hierarchical";
   for (auto& w : cfg.workers) all_gpus = all_gpus && !ParseDevice(w.device).is_cpu();
+  if (all_gpus) refuse_unencrypted();
   if (all_gpus)  // NCCL inside each host, rings across hosts
     return std::unique_ptr<Communicator>(
         new HierarchicalNccl(rank, world, cols, ParseDevice(cfg.workers[size_t(rank)].device).index, store, ro, name));

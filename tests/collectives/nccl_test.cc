@@ -63,6 +63,31 @@ TEST(Nccl, AJobOfCpuWorkersCannotAskForIt) {
   }
 }
 
+// NCCL cannot encrypt: a job with keys must choose the ring or accept plaintext, and the
+// error says so before any device is touched.
+TEST(Nccl, AJobWithKeysIsToldNcclTrafficIsNotCovered) {
+  std::string keys = "[security]\nserver_public_key = \"" + std::string(40, 'a') + "\"\nserver_secret_key = \"" +
+                     std::string(40, 'b') + "\"\nclient_public_key = \"" + std::string(40, 'c') +
+                     "\"\nclient_secret_key = \"" + std::string(40, 'd') + "\"\n";
+  for (const char* collective : {"nccl", "hierarchical"}) {
+    JobConfig cfg = ParseJobConfig("[job]\nname = \"k\"\noutput_dir = \"" + Dir("keys") +
+                                       "\"\n[cluster]\nworkers = [{device = \"cuda:0\"}, {device = \"cuda:1\"}]\n"
+                                       "[data]\nformat = \"synthetic\"\n[algorithm]\nname = \"allreduce\"\n"
+                                       "collective = \"" +
+                                       std::string(collective) + "\"\n" + keys,
+                                   "job.toml");
+    FileStore store(Dir(std::string("keys-store-") + collective));
+    try {
+      MakeWorkerCommunicator(cfg, 0, store, "allreduce");
+      FAIL() << collective << " was built for a job with keys";
+    } catch (const Error& e) {
+      std::string w = e.what();
+      EXPECT_NE(w.find("NCCL's traffic is not encrypted"), std::string::npos) << w;
+      EXPECT_NE(w.find("allow_plaintext = true"), std::string::npos) << w;
+    }
+  }
+}
+
 // An all-GPU hierarchical job takes NCCL inside the host: without a GPU that says so.
 TEST(Nccl, HierarchicalOnGpuWorkersUsesNcclInsideTheHost) {
   if (DevicesSeenByAChild() > 0) GTEST_SKIP() << "a CUDA device is present: the no-device path cannot be shown here";

@@ -69,7 +69,8 @@ TEST(Config, ParsesTheDesignExample) {
 
 TEST(Config, WorkerTables) {
   auto c = ParseJobConfig(
-      Replace(kGood, "workers = 4", "workers = [{device = \"cuda:1\", slowdown = 4.0}, {host = \"10.0.0.2\"}]"),
+      Replace(kGood, "workers = 4", "workers = [{device = \"cuda:1\", slowdown = 4.0}, {host = \"10.0.0.2\"}]") +
+          "[security]\nallow_plaintext = true\n",
       "job.toml");
   ASSERT_EQ(c.world_size(), 2);
   EXPECT_EQ(c.workers[0].device, "cuda:1");
@@ -132,6 +133,42 @@ TEST(Config, SectionGettersCheckTypesAndRanges) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "job.toml: [algorithm] block_momentum: expected a number in [0, 0.5], got 0.9");
   }
+}
+
+}  // namespace
+}  // namespace shoal
+
+namespace shoal {
+namespace {
+
+std::string Job(const std::string& cluster, const std::string& security = "") {
+  return "[job]\nname = \"p\"\n[cluster]\n" + cluster + "\n[data]\nformat = \"synthetic\"\n" + security;
+}
+const std::string kFakeKeys = "[security]\nserver_public_key = \"" + std::string(40, 'a') +
+                              "\"\nserver_secret_key = \"" + std::string(40, 'b') + "\"\nclient_public_key = \"" +
+                              std::string(40, 'c') + "\"\nclient_secret_key = \"" + std::string(40, 'd') + "\"\n";
+
+TEST(PlaintextPolicy, AnAddressOffThisMachineNeedsKeysOrConsent) {
+  std::string e = ErrorOf(Job("servers = [\"127.0.0.1:7000\", \"10.0.0.5:7001\"]\nworkers = 2"));
+  EXPECT_NE(e.find("[cluster] servers[1] = \"10.0.0.5:7001\" is not a loopback address"), std::string::npos) << e;
+  EXPECT_NE(e.find("./shoal keygen"), std::string::npos) << e;
+  EXPECT_NE(e.find("allow_plaintext = true"), std::string::npos) << e;
+  e = ErrorOf(Job("workers = [{host = \"127.0.0.1\"}, {host = \"node07\"}]"));
+  EXPECT_NE(e.find("[cluster] workers[1] host = \"node07\""), std::string::npos) << e;
+  // Consent, or keys, and the same jobs load.
+  EXPECT_EQ(ErrorOf(Job("servers = [\"10.0.0.5:7001\"]\nworkers = [{host = \"node07\"}]",
+                        "[security]\nallow_plaintext = true\n")),
+            "");
+  EXPECT_EQ(ErrorOf(Job("servers = [\"10.0.0.5:7001\"]\nworkers = [{host = \"node07\"}]", kFakeKeys)), "");
+  // Loopback in all its spellings needs neither.
+  EXPECT_EQ(ErrorOf(Job("servers = [\"localhost:7000\", \"127.0.0.2:7001\", \"[::1]:7002\"]\n"
+                        "workers = [{host = \"::1\"}, {host = \"127.0.0.1\"}]")),
+            "");
+}
+
+TEST(PlaintextPolicy, KeysComeAsAWholeSection) {
+  std::string e = ErrorOf(Job("workers = 1", "[security]\nserver_public_key = \"" + std::string(40, 'a') + "\"\n"));
+  EXPECT_NE(e.find("[security] server_secret_key"), std::string::npos) << e;
 }
 
 }  // namespace
