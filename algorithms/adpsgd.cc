@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/collectives/store.h"
+#include "common/rendezvous/store.h"
 #include "common/error.h"
 #include "common/rate_limiter.h"
 #include "common/transport/transport.h"

@@ -36,7 +36,7 @@ struct StepInfo {
 
 class Client;  // the parameter-server client (common/ps/client.h)
 struct ClientOptions;
-class Store;  // the rendezvous store (algorithms/collectives/store.h)
+class Store;  // the rendezvous store (common/rendezvous/store.h)
 
 // What an algorithm may use: the job, this worker's place in it, the optimizer and
 // schedule built from [optimizer], the metrics sink, and its ways to reach the other
@@ -59,6 +59,9 @@ struct AlgorithmEnv {
   std::function<std::unique_ptr<Client>(const ClientOptions& opts)> make_ps_client;
   // Where peers publish and find endpoints (adpsgd's gossip listeners).
   std::shared_ptr<Store> store;
+  // Keeps the job's coordinator serving while this environment lives (worker rank 0 of a
+  // job without servers); empty elsewhere.
+  std::shared_ptr<void> coordinator;
 };
 
 class Algorithm {

@@ -3,11 +3,34 @@
 #include <algorithm>
 
 #include "algorithms/collectives/factory.h"
-#include "algorithms/collectives/store.h"
+#include "common/rendezvous/store.h"
 #include "common/error.h"
 #include "common/ps/client.h"
+#include "common/rendezvous/rendezvous.h"
 
 namespace shoal {
+
+std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::shared_ptr<void>* coordinator) {
+  // A shared directory when the job asks for one (keyed by the run id, so files of an
+  // earlier run are never read).
+  std::string dir = cfg.algorithm_opts.GetString("rendezvous_dir", "");
+  if (!dir.empty()) return std::make_shared<FileStore>(dir + "/" + RunId());
+  // Else the job's coordinator, over the network: shard 0 when the algorithm has servers,
+  // else worker rank 0, which starts it here.
+  const bool has_servers = FactsOf(cfg.algorithm).needs_servers;
+  const std::string address = cfg.CoordinatorAddress(has_servers);
+  const CurveKeys keys{cfg.curve_server_public, cfg.curve_server_secret, cfg.curve_client_public,
+                       cfg.curve_client_secret};
+  if (!has_servers && rank == 0) {
+    try {
+      *coordinator = std::make_shared<RendezvousServer>(ListenEndpoint(address), keys);
+    } catch (const Error& e) {
+      throw Error(cfg.path + ": [cluster] coordinator " + address + ": worker rank 0 cannot serve it: " + e.what() +
+                  " (set [cluster] coordinator to a free host:port)");
+    }
+  }
+  return std::make_shared<CoordinatorStore>("tcp://" + address, keys);
+}
 
 AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_epoch, MetricsWriter* metrics,
                               bool resume) {
@@ -23,10 +46,8 @@ AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_
       LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * env.world, env.steps_per_epoch, env.total_steps));
   env.metrics = metrics;
   env.resume = resume;
-  // Keyed by the run id, so files of an earlier run are never read.
-  std::string dir = cfg.algorithm_opts.GetString("rendezvous_dir", cfg.output_dir + "/rendezvous");
-  std::shared_ptr<Store> store = std::make_shared<FileStore>(dir + "/" + RunId());
-  env.store = store;
+  env.store = MakeRendezvous(cfg, rank, &env.coordinator);
+  std::shared_ptr<Store> store = env.store;
   const JobConfig* c = &cfg;
   env.make_communicator = [c, rank, store](const std::string& name) {
     return MakeWorkerCommunicator(*c, rank, *store, name);

@@ -163,6 +163,8 @@ void CheckPlaintextPolicy(const JobConfig& c) {
   for (size_t k = 0; k < c.servers.size(); ++k)
     if (!IsLoopbackHost(c.servers[k].substr(0, c.servers[k].rfind(':'))))
       refuse("[cluster] servers[" + std::to_string(k) + "]", c.servers[k]);
+  if (!c.coordinator.empty() && !IsLoopbackHost(c.coordinator.substr(0, c.coordinator.rfind(':'))))
+    refuse("[cluster] coordinator", c.coordinator);
   for (size_t r = 0; r < c.workers.size(); ++r)
     if (!IsLoopbackHost(c.workers[r].host))
       refuse("[cluster] workers[" + std::to_string(r) + "] host", c.workers[r].host);
@@ -170,10 +172,14 @@ void CheckPlaintextPolicy(const JobConfig& c) {
 
 }  // namespace
 
-bool IsLoopbackHost(std::string host) {
-  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+std::string JobConfig::CoordinatorAddress(bool has_servers) const {
+  if (!coordinator.empty()) return coordinator;
+  if (has_servers && !servers.empty()) return servers[0];
+  std::string host = workers.empty() ? "127.0.0.1" : workers[0].host;
+  return host + ":" + std::to_string(kDefaultCoordinatorPort);
 }
+
+bool IsLoopbackHost(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
 
 std::string ConfigSection::Where(const std::string& key) const { return file_ + ": [" + section_ + "] " + key; }
 
@@ -250,7 +256,10 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.checkpoint_every_steps = job.Int("checkpoint_every_steps", 0, 0, INT64_MAX);
   c.export_weights = job.String("export_weights", "");
 
-  SectionReader cl(file, root, "cluster", {"servers", "workers", "heartbeat_ms", "heartbeat_timeout_ms"});
+  SectionReader cl(file, root, "cluster",
+                   {"servers", "workers", "heartbeat_ms", "heartbeat_timeout_ms", "coordinator"});
+  c.coordinator = cl.String("coordinator", "");
+  if (!c.coordinator.empty()) CheckHostPort(file, "[cluster] coordinator", c.coordinator);
   if (const toml::node* s = cl.Get("servers")) {
     if (!s->is_array()) cl.Fail("servers", "expected an array of \"host:port\" strings, got " + Describe(s));
     int i = 0;

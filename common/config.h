@@ -43,6 +43,10 @@ struct WorkerSpec {
   double bandwidth_mbps = 0;   // 0 = unlimited; token bucket on sends
 };
 
+// Where worker rank 0 serves a job without servers its coordinator, unless [cluster]
+// coordinator says otherwise.
+constexpr int kDefaultCoordinatorPort = 7700;
+
 struct JobConfig {
   std::string path;  // the file it came from
 
@@ -57,6 +61,12 @@ struct JobConfig {
   // [cluster]
   std::vector<std::string> servers;  // "host:port"; shard k listens on servers[k]
   std::vector<WorkerSpec> workers;
+  // "host:port" of the job's coordinator (rendezvous, membership); empty: the default of
+  // CoordinatorAddress.
+  std::string coordinator;
+  // [cluster] coordinator if set; else shard 0 in a job with servers; else the first
+  // worker's host at kDefaultCoordinatorPort (worker rank 0 serves it).
+  std::string CoordinatorAddress(bool has_servers) const;
   int64_t heartbeat_ms = 500;
   int64_t heartbeat_timeout_ms = 5000;
 
@@ -105,8 +115,8 @@ JobConfig LoadJobConfig(const std::string& path);
 // Same, from text already in memory (name used in messages).
 JobConfig ParseJobConfig(const std::string& text, const std::string& name);
 
-// "localhost", 127.x.x.x or ::1 (brackets allowed): addresses plaintext may use without
-// [security] allow_plaintext.
-bool IsLoopbackHost(std::string host);
+// "localhost" or 127.x.x.x: addresses plaintext may use without [security]
+// allow_plaintext. (Shoal's sockets speak IPv4.)
+bool IsLoopbackHost(const std::string& host);
 
 }  // namespace shoal

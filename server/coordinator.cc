@@ -48,6 +48,7 @@ bool Coordinator::IsAlive(msg::Role role, int rank) const {
 }
 
 bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
+  if (rendezvous_.Handle(m, [&](OutMessage& out) { reply_(m.identity, out); })) return true;
   auto h = m.header();
   auto kind = h.getKind();
   if (kind != msg::Kind::REGISTER && kind != msg::Kind::BARRIER && kind != msg::Kind::HEARTBEAT &&

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/rendezvous/rendezvous.h"
 #include "common/transport/transport.h"
 #include "server/checkpointer.h"
 
@@ -32,7 +33,7 @@ class Coordinator {
 
   Coordinator(const JobConfig& cfg, ReplyFn reply);
 
-  // Handles register / barrier / heartbeat; returns false for other kinds.
+  // Handles register / barrier / heartbeat / rendezvous; returns false for other kinds.
   bool Handle(const InMessage& m, Clock::time_point now);
   // Reports members whose heartbeats stopped; call periodically.
   void Tick(Clock::time_point now);
@@ -45,6 +46,7 @@ class Coordinator {
   size_t placed_tensors() const { return placement_.size(); }
 
  private:
+  RendezvousService rendezvous_;  // the job's key-value rendezvous (ring endpoints, NCCL ids)
   struct MemberState {
     Clock::time_point last_seen;
     bool alive = true;

@@ -28,14 +28,6 @@ CurveKeys CurveKeysFrom(const JobConfig& cfg) {
   return k;
 }
 
-std::string BindEndpoint(const std::string& host_port) {
-  auto colon = host_port.rfind(':');
-  SHOAL_CHECK(colon != std::string::npos, "server address '" + host_port + "' is not host:port");
-  std::string host = host_port.substr(0, colon);
-  bool loopback = host == "localhost" || host.rfind("127.", 0) == 0;
-  return "tcp://" + std::string(loopback ? "127.0.0.1" : "*") + host_port.substr(colon);
-}
-
 std::string ConnectEndpoint(const std::string& host_port) { return "tcp://" + host_port; }
 
 Server::Server(const JobConfig& cfg, int shard, const std::string& bind_override)
@@ -54,7 +46,7 @@ Server::Server(const JobConfig& cfg, int shard, const std::string& bind_override
   }
   transport_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
   transport_->EnableMonitor();
-  endpoint_ = transport_->Bind(bind_override.empty() ? BindEndpoint(cfg_.servers[shard]) : bind_override);
+  endpoint_ = transport_->Bind(bind_override.empty() ? ListenEndpoint(cfg_.servers[shard]) : bind_override);
   if (shard == 0) {
     coordinator_ =
         std::make_unique<Coordinator>(cfg_, [this](const PeerId& to, OutMessage& m) { transport_->Send(m, &to); });

@@ -16,9 +16,6 @@
 namespace shoal {
 
 CurveKeys CurveKeysFrom(const JobConfig& cfg);
-// "host:port" -> the endpoint a server binds: loopback stays loopback, anything else
-// listens on all interfaces.
-std::string BindEndpoint(const std::string& host_port);
 std::string ConnectEndpoint(const std::string& host_port);
 
 class Server {

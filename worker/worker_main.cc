@@ -17,6 +17,7 @@ DEFINE_int64(max_steps, -1, "override [train] max_steps");
 DEFINE_int64(batch_size, 0, "override [data] batch_size");
 DEFINE_string(output_dir, "", "override [job] output_dir");
 DEFINE_string(device, "", "override this worker's device (cpu | cuda:N)");
+DEFINE_string(coordinator, "", "override [cluster] coordinator (host:port)");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("shoal-worker --config JOB.toml [--rank R]");
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     if (FLAGS_max_steps >= 0) cfg.max_steps = FLAGS_max_steps;
     if (FLAGS_batch_size > 0) cfg.batch_size = FLAGS_batch_size;
     if (!FLAGS_output_dir.empty()) cfg.output_dir = FLAGS_output_dir;
+    if (!FLAGS_coordinator.empty()) cfg.coordinator = FLAGS_coordinator;
     if (!FLAGS_device.empty() && rank.rank >= 0 && rank.rank < cfg.world_size())
       cfg.workers[size_t(rank.rank)].device = FLAGS_device;
   } catch (const shoal::Error& e) {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "algorithms/collectives/communicator.h"
-#include "algorithms/collectives/store.h"
+#include "common/rendezvous/store.h"
 #include "common/config.h"
 
 namespace shoal {

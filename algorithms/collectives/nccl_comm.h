@@ -12,7 +12,7 @@
 #include <string>
 
 #include "algorithms/collectives/communicator.h"
-#include "algorithms/collectives/store.h"
+#include "common/rendezvous/store.h"
 
 namespace shoal {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "algorithms/collectives/communicator.h"
-#include "algorithms/collectives/store.h"
+#include "common/rendezvous/store.h"
 #include "common/rate_limiter.h"
 #include "common/transport/pipe.h"
 

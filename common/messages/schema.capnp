@@ -28,6 +28,10 @@ enum Kind {
   gossip @18;        # adpsgd active -> passive worker: its model as tensor "model"; answered by gossipReply
   gossipReply @19;   # the passive's model before averaging, as tensor "model"
   gossipBye @20;     # an active worker has finished; never answered
+  storeSet @21;      # member -> coordinator: rendezvous `key` = `value`; answered by storeAck
+  storeAck @22;
+  storeGet @23;      # member -> coordinator: the value of `key`; answered by storeValue (`found` false: not yet set)
+  storeValue @24;
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }
@@ -108,4 +112,7 @@ struct Header {
   message @9 :Text;              # error
   checkpoint @10 :CheckpointInfo;  # checkpoint, checkpointAck, checkpointCommit
   plan @11 :TrainingPlan;          # plan
+  key @12 :Text;                   # storeSet, storeGet
+  value @13 :Data;                 # storeSet, storeValue
+  found @14 :Bool;                 # storeValue
 }

@@ -479,6 +479,14 @@ std::vector<SocketEvent> Transport::DrainEvents() {
   return out;
 }
 
+std::string ListenEndpoint(const std::string& host_port) {
+  auto colon = host_port.rfind(':');
+  SHOAL_CHECK(colon != std::string::npos, "address '" + host_port + "' is not host:port");
+  std::string host = host_port.substr(0, colon);
+  bool loopback = host == "localhost" || host.rfind("127.", 0) == 0;
+  return "tcp://" + std::string(loopback ? (host == "localhost" ? "127.0.0.1" : host) : "*") + host_port.substr(colon);
+}
+
 std::pair<std::string, std::string> CurveKeyPair() {
   char pub[41], sec[41];
   if (zmq_curve_keypair(pub, sec) != 0) throw Error("zmq_curve_keypair failed: this libzmq lacks CURVE support");

@@ -172,6 +172,10 @@ struct BadMessage : std::runtime_error {
   PeerId identity;
 };
 
+// "host:port" -> the endpoint to bind: loopback stays loopback, anything else listens on all
+// interfaces (the host's name may not be one of its interface addresses).
+std::string ListenEndpoint(const std::string& host_port);
+
 // Generates a Z85 key pair (public, secret).
 std::pair<std::string, std::string> CurveKeyPair();
 

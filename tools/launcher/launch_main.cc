@@ -4,6 +4,9 @@
 // done JSON line last on stdout.
 #include <gflags/gflags.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -36,6 +39,25 @@ namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
 void OnSignal(int sig) { g_stop_signal = sig; }
+
+// A TCP port free on `host` right now (the kernel's pick), for a coordinator this launcher
+// places; 0 when none can be had.
+int FreePort(const std::string& host) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  if (inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(), &a.sin_addr) != 1 ||
+      bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return 0;
+  }
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 double UnixNow() {
   struct timeval tv;
@@ -162,6 +184,13 @@ class Launch {
     signal(SIGHUP, OnSignal);
     std::vector<std::string> common_args = {"--config", job_path_};
     if (FLAGS_resume) common_args.push_back("--resume");
+    std::vector<std::string> worker_args;
+    if (!facts_.needs_servers && cfg_.coordinator.empty()) {
+      // Worker rank 0 serves the coordinator; on one machine a port the kernel picked keeps
+      // concurrent jobs apart (a cluster uses the job file's or the documented default).
+      int port = FreePort(cfg_.workers[0].host);
+      if (port > 0) worker_args = {"--coordinator", cfg_.workers[0].host + ":" + std::to_string(port)};
+    }
     try {
       if (facts_.needs_servers)
         for (size_t k = 0; k < cfg_.servers.size(); ++k) {
@@ -174,6 +203,7 @@ class Launch {
         std::vector<std::string> a = {FLAGS_bin_dir + "/worker/shoal-worker"};
         a.insert(a.end(), common_args.begin(), common_args.end());
         a.insert(a.end(), {"--rank", std::to_string(r)});
+        a.insert(a.end(), worker_args.begin(), worker_args.end());
         group_.Start("worker " + std::to_string(r), a, log_dir_ + "/worker-" + std::to_string(r) + ".log");
       }
     } catch (const Error& e) {

@@ -1,4 +1,4 @@
-#include "algorithms/collectives/store.h"
+#include "common/rendezvous/store.h"
 
 #include <unistd.h>
 

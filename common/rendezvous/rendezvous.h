@@ -1,0 +1,71 @@
+// Rendezvous over the network: a key-value store served by the job's coordinator (shard 0
+// in a job with servers, worker rank 0 otherwise), so ranks on different hosts meet
+// without a shared filesystem. Values are small (endpoints, NCCL's unique id); the service
+// bounds what one peer can make it hold.
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/rendezvous/store.h"
+#include "common/transport/transport.h"
+
+namespace shoal {
+
+// The coordinator's side: answers storeSet / storeGet. Not thread-safe: the coordinator's
+// loop owns it.
+class RendezvousService {
+ public:
+  static constexpr size_t kMaxKeyBytes = 256;
+  static constexpr size_t kMaxValueBytes = 64 << 10;
+  static constexpr size_t kMaxKeys = 100000;
+  // True when `m` was a store message (answered through `reply`); throws shoal::Error for a
+  // malformed or oversized one (the caller answers with the error).
+  bool Handle(const InMessage& m, const std::function<void(OutMessage&)>& reply);
+  size_t size() const { return values_.size(); }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+// A Store whose values live at the coordinator. Get asks until the value is there or the
+// timeout passes; every wait is bounded.
+class CoordinatorStore : public Store {
+ public:
+  // `endpoint`: "tcp://host:port".
+  CoordinatorStore(const std::string& endpoint, const CurveKeys& keys, int request_timeout_ms = 10000);
+  ~CoordinatorStore() override;
+  void Set(const std::string& key, const std::string& value) override;
+  std::string Get(const std::string& key, int timeout_ms) override;
+
+ private:
+  InMessage Ask(OutMessage& m, uint64_t id, const std::string& what, int timeout_ms);
+  std::string endpoint_;
+  int request_timeout_ms_;
+  TransportContext ctx_{"rendezvous client"};
+  std::unique_ptr<Transport> link_;
+  uint64_t next_id_ = 1;
+};
+
+// A coordinator that serves only rendezvous, for jobs without servers: worker rank 0 runs
+// one on its own thread and socket.
+class RendezvousServer {
+ public:
+  // Binds `bind_endpoint` ("tcp://host:port"); with keys, only the job's clients get in.
+  RendezvousServer(const std::string& bind_endpoint, const CurveKeys& keys);
+  ~RendezvousServer();
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  void Run();
+  TransportContext ctx_{"coordinator"};
+  std::unique_ptr<Transport> transport_;
+  std::string endpoint_;
+  RendezvousService service_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace shoal
