@@ -52,7 +52,7 @@ bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
   auto h = m.header();
   auto kind = h.getKind();
   if (kind != msg::Kind::REGISTER && kind != msg::Kind::BARRIER && kind != msg::Kind::HEARTBEAT &&
-      kind != msg::Kind::CHECKPOINT_COMMIT && kind != msg::Kind::RESUME_QUERY)
+      kind != msg::Kind::CHECKPOINT_COMMIT && kind != msg::Kind::RESUME_QUERY && kind != msg::Kind::LEAVE)
     return false;
   Key key{int(h.getRole()), h.getRank()};
   bool worker = h.getRole() == msg::Role::WORKER;
@@ -70,6 +70,45 @@ bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
   if (kind == msg::Kind::REGISTER) OnRegister(m);
   if (kind == msg::Kind::BARRIER) OnBarrier(m);
   if (kind == msg::Kind::CHECKPOINT_COMMIT || kind == msg::Kind::RESUME_QUERY) OnCheckpoint(m);
+  if (kind == msg::Kind::LEAVE) OnLeave(m);
+  if (kind == msg::Kind::HEARTBEAT && h.getRole() == msg::Role::SERVER && JobOver()) {
+    OutMessage out;
+    auto r = out.header();
+    r.setKind(msg::Kind::JOB_OVER);
+    r.setRole(msg::Role::SERVER);
+    reply_(m.identity, out);
+    told_.insert(h.getRank());
+  }
+  return true;
+}
+
+void Coordinator::OnLeave(const InMessage& m) {
+  auto h = m.header();
+  if (h.getRole() != msg::Role::WORKER)
+    return ReplyError(m.identity, h.getRequestId(), "coordinator: only workers leave a job");
+  if (left_.insert(h.getRank()).second)
+    LOG(INFO) << "coordinator: worker " << h.getRank() << " finished (" << left_.size() << " of " << cfg_.world_size()
+              << ")";
+  OutMessage out;
+  auto r = out.header();
+  r.setKind(msg::Kind::LEAVE_ACK);
+  r.setRequestId(h.getRequestId());
+  r.setRole(msg::Role::SERVER);
+  reply_(m.identity, out);
+}
+
+bool Coordinator::JobOver() const {
+  for (int r = 0; r < cfg_.world_size(); ++r)
+    if (!left_.count(r) && IsAlive(msg::Role::WORKER, r)) return false;
+  // A worker never seen is not known to be dead: it may be starting.
+  for (int r = 0; r < cfg_.world_size(); ++r)
+    if (!left_.count(r) && !members_.count({int(msg::Role::WORKER), r})) return false;
+  return true;
+}
+
+bool Coordinator::ShardsTold() const {
+  for (int k = 1; k < int(cfg_.servers.size()); ++k)
+    if (!told_.count(k) && IsAlive(msg::Role::SERVER, k)) return false;
   return true;
 }
 
@@ -217,6 +256,7 @@ void Coordinator::Tick(Clock::time_point now) {
   auto timeout = std::chrono::milliseconds(cfg_.heartbeat_timeout_ms);
   for (auto& kv : members_) {
     if (!kv.second.alive || now - kv.second.last_seen <= timeout) continue;
+    if (kv.first.first == int(msg::Role::WORKER) && left_.count(kv.first.second)) continue;  // finished
     kv.second.alive = false;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - kv.second.last_seen).count();
     LOG(ERROR) << "coordinator: " << Name(kv.first) << " stopped answering: no heartbeat for " << ms << " ms (timeout "

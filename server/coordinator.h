@@ -43,6 +43,10 @@ class Coordinator {
   void SetCheckpointer(Checkpointer* c) { checkpointer_ = c; }
 
   bool IsAlive(msg::Role role, int rank) const;
+  // Every worker has left (finished) or is known dead: the servers can go.
+  bool JobOver() const;
+  // Every other shard has been told the job is over (or is gone): shard 0 can go too.
+  bool ShardsTold() const;
   size_t placed_tensors() const { return placement_.size(); }
 
  private:
@@ -61,6 +65,7 @@ class Coordinator {
   void OnRegister(const InMessage& m);
   void OnBarrier(const InMessage& m);
   void OnCheckpoint(const InMessage& m);
+  void OnLeave(const InMessage& m);
   void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
   void FailBarriers(const std::string& why);
   static std::string Name(const Key& k);
@@ -71,6 +76,8 @@ class Coordinator {
   std::vector<TensorPlacement> placement_;
   std::map<std::string, BarrierState> barriers_;
   Checkpointer* checkpointer_ = nullptr;
+  std::set<int> left_;  // workers that said they finished (their silence is no death)
+  std::set<int> told_;  // server shards told the job is over
 };
 
 }  // namespace shoal

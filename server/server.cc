@@ -166,6 +166,13 @@ void Server::Run(const std::atomic<bool>& stop) {
     }
     auto now = Coordinator::Clock::now();
     if (warn_suppressed_ > 0) FlushWarnings(now);
+    // Every worker has finished (or died): the servers leave by themselves, shard 0 once
+    // every other shard has heard it.
+    if ((coordinator_ && coordinator_->JobOver() && coordinator_->ShardsTold()) ||
+        (heartbeat_ && heartbeat_->job_over())) {
+      LOG(INFO) << who_ << ": every worker has finished; stopping";
+      break;
+    }
     if (coordinator_ && now - last_tick > std::chrono::milliseconds(20)) {
       coordinator_->Tick(now);
       last_tick = now;

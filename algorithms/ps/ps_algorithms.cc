@@ -112,6 +112,7 @@ class ParameterServer : public Algorithm {
     if (mode_ == Mode::kSync) client_->Barrier("finish");
     if (checkpoints_ && env_.rank == 0 && last_step_ > 0) WriteCheckpoint();
     if (mode_ == Mode::kSync) PullWeights(params);
+    client_->Leave();  // the servers go once every worker has
   }
   int64_t ResumedStep() const override { return resumed_step_; }
   bool ModelChangedAtFinish() const override { return mode_ == Mode::kSync; }

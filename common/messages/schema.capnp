@@ -32,6 +32,9 @@ enum Kind {
   storeAck @22;
   storeGet @23;      # member -> coordinator: the value of `key`; answered by storeValue (`found` false: not yet set)
   storeValue @24;
+  leave @25;         # worker -> coordinator when it has finished; answered by leaveAck
+  leaveAck @26;
+  jobOver @27;       # coordinator -> server shard, answering its heartbeat once every worker left or died
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }

@@ -319,6 +319,13 @@ void Client::Barrier(const std::string& name) {
 
 namespace shoal {
 
+void Client::Leave() {
+  OutMessage m;
+  uint64_t id = next_id_++;
+  Header(m.header(), msg::Kind::LEAVE, id);
+  Control(m, id, "leave");
+}
+
 void Client::Checkpoint(const CheckpointRecord& rec) {
   SHOAL_CHECK(!shards_.empty(), "checkpoint before Register");
   AskEveryShard(msg::Kind::CHECKPOINT, msg::Kind::CHECKPOINT_ACK,

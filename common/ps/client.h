@@ -93,6 +93,9 @@ class Client {
   // Throws shoal::Error with the server's message, or naming the shards that did not
   // answer within timeout_ms.
   void Wait(int ts);
+  // Tells the coordinator this worker has finished: once every worker has, the servers
+  // exit by themselves.
+  void Leave();
   // Returns once every worker of the job has reached the barrier of that name.
   void Barrier(const std::string& name);
 

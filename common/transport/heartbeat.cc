@@ -32,6 +32,9 @@ void HeartbeatSender::Run() {
     h.setRank(rank_);
     try {
       (void)transport_.TrySend(m);  // a full queue drops it
+      InMessage in;
+      while (transport_.Recv(&in, 0))
+        if (in.header().getKind() == msg::Kind::JOB_OVER) job_over_ = true;
     } catch (const std::exception&) {
       // A heartbeat that cannot be sent is a missed heartbeat: the coordinator notices.
     }

@@ -16,6 +16,8 @@ class HeartbeatSender {
   HeartbeatSender(TransportContext& ctx, const std::string& coordinator_endpoint, const CurveKeys& keys, msg::Role role,
                   int rank, int interval_ms);
   ~HeartbeatSender();
+  // The coordinator answered a heartbeat saying every worker has finished.
+  bool job_over() const { return job_over_.load(); }
 
  private:
   void Run();
@@ -26,6 +28,7 @@ class HeartbeatSender {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::atomic<bool> job_over_{false};
   std::thread thread_;
 };
 

@@ -1,6 +1,8 @@
 // Two shoal-server processes and three client processes pushing and pulling at once;
 // every value must come out exactly (integer-valued floats, so summation order is moot).
 #include <csignal>
+#include <unistd.h>
+#include <thread>
 #include <gtest/gtest.h>
 
 #include "common/config.h"
@@ -203,6 +205,52 @@ TEST(ServerCluster, ServersLearnThePlanAtRegistrationNotFromTheData) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("disagrees"), std::string::npos) << e.what();
   }
+}
+
+// One worker of the job: registers, pushes once, and leaves (or, `die`, just stops).
+bool BriefWorker(const std::string& job, int rank, bool die) {
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.rank = rank;
+  o.timeout_ms = 20000;
+  Client c(cfg, o);
+  c.Register({{"w", DType::kF32, {4}}});
+  std::vector<float> v(4, 1.f);
+  c.Wait(c.Push({{"w", DType::kF32, {4}, v.data(), 16}}, msg::PushOp::ADD));
+  if (die) _exit(0);  // no leave: its heartbeats just stop
+  c.Leave();
+  return true;
+}
+
+TEST(ServerCluster, ServersLeaveByThemselvesOnceEveryWorkerHasFinished) {
+  std::string job = testing::WriteJob("leave", 2, 2);
+  ServerProcess s0(job, 0), s1(job, 1);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  ASSERT_TRUE(s1.WaitForLog("listening on")) << s1.log();
+  pid_t a = ForkChild([&] { return BriefWorker(job, 0, false); });
+  ASSERT_EQ(WaitChild(a, 30000), 0);
+  // One worker still to go: the servers stay.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(s0.alive() && s1.alive());
+  pid_t b = ForkChild([&] { return BriefWorker(job, 1, false); });
+  ASSERT_EQ(WaitChild(b, 30000), 0);
+  EXPECT_EQ(s1.WaitExit(10000), 0) << s1.log();
+  EXPECT_EQ(s0.WaitExit(10000), 0) << s0.log();
+  EXPECT_NE(s0.log().find("every worker has finished"), std::string::npos) << s0.log();
+}
+
+TEST(ServerCluster, AWorkerThatDiedCountsAsGoneAfterTheHeartbeatTimeout) {
+  std::string job = testing::WriteJob("leave-dead", 2, 2);
+  ServerProcess s0(job, 0), s1(job, 1);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  ASSERT_TRUE(s1.WaitForLog("listening on")) << s1.log();
+  pid_t dead = ForkChild([&] { return BriefWorker(job, 1, true); });
+  ASSERT_EQ(WaitChild(dead, 30000), 0);
+  pid_t a = ForkChild([&] { return BriefWorker(job, 0, false); });
+  ASSERT_EQ(WaitChild(a, 30000), 0);
+  EXPECT_EQ(s1.WaitExit(15000), 0) << s1.log();
+  EXPECT_EQ(s0.WaitExit(15000), 0) << s0.log();
+  EXPECT_NE(s0.log().find("worker 1 stopped answering"), std::string::npos) << s0.log();
 }
 
 TEST(ServerCli, BadJobFileExitsNonZeroWithOneLine) {

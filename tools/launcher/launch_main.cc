@@ -309,6 +309,8 @@ class Launch {
       bool is_worker = c->name.rfind("worker", 0) == 0;
       if (is_worker && c->exit_code == 0)
         ++workers_done_;
+      else if (!is_worker && c->exit_code == 0 && c->term_signal == 0)
+        continue;  // a server leaves by itself once every worker has finished
       else
         failed.push_back(c);
     }
