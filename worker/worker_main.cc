@@ -5,7 +5,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "worker/rank_env.h"
+#include "common/rank_env.h"
 #include "worker/trainer.h"
 
 DEFINE_string(config, "", "job file (TOML)");

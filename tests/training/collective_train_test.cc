@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "common/json_fields.h"
+#include "tests/ps/ps_test_util.h"
 #include "tests/training/job_runner.h"
 
 namespace shoal {
@@ -143,6 +144,32 @@ TEST(CollectiveTraining, DgcReachesTargetSendingFarLess) {
          bd = JsonNumber(dense.run.done_line, "bytes_sent").value_or(0);
   EXPECT_GT(b, 0);
   EXPECT_LT(b * 5, bd) << "dgc " << b << " bytes vs dense " << bd;
+}
+
+// An all-reduce job from one mpirun, no shared directory: rank 0 serves the coordinator
+// at the job's [cluster] coordinator, the others meet it there, and all end bit-identical.
+TEST(CollectiveTraining, AllreduceStartedByOneMpirunMeetsAtTheCoordinator) {
+  if (system("command -v mpirun > /dev/null") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
+  std::string dir = FreshDir("mpirun-ar");
+  std::string job = dir + "/job.toml";
+  std::string toml =
+      FmnistJob("mpirun-ar", dir + "/out", 2, "mlp", 4000, 1, "[algorithm]\nname = \"allreduce\"\n\n") + kMomentum;
+  toml.replace(toml.find("[cluster]\n"), 10,
+               "[cluster]\ncoordinator = \"127.0.0.1:" + std::to_string(FreePort()) + "\"\n");
+  std::ofstream(job) << toml;
+  std::string cmd = "timeout -s KILL 240 mpirun --allow-run-as-root --oversubscribe -np 2 " + BinDir() +
+                    "/tools/launcher/shoal-task --config " + job + " > " + dir + "/mpi.log 2>&1";
+  int rc = system(cmd.c_str());
+  std::ifstream log(dir + "/mpi.log");
+  std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << all;
+  std::ifstream m(dir + "/out/metrics.jsonl");
+  std::set<std::string> hashes;
+  std::string l;
+  while (std::getline(m, l))
+    if (JsonField(l, "event").value_or("") == "end") hashes.insert(JsonField(l, "weights_hash").value_or(""));
+  EXPECT_EQ(hashes.size(), 1u) << "the ranks ended with different weights (or none ended)";
+  EXPECT_EQ(all.find("rendezvous"), std::string::npos) << all;
 }
 
 TEST(CollectiveTraining, BadJobFileStartsNothing) {

@@ -161,35 +161,41 @@ TEST(PsTraining, ServerKilledMidTrainingResumesFromTheNewestCheckpoint) {
   EXPECT_GE(Accuracy(second), 0.80) << second.done_line;
 }
 
-// Workers started one by one by Open MPI's mpirun take rank and size from its environment.
-TEST(PsTraining, WorkersStartedByMpirun) {
+// A whole job from one mpirun: each task's rank picks its role (tasks 0-1 the shards,
+// 2-3 the workers), and the servers leave by themselves once the workers have finished,
+// so mpirun itself ends, with exit code 0.
+TEST(PsTraining, AWholeJobStartedByOneMpirun) {
   if (system("command -v mpirun > /dev/null") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
   std::string dir = FreshDir("mpirun");
   std::string job = dir + "/job.toml";
   std::ofstream(job) << FmnistJob("mpirun", dir + "/out", 2, "mlp", 4000, 1,
                                   std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kOpt);
-  std::string bin = BinDir();
-  // Servers in the background (their pids kept), workers through mpirun, then the servers stopped.
-  std::string script = dir + "/run.sh";
-  std::ofstream(script) << bin << "/server/shoal-server --config " << job << " --shard 0 > " << dir
-                        << "/s0.log 2>&1 &\n"
-                        << "S0=$!\n"
-                        << bin << "/server/shoal-server --config " << job << " --shard 1 > " << dir
-                        << "/s1.log 2>&1 &\n"
-                        << "S1=$!\n"
-                        << "timeout -s KILL 240 mpirun --allow-run-as-root --oversubscribe -np 2 " << bin
-                        << "/worker/shoal-worker --config " << job << " > " << dir << "/mpi.log 2>&1\n"
-                        << "echo $? > " << dir << "/rc\n"
-                        << "kill -TERM $S0 $S1; wait\n";
-  ASSERT_EQ(system(("timeout -s KILL 280 bash " + script).c_str()), 0);
-  std::ifstream rc(dir + "/rc");
-  int code = -1;
-  rc >> code;
+  std::string cmd = "timeout -s KILL 240 mpirun --allow-run-as-root --oversubscribe -np 4 " + BinDir() +
+                    "/tools/launcher/shoal-task --config " + job + " > " + dir + "/mpi.log 2>&1";
+  int rc = system(cmd.c_str());
   std::ifstream log(dir + "/mpi.log");
   std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(code, 0) << all;
+  EXPECT_EQ(rc, 0) << all;
   EXPECT_NE(all.find("worker 0/2"), std::string::npos) << all;
   EXPECT_NE(all.find("worker 1/2"), std::string::npos) << all;
+  EXPECT_NE(all.find("shard 0: every worker has finished"), std::string::npos) << all;
+  EXPECT_NE(all.find("shard 1: every worker has finished"), std::string::npos) << all;
+}
+
+// The wrong number of tasks is one clear line, and nothing starts.
+TEST(PsTraining, MpirunWithTheWrongTaskCountIsRefused) {
+  if (system("command -v mpirun > /dev/null") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
+  std::string dir = FreshDir("mpirun-count");
+  std::string job = dir + "/job.toml";
+  std::ofstream(job) << FmnistJob("mpirun-count", dir + "/out", 2, "mlp", 4000, 1,
+                                  std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kOpt);
+  std::string cmd = "timeout -s KILL 60 mpirun --allow-run-as-root --oversubscribe -np 3 " + BinDir() +
+                    "/tools/launcher/shoal-task --config " + job + " > " + dir + "/mpi.log 2>&1";
+  EXPECT_NE(system(cmd.c_str()), 0);
+  std::ifstream log(dir + "/mpi.log");
+  std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("the job needs 4 tasks (2 server(s) + 2 worker(s)) but openmpi started 3"), std::string::npos)
+      << all;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "worker/rank_env.h"
+#include "common/rank_env.h"
 
 #include <cstdlib>
 

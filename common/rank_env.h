@@ -1,4 +1,4 @@
-// A worker's rank and world size from the flag, or from the launcher's environment:
+// A process's rank and world size from the flag, or from the launcher's environment:
 // Slurm (SLURM_PROCID/SLURM_NTASKS), Open MPI (OMPI_COMM_WORLD_RANK/SIZE), or RANK/WORLD_SIZE.
 #pragma once
 #include <string>
