@@ -59,6 +59,12 @@ int FreePort(const std::string& host) {
   return ntohs(a.sin_port);
 }
 
+// `name` in bin_dir: bazel-bin keeps it under `sub`/, an unpacked bundle flat in bin/.
+std::string BinaryPath(const std::string& sub, const std::string& name) {
+  std::string nested = FLAGS_bin_dir + "/" + sub + "/" + name;
+  return access(nested.c_str(), X_OK) == 0 ? nested : FLAGS_bin_dir + "/" + name;
+}
+
 double UnixNow() {
   struct timeval tv;
   gettimeofday(&tv, nullptr);
@@ -194,13 +200,13 @@ class Launch {
     try {
       if (facts_.needs_servers)
         for (size_t k = 0; k < cfg_.servers.size(); ++k) {
-          std::vector<std::string> a = {FLAGS_bin_dir + "/server/shoal-server"};
+          std::vector<std::string> a = {BinaryPath("server", "shoal-server")};
           a.insert(a.end(), common_args.begin(), common_args.end());
           a.insert(a.end(), {"--shard", std::to_string(k)});
           group_.Start("server " + std::to_string(k), a, log_dir_ + "/server-" + std::to_string(k) + ".log");
         }
       for (int r = 0; r < cfg_.world_size(); ++r) {
-        std::vector<std::string> a = {FLAGS_bin_dir + "/worker/shoal-worker"};
+        std::vector<std::string> a = {BinaryPath("worker", "shoal-worker")};
         a.insert(a.end(), common_args.begin(), common_args.end());
         a.insert(a.end(), {"--rank", std::to_string(r)});
         a.insert(a.end(), worker_args.begin(), worker_args.end());
