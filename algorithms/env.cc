@@ -10,7 +10,23 @@
 
 namespace shoal {
 
-std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::shared_ptr<void>* coordinator) {
+namespace {
+
+// Rank 0's coordinator and this worker's membership; the membership goes first, so rank 0
+// has left before its coordinator waits for the others.
+struct CoordinatorSession {
+  std::unique_ptr<RendezvousServer> server;
+  std::unique_ptr<Membership> membership;
+  ~CoordinatorSession() {
+    membership.reset();
+    server.reset();
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::shared_ptr<void>* coordinator,
+                                      std::function<void(const std::string&)> on_member_failure) {
   // A shared directory when the job asks for one (keyed by the run id, so files of an
   // earlier run are never read).
   std::string dir = cfg.algorithm_opts.GetString("rendezvous_dir", "");
@@ -21,19 +37,28 @@ std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::share
   const std::string address = cfg.CoordinatorAddress(has_servers);
   const CurveKeys keys{cfg.curve_server_public, cfg.curve_server_secret, cfg.curve_client_public,
                        cfg.curve_client_secret};
-  if (!has_servers && rank == 0) {
-    try {
-      *coordinator = std::make_shared<RendezvousServer>(ListenEndpoint(address), keys);
-    } catch (const Error& e) {
-      throw Error(cfg.path + ": [cluster] coordinator " + address + ": worker rank 0 cannot serve it: " + e.what() +
-                  " (set [cluster] coordinator to a free host:port)");
+  if (!has_servers) {
+    auto session = std::make_shared<CoordinatorSession>();
+    if (rank == 0) {
+      MembershipOptions mo;
+      for (auto& w : cfg.workers) mo.hosts.push_back(w.host);
+      mo.heartbeat_timeout_ms = int(cfg.heartbeat_timeout_ms);
+      try {
+        session->server = std::make_unique<RendezvousServer>(ListenEndpoint(address), keys, mo);
+      } catch (const Error& e) {
+        throw Error(cfg.path + ": [cluster] coordinator " + address + ": worker rank 0 cannot serve it: " + e.what() +
+                    " (set [cluster] coordinator to a free host:port)");
+      }
     }
+    session->membership = std::make_unique<Membership>("tcp://" + address, keys, rank, int(cfg.heartbeat_ms),
+                                                       int(cfg.heartbeat_timeout_ms), std::move(on_member_failure));
+    *coordinator = session;
   }
   return std::make_shared<CoordinatorStore>("tcp://" + address, keys);
 }
 
 AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_epoch, MetricsWriter* metrics,
-                              bool resume) {
+                              bool resume, std::function<void(const std::string&)> on_member_failure) {
   AlgorithmEnv env;
   env.config = &cfg;
   env.rank = rank;
@@ -46,7 +71,7 @@ AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_
       LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * env.world, env.steps_per_epoch, env.total_steps));
   env.metrics = metrics;
   env.resume = resume;
-  env.store = MakeRendezvous(cfg, rank, &env.coordinator);
+  env.store = MakeRendezvous(cfg, rank, &env.coordinator, std::move(on_member_failure));
   std::shared_ptr<Store> store = env.store;
   const JobConfig* c = &cfg;
   env.make_communicator = [c, rank, store](const std::string& name) {

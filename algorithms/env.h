@@ -2,16 +2,22 @@
 // [optimizer], the rendezvous store, and factories for the real Communicators and the
 // parameter-server client. Algorithms receive it; tests build their own with fakes.
 #pragma once
+#include <functional>
+#include <string>
+
 #include "algorithms/algorithm.h"
 
 namespace shoal {
 
-// The job's rendezvous store: the coordinator over the network (rank 0 of a job without
-// servers starts it and keeps it in *coordinator), or [algorithm] rendezvous_dir when set.
-std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::shared_ptr<void>* coordinator);
+// The job's rendezvous store: the coordinator over the network, or [algorithm]
+// rendezvous_dir when set. In a job without servers, rank 0 starts the coordinator and every
+// rank joins its membership (heartbeats); both live in *coordinator. `on_member_failure`
+// runs once (from a background thread) when a member stops answering.
+std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::shared_ptr<void>* coordinator,
+                                      std::function<void(const std::string&)> on_member_failure = nullptr);
 
 // `steps_per_epoch`: global steps in one epoch (the worker's data loader knows it).
 AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_epoch, MetricsWriter* metrics,
-                              bool resume);
+                              bool resume, std::function<void(const std::string&)> on_member_failure = nullptr);
 
 }  // namespace shoal

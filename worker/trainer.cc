@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <unistd.h>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/env.h"
@@ -169,7 +170,16 @@ class Trainer {
       throw Error("--resume: algorithm \"" + cfg_.algorithm +
                   "\" keeps no checkpoints (the parameter-server algorithms do)");
     metrics_.Open(cfg_.output_dir + "/metrics.jsonl");
-    env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume);
+    // A member that stopped answering ends this worker at once with one line naming it (a
+    // collective would otherwise wait out its own timeout).
+    const int rank = rank_;
+    auto on_member_failure = [rank](const std::string& why) {
+      fprintf(stderr, "shoal-worker %d: the job cannot go on: %s\n", rank, why.c_str());
+      fflush(stderr);
+      fflush(stdout);
+      _exit(1);
+    };
+    env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume, on_member_failure);
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
     params_->PullWeightsAndGrads();
     algo_->Init(params_->views());

@@ -35,6 +35,8 @@ enum Kind {
   leave @25;         # worker -> coordinator when it has finished; answered by leaveAck
   leaveAck @26;
   jobOver @27;       # coordinator -> server shard, answering its heartbeat once every worker left or died
+  heartbeatAck @28;  # rank 0's coordinator (jobs without servers) -> worker: it is alive
+  memberDead @29;    # rank 0's coordinator -> worker, answering its heartbeat: `message` names who stopped answering
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }

@@ -122,27 +122,92 @@ std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
   }
 }
 
-RendezvousServer::RendezvousServer(const std::string& bind_endpoint, const CurveKeys& keys) {
+RendezvousServer::RendezvousServer(const std::string& bind_endpoint, const CurveKeys& keys, MembershipOptions members)
+    : members_(std::move(members)) {
+  const size_t n = members_.hosts.size();
+  last_seen_.assign(n, Clock::now());
+  seen_.assign(n, 0);
+  left_.assign(n, 0);
+  dead_.assign(n, 0);
   transport_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
   endpoint_ = transport_->Bind(bind_endpoint);
   thread_ = std::thread([this] { Run(); });
 }
 
 RendezvousServer::~RendezvousServer() {
+  auto deadline = Clock::now() + std::chrono::milliseconds(members_.heartbeat_timeout_ms + 1000);
+  while (!all_gone_ && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   stop_ = true;
   thread_.join();
 }
 
+bool RendezvousServer::AllGone() const {
+  for (size_t r = 0; r < seen_.size(); ++r)
+    if (seen_[r] && !left_[r] && !dead_[r]) return false;
+  return true;
+}
+
+void RendezvousServer::OnMembership(const InMessage& m) {
+  auto h = m.header();
+  int r = h.getRank();
+  SHOAL_CHECK(h.getRole() == msg::Role::WORKER && r >= 0 && r < int(seen_.size()),
+              "membership message from rank " + std::to_string(r) + ", outside the job's " +
+                  std::to_string(seen_.size()) + " workers");
+  OutMessage out;
+  auto o = out.header();
+  o.setRequestId(h.getRequestId());
+  o.setRole(msg::Role::SERVER);
+  if (h.getKind() == msg::Kind::LEAVE) {
+    left_[size_t(r)] = 1;
+    o.setKind(msg::Kind::LEAVE_ACK);
+  } else {
+    seen_[size_t(r)] = 1;
+    last_seen_[size_t(r)] = Clock::now();
+    if (dead_message_.empty()) {
+      o.setKind(msg::Kind::HEARTBEAT_ACK);
+    } else {
+      o.setKind(msg::Kind::MEMBER_DEAD);
+      o.setMessage(dead_message_);
+    }
+  }
+  transport_->Send(out, &m.identity);
+}
+
+void RendezvousServer::Tick() {
+  auto now = Clock::now();
+  for (size_t r = 0; r < seen_.size(); ++r) {
+    if (!seen_[r] || left_[r] || dead_[r]) continue;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_seen_[r]).count();
+    if (ms <= members_.heartbeat_timeout_ms) continue;
+    dead_[r] = 1;
+    std::string what = "worker " + std::to_string(r) + " (" + members_.hosts[r] +
+                       ") stopped answering: no heartbeat for " + std::to_string(ms) + " ms (timeout " +
+                       std::to_string(members_.heartbeat_timeout_ms) + " ms)";
+    LOG(ERROR) << "coordinator: " << what;
+    if (dead_message_.empty()) dead_message_ = what;
+  }
+  all_gone_ = AllGone();
+}
+
 void RendezvousServer::Run() {
+  auto last_tick = Clock::now();
   while (!stop_) {
+    if (Clock::now() - last_tick > std::chrono::milliseconds(20)) {
+      Tick();
+      last_tick = Clock::now();
+    }
     InMessage m;
     bool received = false;
     try {
-      if (!transport_->Recv(&m, 50)) continue;
+      if (!transport_->Recv(&m, 20)) continue;
       received = true;
+      auto kind = m.header().getKind();
+      if (kind == msg::Kind::HEARTBEAT || kind == msg::Kind::LEAVE) {
+        OnMembership(m);
+        continue;
+      }
       if (!service_.Handle(m, [&](OutMessage& out) { transport_->Send(out, &m.identity); }))
-        throw Error("message kind " + std::to_string(int(m.header().getKind())) +
-                    " is not served here (this coordinator serves rendezvous only)");
+        throw Error("message kind " + std::to_string(int(kind)) + " is not served here");
     } catch (const BadMessage& e) {
       LOG(WARNING) << "coordinator: bad message from " << PeerName(e.identity) << ": " << e.what();
     } catch (const std::exception& e) {
@@ -158,6 +223,32 @@ void RendezvousServer::Run() {
       } catch (const std::exception&) {
       }
     }
+  }
+}
+
+Membership::Membership(const std::string& endpoint, const CurveKeys& keys, int rank, int interval_ms, int timeout_ms,
+                       std::function<void(const std::string&)> on_failure)
+    : endpoint_(endpoint), keys_(keys), rank_(rank) {
+  heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, endpoint, keys, msg::Role::WORKER, rank, interval_ms, timeout_ms,
+                                                 std::move(on_failure));
+}
+
+Membership::~Membership() {
+  heartbeat_.reset();
+  // Leaving: the coordinator stops expecting this worker's heartbeats. Best effort, bounded.
+  try {
+    Transport t(ctx_, Transport::Kind::kClient, keys_);
+    t.Connect(endpoint_);
+    OutMessage m;
+    auto h = m.header();
+    h.setKind(msg::Kind::LEAVE);
+    h.setRole(msg::Role::WORKER);
+    h.setRank(rank_);
+    h.setRequestId(1);
+    t.Send(m);
+    InMessage r;
+    (void)t.Recv(&r, 2000);
+  } catch (const std::exception&) {
   }
 }
 

@@ -8,8 +8,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
+#include <chrono>
+#include <functional>
 
 #include "common/rendezvous/store.h"
+#include "common/transport/heartbeat.h"
 #include "common/transport/transport.h"
 
 namespace shoal {
@@ -49,23 +53,59 @@ class CoordinatorStore : public Store {
   uint64_t next_id_ = 1;
 };
 
-// A coordinator that serves only rendezvous, for jobs without servers: worker rank 0 runs
-// one on its own thread and socket.
+// Who the coordinator of a job without servers watches: the workers, by heartbeat.
+struct MembershipOptions {
+  std::vector<std::string> hosts;  // worker rank -> host, for the messages
+  int heartbeat_timeout_ms = 5000;
+};
+
+// The coordinator of a job without servers: worker rank 0 runs one on its own thread and
+// socket. It serves rendezvous and membership: it acknowledges every worker's heartbeat,
+// and once a worker has been silent past the timeout it answers every other heartbeat
+// with memberDead naming the rank and host, so every member learns it within a timeout.
 class RendezvousServer {
  public:
   // Binds `bind_endpoint` ("tcp://host:port"); with keys, only the job's clients get in.
-  RendezvousServer(const std::string& bind_endpoint, const CurveKeys& keys);
+  RendezvousServer(const std::string& bind_endpoint, const CurveKeys& keys, MembershipOptions members = {});
+  // Waits (bounded by the heartbeat timeout) until every worker seen has left or is dead,
+  // so no member is left talking to a coordinator that went away.
   ~RendezvousServer();
   const std::string& endpoint() const { return endpoint_; }
 
  private:
   void Run();
+  void OnMembership(const InMessage& m);
+  void Tick();
+  bool AllGone() const;
+  MembershipOptions members_;
+  std::vector<std::chrono::steady_clock::time_point> last_seen_;
+  std::vector<char> seen_, left_, dead_;
+  std::string dead_message_;
+  std::atomic<bool> draining_{false};
   TransportContext ctx_{"coordinator"};
   std::unique_ptr<Transport> transport_;
   std::string endpoint_;
   RendezvousService service_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> all_gone_{false};
   std::thread thread_;
+};
+
+// A worker's membership in a job without servers: heartbeats to the coordinator, and a
+// leave message when it is destroyed (the worker has finished). `on_failure` runs once,
+// from the heartbeat thread, when the coordinator reports a member dead or stops answering.
+class Membership {
+ public:
+  Membership(const std::string& endpoint, const CurveKeys& keys, int rank, int interval_ms, int timeout_ms,
+             std::function<void(const std::string&)> on_failure);
+  ~Membership();
+
+ private:
+  TransportContext ctx_{"membership"};
+  std::string endpoint_;
+  CurveKeys keys_;
+  int rank_;
+  std::unique_ptr<HeartbeatSender> heartbeat_;
 };
 
 }  // namespace shoal

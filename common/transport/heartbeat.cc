@@ -5,8 +5,15 @@
 namespace shoal {
 
 HeartbeatSender::HeartbeatSender(TransportContext& ctx, const std::string& endpoint, const CurveKeys& keys,
-                                 msg::Role role, int rank, int interval_ms)
-    : transport_(ctx, Transport::Kind::kClient, keys), role_(role), rank_(rank), interval_ms_(interval_ms) {
+                                 msg::Role role, int rank, int interval_ms, int ack_timeout_ms,
+                                 std::function<void(const std::string&)> on_failure)
+    : transport_(ctx, Transport::Kind::kClient, keys),
+      role_(role),
+      rank_(rank),
+      interval_ms_(interval_ms),
+      ack_timeout_ms_(ack_timeout_ms),
+      on_failure_(std::move(on_failure)),
+      endpoint_(endpoint) {
   // While the coordinator is unreachable, keep a couple of heartbeats queued, not hours'.
   transport_.SetSendQueue(2);
   transport_.Connect(endpoint);
@@ -24,6 +31,14 @@ HeartbeatSender::~HeartbeatSender() {
 
 void HeartbeatSender::Run() {
   std::unique_lock<std::mutex> l(mu_);
+  auto last_ack = std::chrono::steady_clock::now();
+  bool acked = false;  // silence counts only once the coordinator has answered
+  bool failed = false;
+  auto fail = [&](const std::string& why) {
+    if (failed || !on_failure_) return;
+    failed = true;
+    on_failure_(why);
+  };
   while (!stop_) {
     OutMessage m;
     auto h = m.header();
@@ -33,11 +48,22 @@ void HeartbeatSender::Run() {
     try {
       (void)transport_.TrySend(m);  // a full queue drops it
       InMessage in;
-      while (transport_.Recv(&in, 0))
-        if (in.header().getKind() == msg::Kind::JOB_OVER) job_over_ = true;
+      while (transport_.Recv(&in, 0)) {
+        auto kind = in.header().getKind();
+        if (kind == msg::Kind::JOB_OVER) job_over_ = true;
+        if (kind == msg::Kind::HEARTBEAT_ACK) {
+          last_ack = std::chrono::steady_clock::now();
+          acked = true;
+        }
+        if (kind == msg::Kind::MEMBER_DEAD) fail(in.header().getMessage());
+      }
     } catch (const std::exception&) {
       // A heartbeat that cannot be sent is a missed heartbeat: the coordinator notices.
     }
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - last_ack);
+    if (acked && ack_timeout_ms_ > 0 && silent.count() > ack_timeout_ms_)
+      fail("the coordinator at " + endpoint_ + " stopped answering: no reply for " + std::to_string(silent.count()) +
+           " ms (did worker rank 0 stop?)");
     cv_.wait_for(l, std::chrono::milliseconds(interval_ms_), [this] { return stop_; });
   }
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -13,8 +14,12 @@ namespace shoal {
 
 class HeartbeatSender {
  public:
+  // `on_failure` (optional) runs on the sender's thread, once, when the coordinator reports
+  // a member dead (memberDead) or, with ack_timeout_ms > 0, when the coordinator has not
+  // acknowledged a heartbeat for that long.
   HeartbeatSender(TransportContext& ctx, const std::string& coordinator_endpoint, const CurveKeys& keys, msg::Role role,
-                  int rank, int interval_ms);
+                  int rank, int interval_ms, int ack_timeout_ms = 0,
+                  std::function<void(const std::string&)> on_failure = nullptr);
   ~HeartbeatSender();
   // The coordinator answered a heartbeat saying every worker has finished.
   bool job_over() const { return job_over_.load(); }
@@ -25,6 +30,9 @@ class HeartbeatSender {
   msg::Role role_;
   int rank_;
   int interval_ms_;
+  int ack_timeout_ms_;
+  std::function<void(const std::string&)> on_failure_;
+  std::string endpoint_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -172,6 +172,26 @@ TEST(CollectiveTraining, AllreduceStartedByOneMpirunMeetsAtTheCoordinator) {
   EXPECT_EQ(all.find("rendezvous"), std::string::npos) << all;
 }
 
+// A worker that stops answering (SIGSTOP: its sockets stay open, so no ring notices) is
+// named by the coordinator within the heartbeat timeout, and the job ends with that name.
+TEST(CollectiveTraining, AStoppedWorkerIsNamedWithinTheHeartbeatTimeout) {
+  std::string dir = FreshDir("stop");
+  std::string toml = FmnistJob("stop", dir + "/out", 3, "mlp", 60000, 5,
+                               "[algorithm]\nname = \"allreduce\"\ncollective_timeout_ms = 600000\n\n") +
+                     kMomentum;
+  toml.replace(toml.find("[cluster]\n"), 10, "[cluster]\nheartbeat_ms = 100\nheartbeat_timeout_ms = 2000\n");
+  std::thread stopper([&] { KillWhenTraining(dir, "--rank 2", 3, "STOP"); });
+  auto t0 = std::chrono::steady_clock::now();
+  JobRun r = RunJob(dir, toml, 300);
+  stopper.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.stderr_text.find("worker 2 (127.0.0.1) stopped answering"), std::string::npos) << r.stderr_text;
+  EXPECT_LT(secs, 120);
+  std::string check = "pgrep -f -- '--confi[g] " + dir + "/job.toml' > /dev/null";
+  EXPECT_NE(system(check.c_str()), 0) << "a process of the job outlived it";
+}
+
 TEST(CollectiveTraining, BadJobFileStartsNothing) {
   std::string dir = FreshDir("bad");
   JobRun r = RunJob(dir,

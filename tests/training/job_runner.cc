@@ -79,7 +79,7 @@ std::string ServersLine(int n) {
   return s + "]\n";
 }
 
-void KillWhenTraining(const std::string& dir, const std::string& process, int train_events) {
+void KillWhenTraining(const std::string& dir, const std::string& process, int train_events, const std::string& signal) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream m(dir + "/out/metrics.jsonl");
@@ -90,7 +90,7 @@ void KillWhenTraining(const std::string& dir, const std::string& process, int tr
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   // "[g]": the pattern must not match the shell that runs pkill.
-  std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml " + process + "'";
+  std::string cmd = "pkill -" + signal + " -f -- '--confi[g] " + dir + "/job.toml " + process + "'";
   if (system(cmd.c_str()) != 0) {
   }
 }

@@ -28,8 +28,10 @@ std::string FmnistJob(const std::string& name, const std::string& out_dir, int w
 // `[cluster] servers = [...]` line with n fresh loopback ports.
 std::string ServersLine(int n);
 // Waits (bounded) until the job in `dir` has logged `train_events` train events, then
-// SIGKILLs its process started with `process` after the job file ("--rank 2", "--shard 1").
-void KillWhenTraining(const std::string& dir, const std::string& process, int train_events);
+// sends `signal` (pkill's name for it) to its process started with `process` after the job file
+// ("--rank 2", "--shard 1").
+void KillWhenTraining(const std::string& dir, const std::string& process, int train_events,
+                      const std::string& signal = "KILL");
 // The metrics lines whose "event" is `event`.
 std::vector<std::string> Events(const JobRun& r, const std::string& event);
 
