@@ -148,6 +148,28 @@ else
   bad "ps_sync failed: $(tail -3 "$T/ps_sync-worker0.log")"
 fi
 
+# A host whose link goes down mid-training: its silence is named to the others within the
+# heartbeat timeout (3 s here), and every process ends; nothing waits out the ring's timeout.
+write_job linkdown allreduce "" "$KEYS" "collective_timeout_ms = 600000"
+sed -i 's/^epochs = 3/epochs = 50/; s/^target_accuracy = 0.78/target_accuracy = 0.99/' "$T/linkdown.toml"
+start=$(date +%s)
+run_job linkdown 0 > /dev/null 2>&1 &
+RUN=$!
+for i in $(seq 1 600); do  # up to 60 s for training to start on host 0
+  grep -q '"event":"train"' "$T/host0/linkdown/metrics.jsonl" 2> /dev/null && break
+  sleep 0.1
+done
+down_at=$(date +%s)
+ip -n "$(ns 3)" link set eth0 down
+wait $RUN || true
+took=$(($(date +%s) - down_at))
+if grep -q "worker 3 ($NET.4) stopped answering" "$T/linkdown-worker0.log" && [[ $took -le 30 ]]; then
+  ok "a host whose link went down was named within ${took} s: $(grep -m1 'cannot go on' "$T/linkdown-worker0.log" | cut -c1-110)..."
+else
+  bad "link down: after ${took} s: $(tail -2 "$T/linkdown-worker0.log")"
+fi
+ip -n "$(ns 3)" link set eth0 up
+
 # A worker holding a key pair of its own (it knows the servers' public key) is refused by
 # the servers and the coordinator, and says whom it could not reach; the refusal is logged.
 FOREIGN="$(echo "$KEYS" | grep -v '^client_'; shoal_on 0 keygen | grep '^client_')"
