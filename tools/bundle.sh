@@ -55,7 +55,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # CUDA libraries of the machine's Python packages, when present (GPU machines without a
 # system toolkit).
 for d in /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3/dist-packages/nvidia/*/lib \
-         "$HOME"/.local/lib/python3*/site-packages/nvidia/*/lib /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+         "${HOME:-/nonexistent}"/.local/lib/python3*/site-packages/nvidia/*/lib /usr/local/cuda/lib64 /usr/local/cuda/lib; do
   [[ -d "$d" ]] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
 done
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
