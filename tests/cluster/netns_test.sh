@@ -6,10 +6,7 @@
 set -euo pipefail
 R="$TEST_SRCDIR/$TEST_WORKSPACE"
 T="$TEST_TMPDIR"
-passed=0
-failed=0
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
+source "$R/tests/cluster/harness.sh"
 
 if [[ $(id -u) -ne 0 ]] || ! ip netns add "shoalprobe$$" 2> /dev/null; then
   echo "network namespaces need root here; this machine cannot make test hosts" >&2
@@ -47,11 +44,7 @@ for k in $(seq 0 $((HOSTS - 1))); do
   ip netns exec "$n" tc qdisc add dev eth0 root tbf rate 400mbit burst 512kb latency 100ms
 done
 
-ARCHIVE="$(bash "$R/tools/bundle.sh" "$R" "$T/dist" | tail -1)"
-for k in $(seq 0 $((HOSTS - 1))); do
-  mkdir -p "$T/host$k"
-  tar -C "$T/host$k" -xzf "$ARCHIVE"
-done
+unpack_bundle $(for k in $(seq 0 $((HOSTS - 1))); do echo "$T/host$k"; done)
 shoal_on() { local k=$1; shift; ip netns exec "$(ns "$k")" env -i PATH=/usr/bin:/bin HOME="$T/host$k" \
   timeout -s KILL 240 "$(echo "$T/host$k"/shoal-*)/shoal" "$@"; }
 KEYS="$(shoal_on 0 keygen)"
@@ -199,5 +192,4 @@ else
   bad "plaintext refusal unclear: $(cat "$T/plain.log")"
 fi
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish

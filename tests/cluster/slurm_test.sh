@@ -7,10 +7,7 @@
 set -euo pipefail
 R="$TEST_SRCDIR/$TEST_WORKSPACE"
 T="$TEST_TMPDIR"
-passed=0
-failed=0
-ok() { echo "ok: $*"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
+source "$R/tests/cluster/harness.sh"
 for b in munged slurmctld slurmd sbatch srun; do
   command -v "$b" > /dev/null || { echo "FAIL: $b is missing (./shoal test installs slurm-wlm and munge)"; echo "0 passed, 1 failed"; exit 1; }
 done
@@ -69,9 +66,7 @@ for i in $(seq 1 100); do
 done
 sinfo -h -o %t | grep -q idle || { bad "Slurm did not come up: $(tail -3 "$S/slurmctld.log")"; echo "$passed passed, $failed failed"; exit 1; }
 
-ARCHIVE="$(bash "$R/tools/bundle.sh" "$R" "$T/dist" | tail -1)"
-mkdir -p "$T/node"
-tar -C "$T/node" -xzf "$ARCHIVE"
+unpack_bundle "$T/node"
 export SHOAL="$(echo "$T/node"/shoal-*)"
 
 job() {  # name algorithm cluster_lines
@@ -127,5 +122,4 @@ else
   bad "srun allreduce failed: $(tail -5 "$T/ar.out")"
 fi
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish
