@@ -1,8 +1,12 @@
 """./shoal bench algorithms: time to target accuracy and bytes sent per worker for each
 algorithm on 4 workers, (a) equal workers, (b) one worker at slowdown 4, (c) every
-worker's bandwidth limited so a dense exchange takes about 4x the compute time.
+worker's bandwidth limited so a dense exchange takes about 4x the compute time (the
+in-process token bucket), (d) the same limit as real tbf-shaped links between four
+network-namespace hosts (root only; HOSTS=0 skips it).
 Each run is a real job through the launcher; the last line is one JSON object."""
 import json, os, socket, subprocess, sys, tempfile, time
+
+import hosts
 
 
 def free_port():
@@ -117,13 +121,22 @@ def main():
                 r = run(algo, scenario, workers, tmp)
                 results[f"{algo}/{scenario}"] = r
                 print(f"{algo:>14} {scenario:>12} {json.dumps(r)}", flush=True)
-    print(f"\n| algorithm | equal: s to {TARGET} | bytes/worker | slow worker (x4): s | slow links: s | bytes/worker |")
-    print("|---|---|---|---|---|---|")
-    for algo in ALGOS:
-        e, w, l = (results.get(f"{algo}/{k}", {}) for k in ("equal", "slow_worker", "slow_links"))
+        if os.geteuid() == 0 and os.environ.get("HOSTS", "1") != "0":
+            keys = subprocess.run([f"{BIN}/common/transport/shoal-keygen"], capture_output=True, text=True).stdout
+            with hosts.Hosts(mbps):
+                for algo in ALGOS + ["auto"]:
+                    r = hosts.run(BIN, algo, job(f"bench-{algo}-hosts", "OUT", algo, "4"), tmp, TARGET, keys)
+                    results[f"{algo}/hosts"] = r
+                    print(f"{algo:>14} {'tbf_hosts':>12} {json.dumps(r)}", flush=True)
+    print(f"\n| algorithm | equal: s to {TARGET} | bytes/worker | slow worker (x4): s | slow links: s | bytes/worker "
+          f"| tbf hosts: s |")
+    print("|---|---|---|---|---|---|---|")
+    for algo in ALGOS + ["auto"]:
+        e, w, l, h = (results.get(f"{algo}/{k}", {}) for k in ("equal", "slow_worker", "slow_links", "hosts"))
         f = lambda r, k: r.get(k) if r.get(k) is not None else ("-" if "error" not in r else "fail")
-        print(f"| {algo} | {f(e, 'time_to_target_s')} | {f(e, 'bytes_per_worker')} | {f(w, 'time_to_target_s')} | "
-              f"{f(l, 'time_to_target_s')} | {f(l, 'bytes_per_worker')} |")
+        name = algo + (f" (chose {h['auto_choice']})" if h.get("auto_choice") else "")
+        print(f"| {name} | {f(e, 'time_to_target_s')} | {f(e, 'bytes_per_worker')} | {f(w, 'time_to_target_s')} | "
+              f"{f(l, 'time_to_target_s')} | {f(l, 'bytes_per_worker')} | {f(h, 'time_to_target_s')} |")
     print(json.dumps({"bench": "algorithms", "target_accuracy": TARGET, "model": MODEL, "limit_mbps": round(mbps, 1),
                       "results": results}))
 
