@@ -105,11 +105,7 @@ void Server::HandleCheckpoint(InMessage& m) {
   LOG(INFO) << who_ << ": wrote checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size() << " tensors, "
             << bytes << " bytes) in " << ms << " ms";
   OutMessage out;
-  auto r = out.header();
-  r.setKind(msg::Kind::CHECKPOINT_ACK);
-  r.setRequestId(h.getRequestId());
-  r.setRole(msg::Role::SERVER);
-  r.setRank(shard_);
+  auto r = ReplyHeader(out, msg::Kind::CHECKPOINT_ACK, h.getRequestId());
   ToWire(rec, r.initCheckpoint());
   transport_->Send(out, &m.identity);
 }
@@ -127,12 +123,17 @@ void Server::HandlePlan(InMessage& m) {
               << " steps, global batch " << plan.global_batch << ", " << plan.workers << " workers";
   }
   OutMessage out;
+  ReplyHeader(out, msg::Kind::PLAN_ACK, h.getRequestId());
+  transport_->Send(out, &m.identity);
+}
+
+msg::Header::Builder Server::ReplyHeader(OutMessage& out, msg::Kind kind, uint64_t request_id) const {
   auto r = out.header();
-  r.setKind(msg::Kind::PLAN_ACK);
-  r.setRequestId(h.getRequestId());
+  r.setKind(kind);
+  r.setRequestId(request_id);
   r.setRole(msg::Role::SERVER);
   r.setRank(shard_);
-  transport_->Send(out, &m.identity);
+  return r;
 }
 
 void Server::Run(const std::atomic<bool>& stop) {
@@ -232,11 +233,7 @@ void Server::HandlePush(InMessage& m) {
     return SendTensors(m.identity, h.getRequestId(), names);
   }
   OutMessage out;
-  auto r = out.header();
-  r.setKind(msg::Kind::PUSH_ACK);
-  r.setRequestId(h.getRequestId());
-  r.setRole(msg::Role::SERVER);
-  r.setRank(shard_);
+  ReplyHeader(out, msg::Kind::PUSH_ACK, h.getRequestId());
   transport_->Send(out, &m.identity);
 }
 
@@ -254,11 +251,7 @@ void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vecto
     found.push_back(t);
   }
   OutMessage out;
-  auto r = out.header();
-  r.setKind(msg::Kind::PULL_REPLY);
-  r.setRequestId(request_id);
-  r.setRole(msg::Role::SERVER);
-  r.setRank(shard_);
+  auto r = ReplyHeader(out, msg::Kind::PULL_REPLY, request_id);
   auto metas = r.initTensors(found.size());
   for (unsigned i = 0; i < found.size(); ++i) {
     const StoredTensor* t = found[i];
@@ -299,11 +292,7 @@ void Server::Warn(const std::string& line) {
 void Server::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) {
   if (to.size() == 0) return;
   OutMessage out;
-  auto r = out.header();
-  r.setKind(msg::Kind::ERROR);
-  r.setRequestId(request_id);
-  r.setRole(msg::Role::SERVER);
-  r.setRank(shard_);
+  auto r = ReplyHeader(out, msg::Kind::ERROR, request_id);
   r.setMessage(what);
   transport_->Send(out, &to);
 }

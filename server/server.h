@@ -41,6 +41,8 @@ class Server {
   void HandlePull(InMessage& m);
   void HandleCheckpoint(InMessage& m);
   void HandlePlan(InMessage& m);
+  // The header of an answer from this shard: kind, the request it answers, role and rank.
+  msg::Header::Builder ReplyHeader(OutMessage& out, msg::Kind kind, uint64_t request_id) const;
   void SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names);
   void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
   void Warn(const std::string& line);
