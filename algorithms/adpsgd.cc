@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "algorithms/algorithm.h"
@@ -133,6 +134,25 @@ class AdPsgd : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent() + gossip_bytes_.load(); }
+  // Each worker its own model (with the averages peers made into it), its optimizer and
+  // its choice of peers.
+  void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
+    updater_.Save(params, "opt/", out);
+    std::ostringstream rng;
+    rng << rng_;
+    out->Put("adpsgd/rng", rng.str());
+    std::lock_guard<std::mutex> lock(mu_);
+    out->PutFloats("adpsgd/model", model_);
+  }
+  void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
+    updater_.Load(params, "opt/", in);
+    std::istringstream rng(in.Get("adpsgd/rng"));
+    rng >> rng_;
+    SHOAL_CHECK(!rng.fail(), "checkpoint: entry 'adpsgd/rng' is not a random stream state");
+    std::lock_guard<std::mutex> lock(mu_);
+    model_ = in.GetFloatVector("adpsgd/model", size_t(total_));
+    Scatter(model_.data(), params);
+  }
   void AddMetrics(JsonObject* out) const override {
     out->Add("consensus_distance", consensus_n_ ? consensus_sum_ / double(consensus_n_) : 0.0);
     out->Add("averagings", averagings_.load());

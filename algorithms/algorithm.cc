@@ -41,4 +41,28 @@ void LocalUpdater::Apply(const std::vector<ParamView>& params, int64_t step) {
   }
 }
 
+void LocalUpdater::Save(const std::vector<ParamView>& params, const std::string& prefix, CheckpointState* out) const {
+  for (size_t i = 0; i < params.size(); ++i)
+    out->Put(prefix + params[i].name, i < states_.size() ? EncodeOptimizerState(states_[i]) : std::string());
+}
+
+void LocalUpdater::Load(const std::vector<ParamView>& params, const std::string& prefix, const CheckpointState& in) {
+  states_.assign(params.size(), OptimizerState());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& bytes = in.Get(prefix + params[i].name);
+    if (!bytes.empty())
+      states_[i] = DecodeOptimizerState(
+          bytes, size_t(params[i].n),
+          "checkpoint " + std::to_string(in.record.id) + " entry '" + prefix + params[i].name + "'");
+  }
+}
+
+void SaveWeights(const std::vector<ParamView>& params, CheckpointState* out) {
+  for (auto& p : params) out->PutFloats("w/" + p.name, p.w, size_t(p.n));
+}
+
+void RestoreWeights(const CheckpointState& in, const std::vector<ParamView>& params) {
+  for (auto& p : params) in.GetFloats("w/" + p.name, p.w, size_t(p.n));
+}
+
 }  // namespace shoal

@@ -13,6 +13,7 @@
 #include "algorithms/collectives/communicator.h"
 #include "algorithms/facts.h"
 #include "algorithms/optimizers/optimizer.h"
+#include "common/checkpoint/checkpoint_state.h"
 #include "common/config.h"
 #include "common/metrics.h"
 
@@ -79,9 +80,22 @@ class Algorithm {
   // Extra figures for progress lines and metrics (bytes_sent, staleness, ...).
   virtual int64_t bytes_sent() const { return 0; }
   virtual void AddMetrics(JsonObject* out) const { (void)out; }
-  // Checkpoints: algorithms whose facts say they keep them resume in Init when env.resume
-  // is set and say here how many global steps the restored model has done.
+  // Checkpoints on the servers (PS algorithms): they resume in Init when env.resume is set
+  // and say here how many global steps the restored model has done.
   virtual int64_t ResumedStep() const { return 0; }
+  // Checkpoints on the workers (every algorithm without servers; the trainer keeps the
+  // weights): SaveState adds what else this algorithm needs to continue exactly (optimizer
+  // slots, an exchange in flight, block momentum, residuals, random streams) and may settle
+  // work in flight to do so. LoadState runs after Init with the checkpoint's weights
+  // already in params, on every rank in the same order (it may use its communicator).
+  virtual void SaveState(const std::vector<ParamView>& params, CheckpointState* out) {
+    (void)params;
+    (void)out;
+  }
+  virtual void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) {
+    (void)params;
+    (void)in;
+  }
   // Rank 0 of a collective job stops everyone at the target: all ranks must agree when to
   // stop, so algorithms that synchronize decide it together.
   virtual bool AgreeToStop(bool mine) { return mine; }
@@ -97,11 +111,18 @@ std::unique_ptr<Algorithm> MakeAlgorithm(const std::string& name, const Algorith
 
 // Applies env.optimizer to every tensor with this step's LR (shared by algorithms that
 // update locally). States are kept per tensor index.
+// The weights of every tensor as checkpoint entries "w/<name>", and back (sizes checked).
+void SaveWeights(const std::vector<ParamView>& params, CheckpointState* out);
+void RestoreWeights(const CheckpointState& in, const std::vector<ParamView>& params);
+
 class LocalUpdater {
  public:
   explicit LocalUpdater(const AlgorithmEnv& env) : env_(env) {}
   void Apply(const std::vector<ParamView>& params, int64_t step);
   std::vector<OptimizerState>& states() { return states_; }
+  // Its states as checkpoint entries "<prefix><tensor name>", and back.
+  void Save(const std::vector<ParamView>& params, const std::string& prefix, CheckpointState* out) const;
+  void Load(const std::vector<ParamView>& params, const std::string& prefix, const CheckpointState& in);
 
  private:
   AlgorithmEnv env_;

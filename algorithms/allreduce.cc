@@ -34,6 +34,12 @@ class AllReduce : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
+    updater_.Save(params, "opt/", out);
+  }
+  void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
+    updater_.Load(params, "opt/", in);
+  }
 
  private:
   AlgorithmEnv env_;

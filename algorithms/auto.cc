@@ -65,6 +65,32 @@ class Auto : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent() + (chosen_ ? chosen_->bytes_sent() : 0); }
+  // Its choice, so a resumed job runs what was chosen (measuring again could choose
+  // otherwise midway), and the chosen algorithm's state; while probing, the probe's.
+  void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
+    out->Put("auto/choice", chosen_ ? chosen_->Name() : std::string());
+    if (chosen_) return chosen_->SaveState(params, out);
+    updater_.Save(params, "opt/", out);
+    out->PutInt("auto/probed", probed_);
+    out->PutDouble("auto/compute_s", compute_s_);
+    out->PutDouble("auto/comm_s", comm_s_);
+  }
+  void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
+    const std::string choice = in.Get("auto/choice");
+    if (!choice.empty()) {
+      probed_ = probe_steps_;
+      chosen_ = MakeAlgorithm(choice, env_);
+      chosen_->Init(params);       // wires its communicator; sets weights to rank 0's
+      RestoreWeights(in, params);  // each worker's own again
+      chosen_->LoadState(params, in);
+      return;
+    }
+    updater_.Load(params, "opt/", in);
+    probed_ = in.GetInt("auto/probed");
+    compute_s_ = in.GetDouble("auto/compute_s");
+    comm_s_ = in.GetDouble("auto/comm_s");
+    last_step_end_ = Clock::now();
+  }
   void AddMetrics(JsonObject* out) const override {
     out->Add("auto_choice", chosen_ ? chosen_->Name() : std::string("probing"));
     if (chosen_) chosen_->AddMetrics(out);

@@ -63,6 +63,27 @@ class Bmuf : public Algorithm {
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   void AddMetrics(JsonObject* out) const override { out->Add("blocks", blocks_); }
+  // Each worker's own weights (mid-block they differ) are the trainer's; here the block's
+  // start, the global model, the block momentum and where in the block it is.
+  void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
+    updater_.Save(params, "opt/", out);
+    out->PutFloats("bmuf/global", global_);
+    out->PutFloats("bmuf/start", start_);
+    out->PutFloats("bmuf/momentum", v_);
+    out->PutInt("bmuf/in_block", in_block_);
+    out->PutInt("bmuf/blocks", blocks_);
+  }
+  void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
+    updater_.Load(params, "opt/", in);
+    global_ = in.GetFloatVector("bmuf/global", size_t(total_));
+    start_ = in.GetFloatVector("bmuf/start", size_t(total_));
+    v_ = in.GetFloatVector("bmuf/momentum", size_t(total_));
+    in_block_ = in.GetInt("bmuf/in_block");
+    blocks_ = in.GetInt("bmuf/blocks");
+    SHOAL_CHECK(in_block_ >= 0 && in_block_ < block_steps_,
+                "checkpoint: bmuf is " + std::to_string(in_block_) + " steps into a block of " +
+                    std::to_string(block_steps_) + " (was block_steps changed?)");
+  }
 
  private:
   static void Gather(const std::vector<ParamView>& params, float* out) {

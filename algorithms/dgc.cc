@@ -90,6 +90,23 @@ class Dgc : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
+    comp_->Save(params, sparse_, "dgc/", out);
+    for (size_t d = 0; d < dense_.size(); ++d)
+      out->PutFloats("dgc/dense_momentum/" + params[dense_[d]].name, dense_v_[d]);
+    out->PutInt("dgc/sent_pairs", sent_pairs_);
+    out->PutInt("dgc/dense_elements", dense_elems_);
+  }
+  void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
+    comp_->Load(params, sparse_, "dgc/", in);
+    for (size_t d = 0; d < dense_.size(); ++d) {
+      const std::string key = "dgc/dense_momentum/" + params[dense_[d]].name;
+      // Empty until the first step sized it.
+      dense_v_[d] = in.Get(key).empty() ? std::vector<float>() : in.GetFloatVector(key, size_t(params[dense_[d]].n));
+    }
+    sent_pairs_ = in.GetInt("dgc/sent_pairs");
+    dense_elems_ = in.GetInt("dgc/dense_elements");
+  }
   void AddMetrics(JsonObject* out) const override {
     out->Add("sparsity", sparsity_now_);
     out->Add("compression_ratio", sent_pairs_ > 0 ? double(dense_elems_) / double(sent_pairs_ * 2) : 0.0);

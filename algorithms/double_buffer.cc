@@ -54,6 +54,28 @@ class DoubleBuffer : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  // The exchange in flight is settled and its result kept: it is the update of the next
+  // step, so a resume applies it exactly where the run would have.
+  void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
+    updater_.Save(params, "opt/", out);
+    bool had = Wait();
+    out->PutInt("double_buffer/pending", had ? 1 : 0);
+    out->PutInt("double_buffer/stale_step", stale_step_);
+    if (had) {
+      out->PutFloats("double_buffer/gradients", fusion_.buffer());
+      pending_ = std::async(std::launch::deferred, [] {});
+    }
+  }
+  void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
+    updater_.Load(params, "opt/", in);
+    stale_step_ = in.GetInt("double_buffer/stale_step");
+    if (in.GetInt("double_buffer/pending")) {
+      int64_t total = 0;
+      for (auto& p : params) total += p.n;
+      fusion_.buffer() = in.GetFloatVector("double_buffer/gradients", size_t(total));
+      pending_ = std::async(std::launch::deferred, [] {});
+    }
+  }
 
  private:
   // Waits for the exchange in flight; true if there was one (its result is in fusion_).

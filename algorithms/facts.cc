@@ -9,13 +9,13 @@ const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
   using U = ServerUpdate;
   // name, needs servers, keeps checkpoints, tolerated worker deaths, server update.
   static const std::vector<AlgorithmFacts> kFacts = {
-      {"adpsgd", false, false, D::kNone, U::kNone},
-      {"allreduce", false, false, D::kNone, U::kNone},
-      {"auto", false, false, D::kNone, U::kNone},
-      {"bmuf", false, false, D::kNone, U::kNone},
-      {"dgc", false, false, D::kNone, U::kNone},
-      {"double_buffer", false, false, D::kNone, U::kNone},
-      {"local", false, false, D::kNone, U::kNone},
+      {"adpsgd", false, true, D::kNone, U::kNone},
+      {"allreduce", false, true, D::kNone, U::kNone},
+      {"auto", false, true, D::kNone, U::kNone},
+      {"bmuf", false, true, D::kNone, U::kNone},
+      {"dgc", false, true, D::kNone, U::kNone},
+      {"double_buffer", false, true, D::kNone, U::kNone},
+      {"local", false, true, D::kNone, U::kNone},
       {"ps_async", true, true, D::kAnyButLast, U::kApplyEach},
       {"ps_ssp", true, true, D::kAnyButLast, U::kApplyEach},
       {"ps_sync", true, true, D::kNone, U::kMeanOfWorkers},

@@ -10,6 +10,12 @@ class Local : public Algorithm {
   explicit Local(const AlgorithmEnv& env) : updater_(env) {}
   std::string Name() const override { return "local"; }
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override { updater_.Apply(params, info.step); }
+  void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
+    updater_.Save(params, "opt/", out);
+  }
+  void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
+    updater_.Load(params, "opt/", in);
+  }
 
  private:
   LocalUpdater updater_;

@@ -11,7 +11,10 @@ struct CheckpointRecord {
   uint64_t id = 0;               // 0 = none; otherwise the global steps done when it was taken (>= 1)
   int64_t step = 0;              // global steps done
   int64_t epoch = 0, batch = 0;  // the data position training continues from
-  uint32_t shards = 0;           // shards that wrote it
+  uint32_t shards = 0;           // shards (or, without servers, workers) that wrote it
+  // Not stored: in a write request, the newest committed checkpoint, which the write must
+  // not remove.
+  uint64_t keep = 0;
 };
 
 inline void ToWire(const CheckpointRecord& r, msg::CheckpointInfo::Builder b) {
@@ -20,6 +23,7 @@ inline void ToWire(const CheckpointRecord& r, msg::CheckpointInfo::Builder b) {
   b.setEpoch(r.epoch);
   b.setBatch(r.batch);
   b.setShards(r.shards);
+  b.setKeep(r.keep);
 }
 
 inline CheckpointRecord FromWire(msg::CheckpointInfo::Reader b) {
@@ -29,6 +33,7 @@ inline CheckpointRecord FromWire(msg::CheckpointInfo::Reader b) {
   r.epoch = b.getEpoch();
   r.batch = b.getBatch();
   r.shards = b.getShards();
+  r.keep = b.getKeep();
   return r;
 }
 

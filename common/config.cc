@@ -246,7 +246,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.path = file;
 
   SectionReader job(file, root, "job",
-                    {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights"});
+                    {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights", "max_restarts"});
   c.name = job.String("name", "", true);
   if (c.name.empty() || c.name.find_first_of("/\\ \t\n\"") != std::string::npos)
     job.Fail("name", "expected a non-empty name without slashes, spaces or quotes, got \"" + c.name + "\"");
@@ -254,6 +254,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.output_dir = job.String("output_dir", "runs/" + c.name);
   c.checkpoint_dir = job.String("checkpoint_dir", "");
   c.checkpoint_every_steps = job.Int("checkpoint_every_steps", 0, 0, INT64_MAX);
+  c.max_restarts = job.Int("max_restarts", 0, 0, 1000);
   c.export_weights = job.String("export_weights", "");
 
   SectionReader cl(file, root, "cluster",

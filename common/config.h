@@ -56,6 +56,8 @@ struct JobConfig {
   std::string output_dir;
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 0;  // 0 = only at the end
+  // `shoal run` restarts a failed job from its newest complete checkpoint this many times.
+  int64_t max_restarts = 0;
   std::string export_weights;          // rank 0 writes the final weights here (raw fp32)
 
   // [cluster]

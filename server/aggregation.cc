@@ -47,8 +47,9 @@ class OptimizerRule : public UpdateRule {
     ByteWriter w;
     auto* st = static_cast<const RuleState*>(t.rule_state.get());
     if (!st) return {};
-    w.Put(st->pushes).Put(int32_t(st->count)).Put(st->opt.steps).Put(uint32_t(st->opt.slots.size()));
-    for (auto& slot : st->opt.slots) w.Floats(slot);
+    w.Put(st->pushes).Put(int32_t(st->count));
+    std::string opt = EncodeOptimizerState(st->opt);
+    w.Blob(opt.data(), opt.size());
     w.Floats(st->sum);
     return std::move(w.str());
   }
@@ -60,16 +61,8 @@ class OptimizerRule : public UpdateRule {
     auto st = std::make_shared<RuleState>();
     st->pushes = r.Get<int64_t>();
     st->count = r.Get<int32_t>();
-    st->opt.steps = r.Get<int64_t>();
-    uint32_t slots = r.Get<uint32_t>();
-    SHOAL_CHECK(slots <= 16, "optimizer state: " + std::to_string(slots) + " slots");
     const size_t n = t.elements();
-    for (uint32_t i = 0; i < slots; ++i) {
-      st->opt.slots.push_back(r.Floats());
-      SHOAL_CHECK(st->opt.slots.back().size() == n || st->opt.slots.back().empty(),
-                  "optimizer state: a slot of " + std::to_string(st->opt.slots.back().size()) + " for " +
-                      std::to_string(n) + " elements");
-    }
+    st->opt = DecodeOptimizerState(r.Blob(), n, "optimizer state");
     st->sum = r.Floats();
     SHOAL_CHECK(st->sum.empty() || st->sum.size() == n, "optimizer state: a partial sum of the wrong size");
     SHOAL_CHECK(st->pushes >= 0 && st->count >= 0 && st->count < max_contributors_ + 1,

@@ -14,7 +14,8 @@
 DEFINE_string(config, "", "job file (TOML)");
 DEFINE_int32(shard, 0, "which [cluster] servers entry this process serves");
 DEFINE_string(bind, "", "endpoint to bind instead of servers[shard], e.g. tcp://0.0.0.0:7701");
-DEFINE_bool(resume, false, "load the job's newest complete checkpoint before serving (else start clean)");
+DEFINE_bool(resume, false, "load the job's newest complete checkpoint before serving");
+DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
     // The parameter-server algorithms run the job's optimizer here, on whole tensors; the
     // workers' plan (at registration) says how.
     server->kv().SetUpdateRule(shoal::MakeServerUpdateRule(cfg));
-    server->OpenCheckpoints(FLAGS_resume);
+    server->OpenCheckpoints(shoal::CheckpointStartFrom(FLAGS_resume, FLAGS_fresh));
   } catch (const std::exception& e) {
     fprintf(stderr, "shoal-server: %s\n", e.what());
     return 2;

@@ -64,12 +64,13 @@ Server::~Server() {
   transport_.reset();
 }
 
-void Server::OpenCheckpoints(bool resume) {
+void Server::OpenCheckpoints(CheckpointStart start) {
+  const bool resume = start == CheckpointStart::kResume;
   if (cfg_.checkpoint_dir.empty()) {
     SHOAL_CHECK(!resume, cfg_.path + ": [job] checkpoint_dir: not set, so there is no checkpoint to resume from");
     return;
   }
-  checkpointer_ = std::make_unique<Checkpointer>(cfg_.checkpoint_dir, shard_, /*fresh=*/!resume);
+  checkpointer_ = std::make_unique<Checkpointer>(cfg_.checkpoint_dir, shard_, start);
   if (coordinator_) coordinator_->SetCheckpointer(checkpointer_.get());
   if (!resume) return;
   CheckpointRecord rec;
@@ -99,15 +100,45 @@ void Server::HandleCheckpoint(InMessage& m) {
   CheckpointRecord rec = FromWire(h.getCheckpoint());
   SHOAL_CHECK(rec.id > 0 && rec.shards == cfg_.servers.size(), "checkpoint request with id " + std::to_string(rec.id) +
                                                                    " for " + std::to_string(rec.shards) + " shards");
-  auto t0 = std::chrono::steady_clock::now();
-  uint64_t bytes = checkpointer_->Write(rec, kv_);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  LOG(INFO) << who_ << ": wrote checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size() << " tensors, "
-            << bytes << " bytes) in " << ms << " ms";
+  if (write_) FinishCheckpointWrite(/*wait=*/true);
+  // The snapshot is taken now, between two requests, so it is one consistent state.
+  auto w = std::make_unique<WriteInFlight>();
+  w->to = m.identity;
+  w->request_id = h.getRequestId();
+  w->rec = rec;
+  w->tensors = kv_.size();
+  w->start = std::chrono::steady_clock::now();
+  auto pending = checkpointer_->Snapshot(rec, rec.keep, kv_);
+  w->bytes = pending->bytes();
+  Checkpointer* c = checkpointer_.get();
+  w->error = std::async(std::launch::async, [c, p = std::move(pending)]() mutable -> std::string {
+    try {
+      c->Write(std::move(p));
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  });
+  write_ = std::move(w);
+}
+
+void Server::FinishCheckpointWrite(bool wait) {
+  if (!write_) return;
+  if (!wait && write_->error.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  std::unique_ptr<WriteInFlight> w = std::move(write_);
+  std::string error = w->error.get();
+  if (!error.empty()) {
+    LOG(ERROR) << who_ << ": " << error;
+    ReplyError(w->to, w->request_id, who_ + ": " + error);
+    return;
+  }
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w->start).count();
+  LOG(INFO) << who_ << ": wrote checkpoint " << w->rec.id << " (step " << w->rec.step << ", " << w->tensors
+            << " tensors, " << w->bytes << " bytes) in " << ms << " ms";
   OutMessage out;
-  auto r = ReplyHeader(out, msg::Kind::CHECKPOINT_ACK, h.getRequestId());
-  ToWire(rec, r.initCheckpoint());
-  transport_->Send(out, &m.identity);
+  auto r = ReplyHeader(out, msg::Kind::CHECKPOINT_ACK, w->request_id);
+  ToWire(w->rec, r.initCheckpoint());
+  transport_->Send(out, &w->to);
 }
 
 void Server::HandlePlan(InMessage& m) {
@@ -165,6 +196,7 @@ void Server::Run(const std::atomic<bool>& stop) {
         ReplyError(m.identity, 0, who_ + ": malformed message");
       }
     }
+    FinishCheckpointWrite(/*wait=*/false);
     auto now = Coordinator::Clock::now();
     if (warn_suppressed_ > 0) FlushWarnings(now);
     // Every worker has finished (or died): the servers leave by themselves, shard 0 once
@@ -179,6 +211,7 @@ void Server::Run(const std::atomic<bool>& stop) {
       last_tick = now;
     }
   }
+  FinishCheckpointWrite(/*wait=*/true);
 }
 
 void Server::HandleMessage(InMessage& m) {

@@ -3,6 +3,8 @@
 // logged in one line and answered with an error, never allowed to stop the loop.
 #pragma once
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -25,11 +27,12 @@ class Server {
   ~Server();
   const std::string& endpoint() const { return endpoint_; }
   KvShard& kv() { return kv_; }
-  // Checkpoints to [job] checkpoint_dir (nothing when it is not set). `resume`: load the
+  // Checkpoints to [job] checkpoint_dir (nothing when it is not set). kResume: load the
   // job's newest complete checkpoint first (shard 0 reads it from its own record, other
-  // shards ask the coordinator); otherwise start clean. Call before Run, after the update
-  // rule is set (it decodes the optimizer state).
-  void OpenCheckpoints(bool resume);
+  // shards ask the coordinator); otherwise start clean (kNew refuses a directory holding
+  // checkpoints, kFresh deletes them). Call before Run, after the update rule is set (it
+  // decodes the optimizer state).
+  void OpenCheckpoints(CheckpointStart start);
   // The step the shard resumed at (0 for a fresh start).
   int64_t resumed_step() const { return resumed_step_; }
   // Serves until `stop` becomes true.
@@ -40,6 +43,9 @@ class Server {
   void HandlePush(InMessage& m);
   void HandlePull(InMessage& m);
   void HandleCheckpoint(InMessage& m);
+  // Acknowledges the checkpoint write in flight once it is on disk (or its failure);
+  // `wait`: block until then.
+  void FinishCheckpointWrite(bool wait);
   void HandlePlan(InMessage& m);
   // The header of an answer from this shard: kind, the request it answers, role and rank.
   msg::Header::Builder ReplyHeader(OutMessage& out, msg::Kind kind, uint64_t request_id) const;
@@ -56,6 +62,18 @@ class Server {
   std::string endpoint_;
   KvShard kv_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  // The synced write runs off the serving thread, so heartbeats and barriers never wait
+  // for the disk; one at a time.
+  struct WriteInFlight {
+    PeerId to;
+    uint64_t request_id = 0;
+    CheckpointRecord rec;
+    uint64_t bytes = 0;
+    size_t tensors = 0;
+    std::chrono::steady_clock::time_point start;
+    std::future<std::string> error;  // empty once written
+  };
+  std::unique_ptr<WriteInFlight> write_;
   int64_t resumed_step_ = 0;
   std::unique_ptr<TrainingPlan> plan_;  // the first worker's; later ones must agree
   std::unique_ptr<Coordinator> coordinator_;

@@ -10,6 +10,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/env.h"
+#include "algorithms/worker_checkpoints.h"
 #include "common/error.h"
 #include "common/metrics.h"
 #include "worker/data/data_loader.h"
@@ -166,9 +167,9 @@ class Trainer {
   // The algorithm, connected to its peers, with the starting weights (its own, rank 0's,
   // the servers' or a checkpoint's).
   void StartAlgorithm() {
-    if (opts_.resume && !FactsOf(cfg_.algorithm).keeps_checkpoints)
-      throw Error("--resume: algorithm \"" + cfg_.algorithm +
-                  "\" keeps no checkpoints (the parameter-server algorithms do)");
+    const CheckpointStart start = CheckpointStartFrom(opts_.resume, opts_.fresh);
+    if (opts_.resume && cfg_.checkpoint_dir.empty())
+      throw Error(cfg_.path + ": --resume: [job] checkpoint_dir is not set, so there is no checkpoint to resume from");
     metrics_.Open(cfg_.output_dir + "/metrics.jsonl");
     // A member that stopped answering ends this worker at once with one line naming it (a
     // collective would otherwise wait out its own timeout).
@@ -181,8 +182,17 @@ class Trainer {
     };
     env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume, on_member_failure);
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
+    // Jobs without servers keep their checkpoints on the workers, each its own.
+    if (!FactsOf(cfg_.algorithm).needs_servers && !cfg_.checkpoint_dir.empty())
+      checkpoints_ = std::make_unique<WorkerCheckpoints>(cfg_, rank_, world_, env_.store.get(), start);
     params_->PullWeightsAndGrads();
     algo_->Init(params_->views());
+    if (checkpoints_ && opts_.resume) {
+      CheckpointState st = checkpoints_->Resume();
+      RestoreWeights(st, params_->views());
+      algo_->LoadState(params_->views(), st);
+      resumed_step_ = st.record.step;
+    }
     params_->PushWeights();
     printf("worker %d/%d: %s on %s, %s, %lld samples, %lld steps/epoch, algorithm %s, optimizer %s\n", rank_, world_,
            cfg_.model.c_str(), backend_->Name().c_str(), cfg_.data_format.c_str(), (long long)train_set_->size(),
@@ -195,7 +205,7 @@ class Trainer {
   void TrainEpochs() {
     // A resumed job continues at the checkpoint's data position: the same batches, in the
     // same order, as if it had never stopped.
-    step_ = algo_->ResumedStep();
+    step_ = checkpoints_ ? resumed_step_ : algo_->ResumedStep();
     const int64_t first_epoch = step_ / env_.steps_per_epoch, first_batch = step_ % env_.steps_per_epoch;
     if (step_ > 0) {
       printf("worker %d: resumed at step %lld (epoch %lld, batch %lld)\n", rank_, (long long)step_,
@@ -307,7 +317,28 @@ class Trainer {
     loss_sum_ += loss;
     ++loss_n_;
     if (step_ % cfg_.log_every_steps == 0) LogTrain(epoch);
+    if (checkpoints_ && cfg_.checkpoint_every_steps > 0 && step_ % cfg_.checkpoint_every_steps == 0) SaveCheckpoint();
     return true;
+  }
+
+  // This worker's weights, its algorithm's state and the data position, committed once
+  // every worker has written the same step.
+  void SaveCheckpoint() {
+    auto t0 = Clock::now();
+    CheckpointState st;
+    st.record.id = uint64_t(step_);
+    st.record.step = step_;
+    st.record.epoch = step_ / env_.steps_per_epoch;
+    st.record.batch = step_ % env_.steps_per_epoch;
+    SaveWeights(params_->views(), &st);
+    algo_->SaveState(params_->views(), &st);
+    uint64_t bytes = 0;
+    for (auto& [k, v] : st.entries) bytes += v.size();
+    checkpoints_->Save(std::move(st));
+    if (rank_ == 0)
+      metrics_.Write(
+          "checkpoint", step_,
+          JsonObject().Add("rank", rank_).Add("id", step_).Add("bytes", int64_t(bytes)).Add("write_s", Since(t0)));
   }
 
   void LogTrain(int64_t epoch) {
@@ -362,6 +393,8 @@ class Trainer {
   MetricsWriter metrics_;
   AlgorithmEnv env_;
   std::unique_ptr<Algorithm> algo_;
+  std::unique_ptr<WorkerCheckpoints> checkpoints_;
+  int64_t resumed_step_ = 0;
   Tensor x_;
   Batch batch_;
   int64_t step_ = 0, samples_ = 0, window_samples_ = 0, loss_n_ = 0;

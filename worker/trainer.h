@@ -10,7 +10,8 @@ namespace shoal {
 
 struct TrainerOptions {
   int rank = 0;
-  bool resume = false;
+  bool resume = false;  // continue from the job's newest complete checkpoint
+  bool fresh = false;   // start over, deleting an earlier run's checkpoints
   int threads = 0;  // 0: from the job file
 };
 

@@ -11,16 +11,47 @@
 DEFINE_string(config, "", "job file (TOML)");
 DEFINE_int32(rank, -1, "worker rank; from SLURM_PROCID / OMPI_COMM_WORLD_RANK / RANK when not given");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
+DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
 DEFINE_int32(threads, 0, "CPU threads (0: [train] threads, or all cores)");
 DEFINE_int64(epochs, 0, "override [train] epochs");
 DEFINE_int64(max_steps, -1, "override [train] max_steps");
 DEFINE_int64(batch_size, 0, "override [data] batch_size");
-DEFINE_string(output_dir, "", "override [job] output_dir");
 DEFINE_string(device, "", "override this worker's device (cpu | cuda:N)");
 DEFINE_string(coordinator, "", "override [cluster] coordinator (host:port)");
 
+namespace {
+
+// Takes --NAME=VALUE or --NAME VALUE out of argv. For --output_dir: RocksDB (linked for
+// the worker's checkpoints) registers a gflag of that name for one of its tools, and two
+// definitions of one flag stop the binary at start-up.
+std::string TakeFlag(int* argc, char** argv, const std::string& name) {
+  std::string value;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    std::string a = argv[i];
+    for (const std::string& p : {"--" + name, "-" + name}) {
+      if (a == p && i + 1 < *argc) {
+        value = argv[++i];
+        goto next;
+      }
+      if (a.rfind(p + "=", 0) == 0) {
+        value = a.substr(p.size() + 1);
+        goto next;
+      }
+    }
+    argv[out++] = argv[i];
+  next:;
+  }
+  *argc = out;
+  argv[out] = nullptr;
+  return value;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("shoal-worker --config JOB.toml [--rank R]");
+  gflags::SetUsageMessage("shoal-worker --config JOB.toml [--rank R] [--output_dir DIR (overrides [job] output_dir)]");
+  const std::string output_dir = TakeFlag(&argc, argv, "output_dir");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (FLAGS_config.empty()) {
     fprintf(stderr, "shoal-worker: --config JOB.toml is required\n");
@@ -37,7 +68,7 @@ int main(int argc, char** argv) {
     if (FLAGS_epochs > 0) cfg.epochs = FLAGS_epochs;
     if (FLAGS_max_steps >= 0) cfg.max_steps = FLAGS_max_steps;
     if (FLAGS_batch_size > 0) cfg.batch_size = FLAGS_batch_size;
-    if (!FLAGS_output_dir.empty()) cfg.output_dir = FLAGS_output_dir;
+    if (!output_dir.empty()) cfg.output_dir = output_dir;
     if (!FLAGS_coordinator.empty()) cfg.coordinator = FLAGS_coordinator;
     if (!FLAGS_device.empty() && rank.rank >= 0 && rank.rank < cfg.world_size())
       cfg.workers[size_t(rank.rank)].device = FLAGS_device;
@@ -49,6 +80,7 @@ int main(int argc, char** argv) {
     shoal::TrainerOptions opts;
     opts.rank = rank.rank;
     opts.resume = FLAGS_resume;
+    opts.fresh = FLAGS_fresh;
     opts.threads = FLAGS_threads;
     shoal::TrainResult r = shoal::Train(cfg, opts);
     printf("worker %d: done after %lld steps, test_accuracy %.4f, %.0f samples/s\n", rank.rank, (long long)r.steps,

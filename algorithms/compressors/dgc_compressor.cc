@@ -1,5 +1,7 @@
 #include "algorithms/compressors/dgc_compressor.h"
 
+#include <sstream>
+
 #include <algorithm>
 #include <cmath>
 
@@ -70,6 +72,34 @@ void DgcCompressor::Decode(const SparseGrad& s, float* out, int64_t out_n) {
     if (i < 0) continue;  // padding
     if (i >= out_n) throw Error("dgc: index " + std::to_string(i) + " outside " + std::to_string(out_n) + " elements");
     out[i] += s.val[t];
+  }
+}
+
+void DgcCompressor::Save(const std::vector<ParamView>& params, const std::vector<size_t>& which,
+                         const std::string& prefix, CheckpointState* out) const {
+  std::ostringstream rng;
+  rng << rng_;
+  out->Put(prefix + "rng", rng.str());
+  out->PutInt(prefix + "started", u_.size() == which.size() ? 1 : 0);
+  if (u_.size() != which.size()) return;
+  for (size_t j = 0; j < which.size(); ++j) {
+    out->PutFloats(prefix + "momentum/" + params[which[j]].name, u_[j]);
+    out->PutFloats(prefix + "velocity/" + params[which[j]].name, v_[j]);
+  }
+}
+
+void DgcCompressor::Load(const std::vector<ParamView>& params, const std::vector<size_t>& which,
+                         const std::string& prefix, const CheckpointState& in) {
+  std::istringstream rng(in.Get(prefix + "rng"));
+  rng >> rng_;
+  SHOAL_CHECK(!rng.fail(), "checkpoint: entry '" + prefix + "rng' is not a random stream state");
+  u_.clear();
+  v_.clear();
+  if (!in.GetInt(prefix + "started")) return;
+  for (size_t j = 0; j < which.size(); ++j) {
+    const ParamView& p = params[which[j]];
+    u_.push_back(in.GetFloatVector(prefix + "momentum/" + p.name, size_t(p.n)));
+    v_.push_back(in.GetFloatVector(prefix + "velocity/" + p.name, size_t(p.n)));
   }
 }
 

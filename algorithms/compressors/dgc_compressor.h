@@ -38,6 +38,12 @@ class DgcCompressor {
   // Decodes pairs into a dense buffer (adds; out must be zeroed by the caller).
   static void Decode(const SparseGrad& s, float* out, int64_t out_n);
   const std::vector<std::vector<float>>& residual() const { return v_; }  // accumulated velocity
+  // Both accumulators and the sampling stream, as checkpoint entries "<prefix>...", and back
+  // (`which` as for Compress).
+  void Save(const std::vector<ParamView>& params, const std::vector<size_t>& which, const std::string& prefix,
+            CheckpointState* out) const;
+  void Load(const std::vector<ParamView>& params, const std::vector<size_t>& which, const std::string& prefix,
+            const CheckpointState& in);
 
  private:
   DgcOptions o_;

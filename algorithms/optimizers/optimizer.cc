@@ -1,5 +1,7 @@
 #include "algorithms/optimizers/optimizer.h"
 
+#include "common/byte_codec.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -253,6 +255,30 @@ double LrSchedule::At(int64_t step) const {
   else if (o_.kind == "step")
     lr = peak_ * std::pow(o_.step_gamma, double((step - o_.warmup_steps) / o_.step_every));
   return lr;
+}
+
+std::string EncodeOptimizerState(const OptimizerState& s) {
+  ByteWriter w;
+  w.Put(s.steps).Put(uint32_t(s.slots.size()));
+  for (auto& slot : s.slots) w.Floats(slot);
+  return std::move(w.str());
+}
+
+OptimizerState DecodeOptimizerState(std::string_view bytes, size_t elements, const std::string& what) {
+  ByteReader r(bytes, what);
+  OptimizerState s;
+  s.steps = r.Get<int64_t>();
+  SHOAL_CHECK(s.steps >= 0, what + ": a negative step count");
+  uint32_t slots = r.Get<uint32_t>();
+  SHOAL_CHECK(slots <= 16, what + ": " + std::to_string(slots) + " slots");
+  for (uint32_t i = 0; i < slots; ++i) {
+    s.slots.push_back(r.Floats());
+    SHOAL_CHECK(s.slots.back().size() == elements || s.slots.back().empty(),
+                what + ": a slot of " + std::to_string(s.slots.back().size()) + " for " + std::to_string(elements) +
+                    " elements");
+  }
+  r.ExpectDone();
+  return s;
 }
 
 }  // namespace shoal

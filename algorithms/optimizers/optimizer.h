@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/config.h"
@@ -16,6 +17,11 @@ struct OptimizerState {
   std::vector<std::vector<float>> slots;
   int64_t steps = 0;  // updates applied to this tensor (bias correction)
 };
+
+// The one byte form of an optimizer state (server and worker checkpoints). Decode checks
+// every slot against `elements` (a slot is empty or whole) and names `what` on bad bytes.
+std::string EncodeOptimizerState(const OptimizerState& s);
+OptimizerState DecodeOptimizerState(std::string_view bytes, size_t elements, const std::string& what);
 
 struct StepContext {
   float lr = 0;              // this step's learning rate from the schedule

@@ -170,7 +170,15 @@ class ParameterServer : public Algorithm {
     rec.epoch = last_step_ / env_.steps_per_epoch;
     rec.batch = last_step_ % env_.steps_per_epoch;
     rec.shards = uint32_t(env_.config->servers.size());
+    auto t0 = std::chrono::steady_clock::now();
     client_->Checkpoint(rec);
+    if (env_.metrics)
+      env_.metrics->Write(
+          "checkpoint", last_step_,
+          JsonObject()
+              .Add("rank", env_.rank)
+              .Add("id", int64_t(rec.id))
+              .Add("write_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   }
 
   // SSP: wait until my clock is at most `staleness` ahead of the slowest worker's.

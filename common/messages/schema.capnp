@@ -85,6 +85,7 @@ struct CheckpointInfo {
   epoch @2 :Int64;
   batch @3 :Int64;
   shards @4 :UInt32; # how many shards wrote it (a job must resume with as many)
+  keep @5 :UInt64;   # checkpoint requests: the newest committed checkpoint, which the write must not remove
 }
 
 # How a shard applies pushes with op = apply (the parameter-server algorithms' optimizer).

@@ -328,14 +328,17 @@ void Client::Leave() {
 
 void Client::Checkpoint(const CheckpointRecord& rec) {
   SHOAL_CHECK(!shards_.empty(), "checkpoint before Register");
+  CheckpointRecord request = rec;
+  request.keep = committed_;
   AskEveryShard(msg::Kind::CHECKPOINT, msg::Kind::CHECKPOINT_ACK,
-                [&](msg::Header::Builder h) { ToWire(rec, h.initCheckpoint()); });
+                [&](msg::Header::Builder h) { ToWire(request, h.initCheckpoint()); });
   OutMessage m;
   uint64_t id = next_id_++;
   auto h = m.header();
   Header(h, msg::Kind::CHECKPOINT_COMMIT, id);
   ToWire(rec, h.initCheckpoint());
   Control(m, id, "checkpoint " + std::to_string(rec.id) + " commit");
+  committed_ = rec.id;
 }
 
 CheckpointRecord Client::NewestCheckpoint() {
@@ -345,7 +348,9 @@ CheckpointRecord Client::NewestCheckpoint() {
   InMessage r = Control(m, id, "resume query");
   SHOAL_CHECK(r.header().getKind() == msg::Kind::CHECKPOINT_ACK,
               "resume query: the coordinator answered with message kind " + std::to_string(int(r.header().getKind())));
-  return FromWire(r.header().getCheckpoint());
+  CheckpointRecord rec = FromWire(r.header().getCheckpoint());
+  committed_ = std::max(committed_, rec.id);
+  return rec;
 }
 
 }  // namespace shoal

@@ -101,7 +101,8 @@ class Client {
 
   // Checkpoints: every shard writes `rec` (blocks until all acknowledged), then the
   // coordinator commits it as the newest complete one. Call at a point where the shards'
-  // state is the one to resume from.
+  // state is the one to resume from. The shards keep the last checkpoint this client
+  // committed (or found at resume) until this one is committed.
   void Checkpoint(const CheckpointRecord& rec);
   // The newest complete checkpoint the coordinator knows (id 0: none).
   CheckpointRecord NewestCheckpoint();
@@ -137,6 +138,7 @@ class Client {
   ClusterInfo cluster_;
   std::map<uint64_t, Request> pending_;
   uint64_t next_id_ = 1;
+  uint64_t committed_ = 0;  // the newest checkpoint known complete
 };
 
 }  // namespace shoal

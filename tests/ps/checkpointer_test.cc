@@ -1,10 +1,12 @@
 // RocksDB checkpoints of a shard: exact round trip of tensors and optimizer state, the
-// newest two kept, a fresh job never sees an earlier run's, corrupted records named, and
-// a writer SIGKILLed at random moments never leaves a checkpoint half there.
+// committed one never pruned, a new job refuses an earlier run's directory (--fresh clears
+// it), a full disk fails the write and keeps what was there, corrupted records named, and a
+// writer SIGKILLed at random moments never leaves a checkpoint half there.
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,11 +86,11 @@ TEST(Checkpointer, TensorsAndOptimizerStateRoundTripExactly) {
   }
   std::string dir = Dir("roundtrip");
   {
-    Checkpointer c(dir, 0, /*fresh=*/true);
-    EXPECT_GT(c.Write(Rec(7), a), 36u);
+    Checkpointer c(dir, 0, CheckpointStart::kNew);
+    EXPECT_GT(c.Write(Rec(7), 0, a), 36u);
     c.Commit(Rec(7));
   }
-  Checkpointer c(dir, 0, /*fresh=*/false);
+  Checkpointer c(dir, 0, CheckpointStart::kResume);
   EXPECT_EQ(c.Committed().id, 7u);
   EXPECT_EQ(c.Committed().batch, 7);
   c.Load(7, &b);
@@ -121,27 +123,114 @@ TEST(Checkpointer, TensorsAndOptimizerStateRoundTripExactly) {
   EXPECT_NE(Values(cold, "fc.weight"), Values(warm, "fc.weight"));
 }
 
-TEST(Checkpointer, KeepsTheNewestTwoAndAFreshJobStartsEmpty) {
+// The bug this guards against: with committed C, an uncommitted write between, and a new
+// write Y, pruning "all but the newest before Y" deleted C, so a failed Y left nothing.
+TEST(Checkpointer, NeverPrunesTheCommittedCheckpoint) {
   std::string dir = Dir("keep");
   KvShard kv;
   kv.Push("w", DType::kF32, {2}, Floats({1, 2}), msg::PushOp::ASSIGN);
+  Checkpointer c(dir, 3, CheckpointStart::kNew);
+  EXPECT_EQ(c.Committed().id, 0u);
+  c.Write(Rec(10), 0, kv);   // committed job-wide (shard 0 records it; this shard hears `keep`)
+  c.Write(Rec(20), 10, kv);  // written, never committed
+  c.Write(Rec(30), 10, kv);
+  EXPECT_EQ(c.Written(), (std::vector<uint64_t>{30, 20, 10}));
+  c.Write(Rec(30), 10, kv);  // a repeated id replaces itself
+  EXPECT_EQ(c.Written(), (std::vector<uint64_t>{30, 20, 10}));
+  KvShard out;
+  c.Load(10, &out);  // still whole
+  EXPECT_EQ(Values(out, "w"), (std::vector<float>{1, 2}));
+  c.Write(Rec(40), 30, kv);  // 30 committed: what came before it goes
+  EXPECT_EQ(c.Written(), (std::vector<uint64_t>{40, 30}));
+  // After a resume from 30 the timeline moves on from there: 40 of the old one goes.
+  c.Write(Rec(35), 30, kv);
+  EXPECT_EQ(c.Written(), (std::vector<uint64_t>{35, 30}));
+  EXPECT_THROW(c.Load(10, &out), Error);
+  // This store's own committed record is kept whatever a writer says.
+  c.Commit(Rec(35));
+  c.Write(Rec(50), 0, kv);
+  c.Write(Rec(60), 60, kv);
+  EXPECT_EQ(c.Written(), (std::vector<uint64_t>{60, 35}));
+}
+
+TEST(Checkpointer, ANewJobRefusesAnEarlierRunsCheckpointsAndFreshClearsThem) {
+  std::string dir = Dir("safe");
+  KvShard kv;
+  kv.Push("w", DType::kF32, {2}, Floats({1, 2}), msg::PushOp::ASSIGN);
+  { Checkpointer c(dir, 0, CheckpointStart::kNew); }  // an empty store is no earlier run
   {
-    Checkpointer c(dir, 3, true);
-    EXPECT_EQ(c.Committed().id, 0u);
-    for (uint64_t id : {10, 20, 30, 40}) c.Write(Rec(id), kv);
-    EXPECT_EQ(c.Written(), (std::vector<uint64_t>{40, 30}));
-    c.Write(Rec(40), kv);  // a repeated id replaces itself
-    EXPECT_EQ(c.Written(), (std::vector<uint64_t>{40, 30}));
-    c.Commit(Rec(30));
-    // After a resume from 30 the timeline moves on from there: 40 of the old one goes.
-    c.Write(Rec(35), kv);
-    EXPECT_EQ(c.Written(), (std::vector<uint64_t>{35, 30}));
-    KvShard out;
-    EXPECT_THROW(c.Load(10, &out), Error);
+    Checkpointer c(dir, 0, CheckpointStart::kNew);
+    c.Write(Rec(10), 0, kv);
+    c.Commit(Rec(10));
   }
-  Checkpointer again(dir, 3, /*fresh=*/true);
+  try {
+    Checkpointer c(dir, 0, CheckpointStart::kNew);
+    FAIL() << "a new job opened a directory holding checkpoint 10";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("--resume"), std::string::npos) << m;
+    EXPECT_NE(m.find("--fresh"), std::string::npos) << m;
+    EXPECT_NE(m.find("shard-0"), std::string::npos) << m;
+  }
+  {
+    Checkpointer c(dir, 0, CheckpointStart::kResume);  // the run goes on: all still there
+    EXPECT_EQ(c.Committed().id, 10u);
+  }
+  Checkpointer again(dir, 0, CheckpointStart::kFresh);
   EXPECT_TRUE(again.Written().empty());
   EXPECT_EQ(again.Committed().id, 0u);
+  EXPECT_THROW(CheckpointStartFrom(true, true), Error);
+}
+
+// A disk that fills up mid-write (a file-size limit: EFBIG, as ENOSPC would): the write
+// fails with an error naming the store, the committed checkpoint stays whole, and once
+// there is room again the next write succeeds.
+TEST(Checkpointer, AFullDiskFailsTheWriteAndKeepsThePreviousCheckpoint) {
+  std::string dir = Dir("full");
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    int code = 0;
+    try {
+      Checkpointer c(dir, 0, CheckpointStart::kNew);
+      KvShard kv;
+      kv.Push("w", DType::kF32, {4}, Floats({1, 2, 3, 4}), msg::PushOp::ASSIGN);
+      c.Write(Rec(1), 0, kv);
+      c.Commit(Rec(1));
+      rlimit large{RLIM_INFINITY, RLIM_INFINITY};
+      getrlimit(RLIMIT_FSIZE, &large);
+      rlimit small{1 << 20, large.rlim_max};  // the soft limit only: it can be raised again
+      setrlimit(RLIMIT_FSIZE, &small);
+      kv.Push("big", DType::kF32, {4 << 20}, Floats(std::vector<float>(4 << 20, 5.f)), msg::PushOp::ASSIGN);
+      try {
+        c.Write(Rec(2), 1, kv);
+        code = 10;  // written past the limit?
+      } catch (const Error& e) {
+        std::string m = e.what();
+        if (m.find("checkpoint 2") == std::string::npos || m.find("shard-0") == std::string::npos) code = 11;
+      }
+      setrlimit(RLIMIT_FSIZE, &large);
+      KvShard back;
+      c.Load(1, &back);
+      if (Values(back, "w") != std::vector<float>{1, 2, 3, 4} || back.size() != 1) code = 12;
+      if (c.Written() != std::vector<uint64_t>{1}) code = 13;
+      c.Write(Rec(3), 1, kv);  // room again
+      if (c.Written() != std::vector<uint64_t>{3, 1}) code = 14;
+    } catch (const std::exception& e) {
+      fprintf(stderr, "%s\n", e.what());
+      code = 20;
+    }
+    _exit(code);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "10: written past the limit, 11: error names neither, 12: previous lost, "
+                                   "13: pruned, 14: no recovery, 20: exception";
+  Checkpointer c(dir, 0, CheckpointStart::kResume);
+  KvShard back;
+  c.Load(3, &back);
+  EXPECT_EQ(back.size(), 2u);
 }
 
 TEST(Checkpointer, CorruptedRecordsAreNamedNotTrusted) {
@@ -149,8 +238,8 @@ TEST(Checkpointer, CorruptedRecordsAreNamedNotTrusted) {
   KvShard kv;
   kv.Push("layer.w", DType::kF32, {4}, Floats({1, 2, 3, 4}), msg::PushOp::ASSIGN);
   {
-    Checkpointer c(dir, 0, true);
-    c.Write(Rec(5), kv);
+    Checkpointer c(dir, 0, CheckpointStart::kNew);
+    c.Write(Rec(5), 0, kv);
   }
   {  // flip the stored tensor into garbage, as a bad disk or another program would
     rocksdb::DB* db = nullptr;
@@ -158,7 +247,7 @@ TEST(Checkpointer, CorruptedRecordsAreNamedNotTrusted) {
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "t/0000000000000005/layer.w", "SHCK\x00garbage").ok());
     delete db;
   }
-  Checkpointer c(dir, 0, false);
+  Checkpointer c(dir, 0, CheckpointStart::kResume);
   KvShard out;
   try {
     c.Load(5, &out);
@@ -185,13 +274,13 @@ TEST(Checkpointer, AWriterKilledMidWriteLeavesEveryCheckpointWhole) {
     if (pid == 0) {
       close(ready[0]);
       try {
-        Checkpointer c(dir, 0, round == 0);
+        Checkpointer c(dir, 0, round == 0 ? CheckpointStart::kNew : CheckpointStart::kResume);
         KvShard kv;
         for (uint64_t id = next;; ++id) {
           for (int t = 0; t < 3; ++t)
             kv.Push("t" + std::to_string(t), DType::kF32, {int64_t(kFloats)},
                     Floats(std::vector<float>(kFloats, float(id * 10 + t))), msg::PushOp::ASSIGN);
-          c.Write(Rec(id), kv);
+          c.Write(Rec(id), id - 1, kv);  // the one before counts as committed
           if (id == next && write(ready[1], "w", 1) != 1) _exit(4);
         }
       } catch (...) {
@@ -208,7 +297,7 @@ TEST(Checkpointer, AWriterKilledMidWriteLeavesEveryCheckpointWhole) {
     waitpid(pid, &st, 0);
     ASSERT_TRUE(wrote) << "the writer wrote no checkpoint within 60 s";
     ASSERT_TRUE(WIFSIGNALED(st)) << "the writer failed on its own";
-    Checkpointer c(dir, 0, false);
+    Checkpointer c(dir, 0, CheckpointStart::kResume);
     std::vector<uint64_t> ids = c.Written();
     ASSERT_FALSE(ids.empty()) << "round " << round;
     ASSERT_LE(ids.size(), 2u);

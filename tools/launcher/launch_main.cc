@@ -1,7 +1,8 @@
 // shoal-launch (behind `./shoal run JOB.toml`): starts every server and worker of a job on
 // this machine, shows one live progress line, stops everything when the job ends, when a
 // process fails (saying which, why, and its last log lines) or on Ctrl-C, and prints the
-// done JSON line last on stdout.
+// done JSON line last on stdout. With [job] max_restarts, a failed job starts again from
+// its newest complete checkpoint (or from the start when it has none yet).
 #include <gflags/gflags.h>
 #include <signal.h>
 #include <arpa/inet.h>
@@ -33,6 +34,7 @@
 
 DEFINE_string(bin_dir, "bazel-bin", "where shoal-server and shoal-worker were built");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
+DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
 
 namespace shoal {
 namespace {
@@ -141,10 +143,13 @@ class Launch {
       fprintf(stderr, "shoal: %s\n", e.what());
       return 2;
     }
+    if (FLAGS_resume && FLAGS_fresh) {
+      fprintf(stderr, "shoal: --resume and --fresh contradict each other: continue the run, or start over\n");
+      return 2;
+    }
     if (FLAGS_resume && !facts_.keeps_checkpoints) {
-      fprintf(stderr,
-              "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints (the parameter-server algorithms do)\n",
-              job_path_.c_str(), cfg_.algorithm.c_str());
+      fprintf(stderr, "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints\n", job_path_.c_str(),
+              cfg_.algorithm.c_str());
       return 2;
     }
     if (FLAGS_resume && cfg_.checkpoint_dir.empty()) {
@@ -178,9 +183,17 @@ class Launch {
     // share the cores: spinning collapses throughput (measured: resnet20 22-145 vs ~245
     // samples/s under load). A user's own setting wins.
     setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-    // Keys this run's rendezvous so files of an earlier run are never read.
-    setenv("SHOAL_RUN_ID", (std::to_string((long long)start_) + "-" + std::to_string(getpid())).c_str(), 1);
+    SetRunId();
     return 0;
+  }
+
+  // Keys this attempt's rendezvous so values of an earlier run, or of the attempt before a
+  // restart, are never read.
+  void SetRunId() {
+    setenv(
+        "SHOAL_RUN_ID",
+        (std::to_string((long long)start_) + "-" + std::to_string(getpid()) + "-" + std::to_string(restarts_)).c_str(),
+        1);
   }
 
   // Every server (if the algorithm needs them) and every worker, each logging to its file.
@@ -189,7 +202,15 @@ class Launch {
     signal(SIGTERM, OnSignal);
     signal(SIGHUP, OnSignal);
     std::vector<std::string> common_args = {"--config", job_path_};
-    if (FLAGS_resume) common_args.push_back("--resume");
+    if (restarts_ == 0) {
+      if (FLAGS_resume) common_args.push_back("--resume");
+      if (FLAGS_fresh) common_args.push_back("--fresh");
+    } else {
+      // A checkpoint committed in this run or the one resumed from is the place to go on
+      // from; without one, what the failed attempt left is incomplete and goes.
+      common_args.push_back(last_checkpoint_ > 0 || FLAGS_resume ? "--resume" : "--fresh");
+    }
+    const bool append_logs = restarts_ > 0;
     std::vector<std::string> worker_args;
     if (!facts_.needs_servers && cfg_.coordinator.empty()) {
       // Worker rank 0 serves the coordinator; on one machine a port the kernel picked keeps
@@ -203,19 +224,21 @@ class Launch {
           std::vector<std::string> a = {BinaryPath("server", "shoal-server")};
           a.insert(a.end(), common_args.begin(), common_args.end());
           a.insert(a.end(), {"--shard", std::to_string(k)});
-          group_.Start("server " + std::to_string(k), a, log_dir_ + "/server-" + std::to_string(k) + ".log");
+          group_.Start("server " + std::to_string(k), a, log_dir_ + "/server-" + std::to_string(k) + ".log",
+                       append_logs);
         }
       for (int r = 0; r < cfg_.world_size(); ++r) {
         std::vector<std::string> a = {BinaryPath("worker", "shoal-worker")};
         a.insert(a.end(), common_args.begin(), common_args.end());
         a.insert(a.end(), {"--rank", std::to_string(r)});
         a.insert(a.end(), worker_args.begin(), worker_args.end());
-        group_.Start("worker " + std::to_string(r), a, log_dir_ + "/worker-" + std::to_string(r) + ".log");
+        group_.Start("worker " + std::to_string(r), a, log_dir_ + "/worker-" + std::to_string(r) + ".log", append_logs);
       }
     } catch (const Error& e) {
       fprintf(stderr, "shoal: %s\n", e.what());
       return 1;
     }
+    if (restarts_ > 0) return 0;
     fprintf(stderr, "shoal: job %s: %s, %d worker(s)%s; logs in %s\n", cfg_.name.c_str(), cfg_.algorithm.c_str(),
             cfg_.world_size(),
             facts_.needs_servers ? (", " + std::to_string(cfg_.servers.size()) + " server(s)").c_str() : "",
@@ -247,6 +270,40 @@ class Launch {
     return 0;
   }
 
+  // After a failure: stops what is left and says whether to start again (max_restarts).
+  bool Restart() {
+    if (last_failure_is_input_) {
+      if (cfg_.max_restarts > 0) fprintf(stderr, "shoal: not restarting: the job's input is wrong, not a process\n");
+      return false;
+    }
+    if (restarts_ >= cfg_.max_restarts) {
+      if (cfg_.max_restarts > 0)
+        fprintf(stderr, "shoal: no restarts left ([job] max_restarts = %lld)\n", (long long)cfg_.max_restarts);
+      return false;
+    }
+    ++restarts_;
+    group_.StopAll();
+    group_.ForgetEnded();
+    workers_done_ = workers_failed_ = 0;
+    p_.end_lines.clear();
+    const bool resume = last_checkpoint_ > 0 || FLAGS_resume;
+    std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
+                                                  std::to_string(last_checkpoint_step_) + ")"
+                       : resume ? "the checkpoint it resumed from"
+                                : "the start (no complete checkpoint yet)";
+    fprintf(stderr, "shoal: restart %d of %lld after %s: every process starts again from %s\n", restarts_,
+            (long long)cfg_.max_restarts, last_failure_.c_str(), from.c_str());
+    metrics_.Write("restart", last_checkpoint_step_,
+                   JsonObject()
+                       .Add("attempt", restarts_)
+                       .Add("max_restarts", cfg_.max_restarts)
+                       .Add("after", last_failure_)
+                       .Add("from_checkpoint", int64_t(last_checkpoint_)));
+    resume_reported_ = false;
+    SetRunId();
+    return true;
+  }
+
   // The done record in metrics.jsonl, the plot, and the done JSON line last on stdout.
   int Report() {
     // Accuracy from rank 0's end record, totals over workers.
@@ -268,6 +325,7 @@ class Launch {
         .Add("bytes_sent", int64_t(bytes))
         .Add("workers", cfg_.world_size());
     if (workers_failed_) fields.Add("workers_failed", workers_failed_);
+    if (restarts_) fields.Add("restarts", restarts_);
     metrics_.Write("done", int64_t(steps), fields);
     try {
       WritePlotPng(cfg_.output_dir + "/plot.png", {p_.loss_plot, p_.acc_plot});
@@ -304,6 +362,15 @@ class Launch {
         if (!tty_) last_print_ = 0;  // print every evaluation when not on a terminal
       } else if (*ev == "end") {
         p_.end_lines[rank] = line;
+      } else if (*ev == "checkpoint") {
+        last_checkpoint_ = uint64_t(JsonNumber(line, "id").value_or(double(last_checkpoint_)));
+        last_checkpoint_step_ = int64_t(JsonNumber(line, "step").value_or(0));
+      } else if (*ev == "resume" && !resume_reported_) {
+        resume_reported_ = true;
+        if (tty_) fprintf(stderr, "\n");
+        fprintf(stderr, "shoal: resumed from the checkpoint at step %.0f (epoch %.0f, batch %.0f)\n",
+                JsonNumber(line, "step").value_or(0), JsonNumber(line, "epoch").value_or(0),
+                JsonNumber(line, "batch").value_or(0));
       }
     }
   }
@@ -337,6 +404,9 @@ class Launch {
                        [](Child* a, Child* b) { return a->term_signal && !b->term_signal; });
     }
     fprintf(stderr, "\n");
+    last_failure_ = failed[0]->name + " " + DescribeExit(*failed[0]);
+    // Exit code 2 is a process refusing its job file or flags: starting again cannot help.
+    last_failure_is_input_ = failed[0]->term_signal == 0 && failed[0]->exit_code == 2;
     for (Child* c : failed) {
       fprintf(stderr, "shoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
               c->log_path.c_str(), TailLines(c->log_path, 8).c_str());
@@ -378,12 +448,24 @@ class Launch {
   Progress p_;
   bool tty_ = false;
   int workers_done_ = 0, workers_failed_ = 0;
+  int restarts_ = 0;
+  uint64_t last_checkpoint_ = 0;  // the newest complete checkpoint this run has seen committed
+  int64_t last_checkpoint_step_ = 0;
+  std::string last_failure_;  // "worker 1 killed by SIGKILL"
+  bool resume_reported_ = false;
+  bool last_failure_is_input_ = false;
 };
 
 int Run(const std::string& job_path) {
   Launch job(job_path);
-  for (auto phase : {&Launch::Check, &Launch::PrepareOutput, &Launch::StartProcesses, &Launch::Supervise})
+  for (auto phase : {&Launch::Check, &Launch::PrepareOutput})
     if (int rc = (job.*phase)()) return rc;
+  while (true) {
+    if (int rc = job.StartProcesses()) return rc;
+    int rc = job.Supervise();
+    if (rc == 0) break;
+    if (rc != 1 || !job.Restart()) return rc;
+  }
   return job.Report();
 }
 
@@ -391,10 +473,10 @@ int Run(const std::string& job_path) {
 }  // namespace shoal
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("shoal-launch JOB.toml [--resume]: run a whole job on this machine");
+  gflags::SetUsageMessage("shoal-launch JOB.toml [--resume | --fresh]: run a whole job on this machine");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc != 2) {
-    fprintf(stderr, "usage: shoal run JOB.toml [--resume]\n");
+    fprintf(stderr, "usage: shoal run JOB.toml [--resume | --fresh]\n");
     return 2;
   }
   return shoal::Run(argv[1]);

@@ -16,8 +16,9 @@
 
 namespace shoal {
 
-Child& ProcessGroup::Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path) {
-  int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+Child& ProcessGroup::Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path,
+                           bool append) {
+  int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) throw Error(log_path + ": cannot create log file: " + strerror(errno));
   if (access(argv[0].c_str(), X_OK) != 0) {
     close(fd);
@@ -65,6 +66,13 @@ std::vector<Child*> ProcessGroup::Reap() {
     }
   }
   return ended;
+}
+
+void ProcessGroup::ForgetEnded() {
+  std::vector<Child> running;
+  for (auto& c : children_)
+    if (c.running) running.push_back(c);
+  children_ = std::move(running);
 }
 
 void ProcessGroup::StopAll(int grace_ms) {

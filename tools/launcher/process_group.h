@@ -20,13 +20,17 @@ struct Child {
 class ProcessGroup {
  public:
   ~ProcessGroup() { KillAll(); }
-  // Starts argv[0] with args; stdout and stderr go to log_path. Throws shoal::Error.
-  Child& Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path);
+  // Starts argv[0] with args; stdout and stderr go to log_path (appended to with `append`:
+  // a restarted job keeps the log of the attempt before). Throws shoal::Error.
+  Child& Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path,
+               bool append = false);
   // Reaps exited children; returns those that ended since the last call.
   std::vector<Child*> Reap();
   // SIGTERM, wait up to grace_ms, then SIGKILL whatever is left.
   void StopAll(int grace_ms = 3000);
   void KillAll();
+  // Forgets children that have ended (before the job's processes start again).
+  void ForgetEnded();
   std::vector<Child>& children() { return children_; }
 
  private:

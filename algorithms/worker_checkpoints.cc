@@ -1,0 +1,111 @@
+#include "algorithms/worker_checkpoints.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/rendezvous/store.h"
+
+namespace shoal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Join(const std::vector<uint64_t>& ids) {
+  std::string s;
+  for (uint64_t i : ids) s += (s.empty() ? "" : ",") + std::to_string(i);
+  return s;
+}
+
+std::vector<uint64_t> SplitIds(const std::string& s, const std::string& what) {
+  std::vector<uint64_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    SHOAL_CHECK(!item.empty() && item.size() <= 20 && item.find_first_not_of("0123456789") == std::string::npos,
+                what + ": \"" + item + "\" is not a checkpoint id");
+    out.push_back(std::stoull(item));
+  }
+  return out;
+}
+
+}  // namespace
+
+WorkerCheckpoints::WorkerCheckpoints(const JobConfig& cfg, int rank, int world, Store* store, CheckpointStart start)
+    : rank_(rank),
+      world_(world),
+      store_(store),
+      ckpt_(cfg.checkpoint_dir + "/worker-" + std::to_string(rank), "worker " + std::to_string(rank), start) {
+  SHOAL_CHECK(store_, "worker checkpoints need the job's rendezvous store");
+  // Peers reach a checkpoint within one step of each other; a dead one is named by the
+  // membership long before this bound.
+  timeout_ms_ = int(std::max<int64_t>(120000, 4 * cfg.heartbeat_timeout_ms));
+  committed_ = ckpt_.Committed().id;
+}
+
+std::vector<std::string> WorkerCheckpoints::GatherAll(const std::string& key_prefix, const std::string& what) {
+  std::vector<std::string> out(static_cast<size_t>(world_));
+  for (int r = 0; r < world_; ++r) {
+    try {
+      out[size_t(r)] = store_->Get(key_prefix + std::to_string(r), timeout_ms_);
+    } catch (const Error& e) {
+      throw Error(what + ": worker " + std::to_string(r) + " did not answer: " + e.what());
+    }
+  }
+  return out;
+}
+
+CheckpointState WorkerCheckpoints::Resume() {
+  std::vector<uint64_t> mine = ckpt_.Written();
+  store_->Set("checkpoint/held/" + std::to_string(rank_), Join(mine));
+  std::vector<std::string> held = GatherAll("checkpoint/held/", "--resume");
+  std::set<uint64_t> common(mine.begin(), mine.end());
+  std::string each;
+  for (int r = 0; r < world_; ++r) {
+    std::vector<uint64_t> ids = SplitIds(held[size_t(r)], "--resume: worker " + std::to_string(r) + "'s list");
+    std::set<uint64_t> theirs(ids.begin(), ids.end()), both;
+    std::set_intersection(common.begin(), common.end(), theirs.begin(), theirs.end(),
+                          std::inserter(both, both.begin()));
+    common = std::move(both);
+    each += (each.empty() ? "" : "; ") + std::string("worker ") + std::to_string(r) + ": " + IdList(ids);
+  }
+  SHOAL_CHECK(!common.empty(), "--resume: no checkpoint that every worker holds (" + each + ")");
+  CheckpointState st = ckpt_.Read(*common.rbegin());
+  SHOAL_CHECK(st.record.shards == uint32_t(world_), "--resume: checkpoint " + std::to_string(st.record.id) +
+                                                        " was written by " + std::to_string(st.record.shards) +
+                                                        " workers, the job has " + std::to_string(world_));
+  ckpt_.Commit(st.record);
+  committed_ = st.record.id;
+  return st;
+}
+
+void WorkerCheckpoints::Save(CheckpointState state) {
+  const uint64_t id = state.record.id;
+  state.record.shards = uint32_t(world_);
+  ckpt_.WriteState(state, committed_);
+  store_->Set("checkpoint/written/" + std::to_string(rank_), std::to_string(id));
+  // Every worker's newest written id reaches this one (they write the same ids in order).
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    const std::string key = "checkpoint/written/" + std::to_string(r);
+    int sleep_ms = 1;
+    while (true) {
+      int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      SHOAL_CHECK(left > 0, "checkpoint " + std::to_string(id) + ": worker " + std::to_string(r) +
+                                " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s");
+      std::string v = store_->Get(key, left);
+      std::vector<uint64_t> got = SplitIds(v, "checkpoint: worker " + std::to_string(r) + "'s id");
+      if (got.size() == 1 && got[0] >= id) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+      sleep_ms = std::min(sleep_ms * 2, 20);
+    }
+  }
+  ckpt_.Commit(state.record);
+  committed_ = id;
+}
+
+}  // namespace shoal

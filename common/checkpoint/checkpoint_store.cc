@@ -1,0 +1,243 @@
+#include "common/checkpoint/checkpoint_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/byte_codec.h"
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+constexpr uint32_t kManifestMagic = 0x4d434853;  // "SHCM"
+const char* kCommittedKey = "committed";
+
+std::string Hex(uint64_t id) {
+  char b[17];
+  snprintf(b, sizeof b, "%016llx", (unsigned long long)id);
+  return b;
+}
+std::string EntryPrefix(uint64_t id) { return "t/" + Hex(id) + "/"; }
+std::string ManifestKey(uint64_t id) { return "m/" + Hex(id); }
+
+void Check(const rocksdb::Status& s, const std::string& what) {
+  if (!s.ok()) throw Error(what + ": " + s.ToString());
+}
+
+std::string EncodeRecord(const CheckpointRecord& r) {
+  ByteWriter w;
+  w.Put(kManifestMagic).Put(r.id).Put(r.step).Put(r.epoch).Put(r.batch).Put(r.shards);
+  return std::move(w.str());
+}
+
+CheckpointRecord DecodeRecord(ByteReader& r, const std::string& what) {
+  SHOAL_CHECK(r.Get<uint32_t>() == kManifestMagic, what + ": not a Shoal checkpoint record");
+  CheckpointRecord c;
+  c.id = r.Get<uint64_t>();
+  c.step = r.Get<int64_t>();
+  c.epoch = r.Get<int64_t>();
+  c.batch = r.Get<int64_t>();
+  c.shards = r.Get<uint32_t>();
+  SHOAL_CHECK(c.step >= 0 && c.epoch >= 0 && c.batch >= 0, what + ": a negative step or data position");
+  return c;
+}
+
+}  // namespace
+
+std::string IdList(const std::vector<uint64_t>& ids) {
+  std::string s;
+  for (uint64_t i : ids) s += (s.empty() ? "" : ", ") + std::to_string(i);
+  return s.empty() ? "none" : s;
+}
+
+CheckpointStart CheckpointStartFrom(bool resume, bool fresh) {
+  SHOAL_CHECK(!(resume && fresh), "--resume and --fresh contradict each other: continue the run, or start over");
+  return resume ? CheckpointStart::kResume : fresh ? CheckpointStart::kFresh : CheckpointStart::kNew;
+}
+
+CheckpointStore::CheckpointStore(const std::string& path, const std::string& who, CheckpointStart start)
+    : path_(path), who_(who) {
+  SHOAL_CHECK(!path.empty(), who + ": checkpoints: [job] checkpoint_dir is not set");
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  std::error_code ec;  // RocksDB creates only the last folder
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  SHOAL_CHECK(!ec, who + ": checkpoints: cannot create the folder of " + path + ": " + ec.message());
+  if (start == CheckpointStart::kFresh && std::filesystem::exists(path_))
+    Check(rocksdb::DestroyDB(path_, o), who + ": --fresh: cannot delete the checkpoints in " + path_);
+  Open();
+  if (start == CheckpointStart::kNew) {
+    std::vector<uint64_t> held = Written();
+    CheckpointRecord committed = Committed();
+    if (!held.empty() || committed.id > 0) {
+      std::string newest = committed.id > 0 ? "; the newest complete one is " + std::to_string(committed.id) +
+                                                  " (step " + std::to_string(committed.step) + ")"
+                                            : "";
+      throw Error(who + ": " + path_ + " holds checkpoints of an earlier run (" + IdList(held) + newest +
+                  "): continue that run with --resume, or start over with --fresh (deletes them)");
+    }
+  }
+}
+
+CheckpointStore::~CheckpointStore() = default;
+
+void CheckpointStore::Open() {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(o, path_, &db);
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
+    throw Error(who_ + ": checkpoints: " + path_ + " is in use by another process (" + s.ToString() +
+                "); is another job, or another process of this one, using the same checkpoint_dir?");
+  Check(s, who_ + ": checkpoints: cannot open " + path_);
+  std::lock_guard<std::mutex> lock(mu_);
+  db_.reset(db);
+}
+
+std::shared_ptr<rocksdb::DB> CheckpointStore::db() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SHOAL_CHECK(db_, who_ + ": checkpoints: " + path_ + " could not be reopened after a failed write");
+  return db_;
+}
+
+CheckpointStore::Pending::Pending() : batch_(std::make_unique<rocksdb::WriteBatch>()) {}
+CheckpointStore::Pending::~Pending() = default;
+
+void CheckpointStore::Pending::Add(const std::string& key, std::string_view value) {
+  Check(batch_->Put(EntryPrefix(rec_.id) + key, rocksdb::Slice(value.data(), value.size())),
+        "checkpoint " + std::to_string(rec_.id) + " entry '" + key + "'");
+  ++entries_;
+  bytes_ += value.size();
+}
+
+std::unique_ptr<CheckpointStore::Pending> CheckpointStore::Begin(const CheckpointRecord& rec, uint64_t keep) const {
+  SHOAL_CHECK(rec.id > 0, "checkpoint id 0 is reserved for 'none'");
+  std::unique_ptr<Pending> p(new Pending());
+  p->rec_ = rec;
+  // A retried id (a request repeated) replaces what was there.
+  const std::string prefix = EntryPrefix(rec.id);
+  p->batch_->DeleteRange(prefix, prefix + "\xff");
+  const uint64_t committed = Committed().id;
+  for (uint64_t o : Written())
+    if (o != rec.id && o != committed && (o < keep || o > rec.id)) p->drop_.push_back(o);
+  return p;
+}
+
+void CheckpointStore::Write(std::unique_ptr<Pending> p) {
+  const CheckpointRecord& rec = p->rec_;
+  rocksdb::WriteBatch& batch = *p->batch_;
+  ByteWriter count;
+  count.Put(p->entries_);
+  // The manifest last: a checkpoint without one does not exist.
+  Check(batch.Put(ManifestKey(rec.id), EncodeRecord(rec) + count.str()), "checkpoint manifest");
+  for (uint64_t o : p->drop_) {
+    batch.Delete(ManifestKey(o));
+    batch.DeleteRange(EntryPrefix(o), EntryPrefix(o) + "\xff");
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::Status s = db()->Write(wo, &batch);
+  if (!s.ok()) {
+    // RocksDB refuses every later write after a failed one; reopening recovers to the last
+    // whole batch, so the next checkpoint can succeed once there is room again.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      db_.reset();
+    }
+    try {
+      Open();
+    } catch (const Error&) {
+    }
+    throw Error(who_ + ": checkpoint " + std::to_string(rec.id) + " (" + std::to_string(p->bytes_) +
+                " bytes) was not written to " + path_ + ": " + s.ToString() + "; the earlier checkpoints are kept");
+  }
+}
+
+void CheckpointStore::WriteState(const CheckpointState& state, uint64_t keep) {
+  auto p = Begin(state.record, keep);
+  for (auto& [k, v] : state.entries) p->Add(k, v);
+  Write(std::move(p));
+}
+
+CheckpointRecord CheckpointStore::Visit(
+    uint64_t id, const std::function<void(const std::string& key, std::string_view value)>& fn) const {
+  const std::string what = path_ + ": checkpoint " + std::to_string(id);
+  std::string manifest;
+  rocksdb::Status s = db()->Get(rocksdb::ReadOptions(), ManifestKey(id), &manifest);
+  if (s.IsNotFound())
+    throw Error(what + " is not here (this store holds: " + IdList(Written()) +
+                "); was the job started with another checkpoint_dir or process count?");
+  Check(s, what);
+  ByteReader mr(manifest, what + " manifest");
+  CheckpointRecord rec = DecodeRecord(mr, what + " manifest");
+  SHOAL_CHECK(rec.id == id, what + ": its manifest names checkpoint " + std::to_string(rec.id));
+  const uint64_t expected = mr.Get<uint64_t>();
+  mr.ExpectDone();
+  uint64_t seen = 0;
+  // One snapshot: a write in flight on another thread is not half seen.
+  rocksdb::ReadOptions ro;
+  std::shared_ptr<rocksdb::DB> db = this->db();
+  const rocksdb::Snapshot* snap = db->GetSnapshot();
+  ro.snapshot = snap;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  const std::string prefix = EntryPrefix(id);
+  try {
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      fn(it->key().ToString().substr(prefix.size()), std::string_view(it->value().data(), it->value().size()));
+      ++seen;
+    }
+    Check(it->status(), what);
+  } catch (...) {
+    it.reset();
+    db->ReleaseSnapshot(snap);
+    throw;
+  }
+  it.reset();
+  db->ReleaseSnapshot(snap);
+  SHOAL_CHECK(seen == expected,
+              what + ": " + std::to_string(seen) + " entries, its manifest says " + std::to_string(expected));
+  return rec;
+}
+
+CheckpointState CheckpointStore::Read(uint64_t id) const {
+  CheckpointState st;
+  st.record = Visit(id, [&](const std::string& k, std::string_view v) { st.entries.emplace(k, std::string(v)); });
+  return st;
+}
+
+void CheckpointStore::Commit(const CheckpointRecord& rec) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  Check(db()->Put(wo, kCommittedKey, EncodeRecord(rec)), who_ + ": checkpoint commit in " + path_);
+}
+
+CheckpointRecord CheckpointStore::Committed() const {
+  std::string v;
+  rocksdb::Status s = db()->Get(rocksdb::ReadOptions(), kCommittedKey, &v);
+  if (s.IsNotFound()) return {};
+  Check(s, path_);
+  ByteReader r(v, path_ + ": committed checkpoint record");
+  CheckpointRecord rec = DecodeRecord(r, path_ + ": committed checkpoint record");
+  r.ExpectDone();
+  return rec;
+}
+
+std::vector<uint64_t> CheckpointStore::Written() const {
+  std::vector<uint64_t> ids;
+  std::shared_ptr<rocksdb::DB> db = this->db();
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("m/"); it->Valid() && it->key().starts_with("m/"); it->Next()) {
+    std::string hex = it->key().ToString().substr(2);
+    if (hex.size() == 16 && hex.find_first_not_of("0123456789abcdef") == std::string::npos)
+      ids.push_back(std::stoull(hex, nullptr, 16));
+  }
+  std::sort(ids.rbegin(), ids.rend());
+  return ids;
+}
+
+}  // namespace shoal

@@ -1,0 +1,101 @@
+// Checkpoints in one RocksDB database, for whoever keeps them: a parameter-server shard
+// (<checkpoint_dir>/shard-K) or a worker of a job without servers (<checkpoint_dir>/worker-R).
+//
+// One checkpoint = named entries plus a manifest (its record and entry count), written as
+// one synced WriteBatch with the manifest last: RocksDB applies a batch whole or not at all,
+// so a crash or a full disk mid-write leaves every earlier checkpoint as it was. Which
+// checkpoint a job resumes from is decided above this store (the job's commit rule); the
+// store only keeps what that rule needs: a write drops the checkpoints older than the
+// `keep` id its writer names (the job's newest committed one), never that one nor this
+// store's own committed record, and drops those newer than itself (a timeline a resume
+// abandoned).
+//
+// Thread safety: reads may run while one Write is in flight on another thread (a shard
+// writes off its serving thread); Begin and Write must not overlap another Write.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/checkpoint/checkpoint_state.h"
+#include "common/checkpoint_record.h"
+
+namespace rocksdb {
+class DB;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace shoal {
+
+// How a process opens its checkpoint directory.
+enum class CheckpointStart {
+  kNew,     // a new job: a directory holding checkpoints is refused (the error names --resume and --fresh)
+  kFresh,   // a new job that deletes what the directory holds (--fresh)
+  kResume,  // the job continues from what is there (--resume)
+};
+
+// From the --resume and --fresh flags; throws when both are given.
+CheckpointStart CheckpointStartFrom(bool resume, bool fresh);
+
+class CheckpointStore {
+ public:
+  // Opens (or creates) `path`; `who` ("shard 1", "worker 0") names the owner in errors.
+  CheckpointStore(const std::string& path, const std::string& who, CheckpointStart start);
+  ~CheckpointStore();
+  CheckpointStore(const CheckpointStore&) = delete;
+  CheckpointStore& operator=(const CheckpointStore&) = delete;
+
+  // A checkpoint being built: a snapshot of the owner's state, in memory.
+  class Pending {
+   public:
+    ~Pending();
+    void Add(const std::string& key, std::string_view value);
+    const CheckpointRecord& record() const { return rec_; }
+    uint64_t bytes() const { return bytes_; }
+
+   private:
+    friend class CheckpointStore;
+    Pending();
+    CheckpointRecord rec_;
+    uint64_t entries_ = 0, bytes_ = 0;
+    std::vector<uint64_t> drop_;
+    std::unique_ptr<rocksdb::WriteBatch> batch_;
+  };
+  // Starts checkpoint rec.id (> 0); `keep`: the oldest checkpoint the writer still needs.
+  std::unique_ptr<Pending> Begin(const CheckpointRecord& rec, uint64_t keep) const;
+  // Writes it synced, with the drops, in one batch; throws shoal::Error naming the path when
+  // the write fails (a full disk), leaving every earlier checkpoint as it was.
+  void Write(std::unique_ptr<Pending> p);
+  // Begin + every entry of `state` + Write.
+  void WriteState(const CheckpointState& state, uint64_t keep);
+
+  // Checkpoint `id`, checked against its manifest; throws naming what is missing or bad.
+  CheckpointState Read(uint64_t id) const;
+  // Visits its entries in key order without gathering them (large shards).
+  CheckpointRecord Visit(uint64_t id,
+                         const std::function<void(const std::string& key, std::string_view value)>& fn) const;
+
+  // The newest checkpoint the owner knows to be complete job-wide (synced before returning).
+  void Commit(const CheckpointRecord& rec);
+  CheckpointRecord Committed() const;  // id 0 when there is none
+  // Checkpoints this store holds a manifest for, newest first.
+  std::vector<uint64_t> Written() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  void Open();
+  std::shared_ptr<rocksdb::DB> db() const;
+
+  std::string path_, who_;
+  mutable std::mutex mu_;  // guards db_ (reopened after a failed write)
+  std::shared_ptr<rocksdb::DB> db_;
+};
+
+// "7, 5" (or "none"): ids for error messages.
+std::string IdList(const std::vector<uint64_t>& ids);
+
+}  // namespace shoal
