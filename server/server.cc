@@ -151,19 +151,15 @@ void Server::Run(const std::atomic<bool>& stop) {
     // Drain what is queued, but come back to ticks and the stop flag regularly.
     for (int i = 0; i < 64 && ready.message; ++i) {
       InMessage m;
+      bool got = true;
       try {
-        if (!transport_->Recv(&m, 0)) break;
-        HandleMessage(m);
-      } catch (const BadMessage& e) {
-        Warn("bad message from " + PeerName(e.identity) + ": " + e.what() + "; ignored");
-        ReplyError(e.identity, 0, who_ + ": bad message: " + e.what());
-      } catch (const Error& e) {
-        Warn("rejected message from " + PeerName(m.identity) + ": " + e.what());
-        ReplyError(m.identity, m.header().getRequestId(), who_ + ": " + e.what());
-      } catch (const kj::Exception& e) {
-        Warn("malformed message from " + PeerName(m.identity) + ": " + e.getDescription().cStr());
-        ReplyError(m.identity, 0, who_ + ": malformed message");
+        got = ServeOne(m);
+      } catch (...) {
+        // Even answering the failure failed (e.g. no memory for the log line): drop the
+        // message and keep serving.
+        LOG(ERROR) << who_ << ": dropped a message after a second failure while refusing it";
       }
+      if (!got) break;
     }
     auto now = Coordinator::Clock::now();
     if (warn_suppressed_ > 0) FlushWarnings(now);
@@ -179,6 +175,33 @@ void Server::Run(const std::atomic<bool>& stop) {
       last_tick = now;
     }
   }
+}
+
+// Receives and handles one message; false when none was queued. Every failure becomes an
+// answer to the requester and a log line: the loop never stops for one peer's request.
+bool Server::ServeOne(InMessage& m) {
+  try {
+    if (!transport_->Recv(&m, 0)) return false;
+    HandleMessage(m);
+  } catch (const BadMessage& e) {
+    Warn("bad message from " + PeerName(e.identity) + ": " + e.what() + "; ignored");
+    ReplyError(e.identity, 0, who_ + ": bad message: " + e.what());
+  } catch (const Error& e) {
+    Warn("rejected " + Describe(m) + " from " + PeerName(m.identity) + ": " + e.what());
+    ReplyError(m.identity, RequestIdOf(m), who_ + ": " + e.what());
+  } catch (const kj::Exception& e) {
+    Warn("malformed message from " + PeerName(m.identity) + ": " + e.getDescription().cStr());
+    ReplyError(m.identity, 0, who_ + ": malformed message");
+  } catch (const std::bad_alloc&) {
+    // One request too big for this process's memory must not take the shard (and every
+    // other worker's state) down with it.
+    Warn("out of memory handling " + Describe(m) + " from " + PeerName(m.identity) + "; refused, still serving");
+    ReplyError(m.identity, RequestIdOf(m), who_ + ": out of memory handling " + Describe(m));
+  } catch (const std::exception& e) {
+    Warn("failed handling " + Describe(m) + " from " + PeerName(m.identity) + ": " + e.what());
+    ReplyError(m.identity, RequestIdOf(m), who_ + ": failed handling " + Describe(m) + ": " + e.what());
+  }
+  return true;
 }
 
 void Server::HandleMessage(InMessage& m) {
@@ -289,12 +312,63 @@ void Server::Warn(const std::string& line) {
     ++warn_suppressed_;
 }
 
-void Server::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) {
+// Called from the loop's exception handlers, so it must not throw itself: an answer that
+// cannot be sent (no memory, a socket error) is logged instead.
+void Server::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) noexcept {
   if (to.size() == 0) return;
-  OutMessage out;
-  auto r = ReplyHeader(out, msg::Kind::ERROR, request_id);
-  r.setMessage(what);
-  transport_->Send(out, &to);
+  try {
+    OutMessage out;
+    auto r = ReplyHeader(out, msg::Kind::ERROR, request_id);
+    r.setMessage(what);
+    transport_->Send(out, &to);
+  } catch (const std::exception& e) {
+    LOG(WARNING) << who_ << ": could not send the error answer to " << PeerName(to) << ": " << e.what();
+  } catch (const kj::Exception& e) {
+    LOG(WARNING) << who_ << ": could not send the error answer to " << PeerName(to) << ": "
+                 << e.getDescription().cStr();
+  }
+}
+
+// The request a failure belongs to, for log lines and answers; safe on a message whose
+// header never parsed.
+std::string Server::Describe(const InMessage& m) {
+  if (!m.has_header()) return "a message";
+  try {
+    auto h = m.header();
+    const char* kind = nullptr;
+    switch (h.getKind()) {
+      case msg::Kind::PUSH:
+        kind = "push";
+        break;
+      case msg::Kind::PUSH_PULL:
+        kind = "push-pull";
+        break;
+      case msg::Kind::PULL:
+        kind = "pull";
+        break;
+      case msg::Kind::CHECKPOINT:
+        kind = "checkpoint";
+        break;
+      case msg::Kind::PLAN:
+        kind = "plan";
+        break;
+      default:
+        break;
+    }
+    std::string k = kind ? kind : "message kind " + std::to_string(int(h.getKind()));
+    return k + " request " + std::to_string(h.getRequestId());
+  } catch (const kj::Exception&) {
+    return "a message";
+  }
+}
+
+uint64_t Server::RequestIdOf(const InMessage& m) {
+  if (!m.has_header()) return 0;
+  try {
+    return m.header().getRequestId();
+  } catch (const kj::Exception&) {
+    return 0;
+  }
 }
 
 }  // namespace shoal

@@ -36,6 +36,7 @@ class Server {
   void Run(const std::atomic<bool>& stop);
 
  private:
+  bool ServeOne(InMessage& m);
   void HandleMessage(InMessage& m);
   void HandlePush(InMessage& m);
   void HandlePull(InMessage& m);
@@ -44,7 +45,9 @@ class Server {
   // The header of an answer from this shard: kind, the request it answers, role and rank.
   msg::Header::Builder ReplyHeader(OutMessage& out, msg::Kind kind, uint64_t request_id) const;
   void SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names);
-  void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
+  void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) noexcept;
+  static std::string Describe(const InMessage& m);
+  static uint64_t RequestIdOf(const InMessage& m);
   void Warn(const std::string& line);
   void FlushWarnings(Coordinator::Clock::time_point now);
 

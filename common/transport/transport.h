@@ -96,6 +96,7 @@ class InMessage {
   PeerId identity;  // the sender, on server sockets
   std::vector<Frame> payloads;
   msg::Header::Reader header() const { return reader_->getRoot<msg::Header>(); }
+  bool has_header() const { return reader_ != nullptr; }
   // Parses `frame` as the header; throws shoal::Error saying what is wrong with it.
   void ParseHeader(const Frame& frame);
   // Checks that the tensor metas match the frames (count, byte sizes, dtype x shape).

@@ -4,7 +4,9 @@
 #include <csignal>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <fstream>
 #include <thread>
 #include <unistd.h>
 #include <zmq.hpp>  // a hostile raw client, below the transport
@@ -212,6 +214,57 @@ TEST_F(BadInput, PeerVanishesMidMessage) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown tensor 'huge'"), std::string::npos) << e.what();
   }
+}
+
+// The address space a process has reserved (VmSize), in bytes.
+int64_t VirtualBytes(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7)) * 1024;
+  return -1;
+}
+
+TEST(ServerOutOfMemory, ARequestBeyondTheShardsMemoryIsRefusedAndTheShardKeepsServing) {
+  std::string job = testing::WriteJob("oom", 1, 1);
+  std::string text = testing::ReadFile(job);
+  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath("oom-ckpt") + "\"\n");
+  testing::WriteFile(job, text);
+  JobConfig cfg = LoadJobConfig(job);
+  ServerProcess server(job, 0);
+  ASSERT_TRUE(server.WaitForLog("listening on")) << server.log();
+
+  // Room for one big tensor and some more, not for the checkpoint's in-memory copies of it
+  // (its record, then the write batch): the checkpoint request really runs out of memory
+  // (std::bad_alloc) in the shard.
+  constexpr int64_t kBig = int64_t(256) << 20;
+  int64_t used = VirtualBytes(server.pid());
+  ASSERT_GT(used, 0);
+  rlimit lim{rlim_t(used + kBig + (192 << 20)), rlim_t(used + kBig + (192 << 20))};
+  ASSERT_EQ(prlimit(server.pid(), RLIMIT_AS, &lim, nullptr), 0);
+
+  ClientOptions o;
+  o.timeout_ms = 10000;
+  Client c(cfg, o);
+  c.Register({{"big", DType::kF32, {kBig / 4}}, {"small", DType::kF32, {4}}});
+  {
+    std::vector<float> big(size_t(kBig / 4), 1.0f);
+    c.Wait(c.Push({{"big", DType::kF32, {kBig / 4}, big.data(), size_t(kBig)}}, msg::PushOp::ASSIGN));
+  }
+  try {
+    c.Checkpoint({1, 1, 0, 0, 1});
+    ADD_FAILURE() << "a checkpoint that cannot fit in the shard's memory succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory handling checkpoint"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(server.WaitForLog("out of memory handling checkpoint")) << server.log();
+  ASSERT_TRUE(server.alive()) << server.log();
+  std::vector<float> v = {1, 2, 3, 4};
+  c.Wait(c.Push({{"small", DType::kF32, {4}, v.data(), 16}}, msg::PushOp::ASSIGN));
+  std::vector<PulledTensor> out;
+  c.Wait(c.Pull({"small", "big"}, &out));
+  EXPECT_EQ(out[0].ToFloats()[3], 4.0f);
+  EXPECT_EQ(out[1].size(), size_t(kBig));
 }
 
 }  // namespace
