@@ -142,6 +142,8 @@ size_t Frame::size() const { return zmq_msg_size(FrameAccess::Msg(*this)); }
 void InMessage::ParseHeader(const Frame& frame) {
   size_t n = frame.size();
   SHOAL_CHECK(n > 0, "empty header frame");
+  SHOAL_CHECK(n <= kMaxHeaderBytes, "header frame of " + std::to_string(n) + " bytes exceeds the limit of " +
+                                        std::to_string(kMaxHeaderBytes) + " bytes (kMaxHeaderBytes)");
   SHOAL_CHECK(n % sizeof(capnp::word) == 0,
               "header frame of " + std::to_string(n) + " bytes is not whole 8-byte words (truncated?)");
   // Copy: ZeroMQ does not promise 8-byte alignment, which Cap'n Proto needs.

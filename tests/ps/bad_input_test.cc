@@ -103,6 +103,11 @@ TEST_F(BadInput, MalformedAndTruncatedHeaders) {
   EXPECT_NE(SendRaw({"abc"}).find("not whole 8-byte words"), std::string::npos);
   EXPECT_NE(SendRaw({std::string(64, '\xff')}).find("not a valid Cap'n Proto message"), std::string::npos);
   EXPECT_NE(SendRaw({""}).find("empty header frame"), std::string::npos);
+  std::string oversized = SendRaw({std::string(kMaxHeaderBytes + 8, '\0')});
+  EXPECT_NE(oversized.find("header frame of " + std::to_string(kMaxHeaderBytes + 8) + " bytes exceeds the limit of " +
+                           std::to_string(kMaxHeaderBytes) + " bytes"),
+            std::string::npos)
+      << oversized;
   std::string h = Header([](msg::Header::Builder b) { b.setMessage(std::string(100, 'x')); });
   EXPECT_NE(SendRaw({h.substr(0, h.size() - 16)}).find("not a valid Cap'n Proto message"), std::string::npos);
   EXPECT_TRUE(server_->WaitForLog("bad message from peer 0x")) << server_->log();
