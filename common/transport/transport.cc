@@ -65,10 +65,17 @@ bool SendCopy(void* s, const void* data, size_t n, int flags) {
   }
 }
 
-// Cap'n Proto headers are small; these limits make a hostile header cheap to reject.
-capnp::ReaderOptions HeaderLimits() {
+// Cap'n Proto's traversal limit guards against amplification (many pointers to the same
+// bytes). A header without it reads each of its words at most once per walk, so the
+// validation walk may read no more than the frame holds; after it, readers get room for
+// kHeaderReadPasses walks, since handlers read the same lists more than once.
+constexpr uint64_t kHeaderReadPasses = 64;
+// Every header() call re-reads the root struct: small messages get a floor for that.
+constexpr uint64_t kHeaderReadFloor = uint64_t(1) << 16;
+
+capnp::ReaderOptions HeaderLimits(uint64_t traversal_words) {
   capnp::ReaderOptions o;
-  o.traversalLimitInWords = 1 << 20;
+  o.traversalLimitInWords = traversal_words;
   o.nestingLimit = 16;
   return o;
 }
@@ -149,10 +156,17 @@ void InMessage::ParseHeader(const Frame& frame) {
   // Copy: ZeroMQ does not promise 8-byte alignment, which Cap'n Proto needs.
   words_ = kj::heapArray<capnp::word>(n / sizeof(capnp::word));
   memcpy(words_.begin(), frame.data(), n);
+  const uint64_t words = n / sizeof(capnp::word);
   try {
-    reader_ = std::make_unique<capnp::FlatArrayMessageReader>(words_.asPtr(), HeaderLimits());
-    // Walks every pointer once, so later field reads cannot hit a malformed one.
-    reader_->getRoot<msg::Header>().totalSize();
+    // Walks every pointer once, so later field reads cannot hit a malformed one. Budget: the
+    // walk (at most the frame's words) plus reading the root as a Header (its struct, again
+    // within the frame), so an amplifying header is refused here, not halfway through a
+    // handler.
+    capnp::FlatArrayMessageReader check(words_.asPtr(), HeaderLimits(2 * words));
+    check.getRoot<capnp::AnyPointer>().targetSize();
+    check.getRoot<msg::Header>();
+    reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
+        words_.asPtr(), HeaderLimits(words * kHeaderReadPasses + kHeaderReadFloor));
   } catch (const kj::Exception& e) {
     reader_.reset();
     throw Error("header is not a valid Cap'n Proto message: " + std::string(e.getDescription().cStr()));
