@@ -143,11 +143,12 @@ void Checkpointer::Load(uint64_t id, KvShard* kv) const {
     SHOAL_CHECK(dt <= uint8_t(DType::kBF16), tw + ": unknown dtype " + std::to_string(dt));
     t.dtype = DType(dt);
     uint32_t ndim = r.Get<uint32_t>();
-    SHOAL_CHECK(ndim <= 8, tw + ": " + std::to_string(ndim) + " dimensions");
+    SHOAL_CHECK(ndim <= kMaxTensorDims,
+                tw + ": " + std::to_string(ndim) + " dimensions (at most " + std::to_string(kMaxTensorDims) + ")");
     uint64_t elems = 1;
     for (uint32_t d = 0; d < ndim; ++d) {
       int64_t n = r.Get<int64_t>();
-      SHOAL_CHECK(n >= 0 && n < (int64_t(1) << 40), tw + ": dimension " + std::to_string(n));
+      SHOAL_CHECK(n >= 0 && n < kMaxTensorDimSize, tw + ": dimension " + std::to_string(n));
       t.shape.push_back(n);
       elems *= uint64_t(n);
     }

@@ -184,9 +184,13 @@ void InMessage::ValidateTensors() const {
     auto dt = m.getDtype();
     SHOAL_CHECK(dt == msg::DType::FP32 || dt == msg::DType::FP16 || dt == msg::DType::BF16,
                 "tensor '" + name + "': unknown dtype " + std::to_string(int(dt)));
+    // The checkpoint loader's limits: a tensor accepted here must be loadable again.
+    SHOAL_CHECK(m.getShape().size() <= kMaxTensorDims, "tensor '" + name + "': " + std::to_string(m.getShape().size()) +
+                                                           " dimensions (at most " + std::to_string(kMaxTensorDims) +
+                                                           ")");
     uint64_t elems = 1;
     for (int64_t d : m.getShape()) {
-      SHOAL_CHECK(d >= 0 && d < (int64_t(1) << 40), "tensor '" + name + "': bad dimension " + std::to_string(d));
+      SHOAL_CHECK(d >= 0 && d < kMaxTensorDimSize, "tensor '" + name + "': bad dimension " + std::to_string(d));
       SHOAL_CHECK(d == 0 || elems <= (uint64_t(1) << 44) / uint64_t(d), "tensor '" + name + "': shape too large");
       elems *= uint64_t(d);
     }

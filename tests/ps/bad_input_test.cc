@@ -137,6 +137,15 @@ TEST_F(BadInput, UnknownKindsAndInconsistentTensors) {
   EXPECT_NE(SendRaw({push(16, 2), sixteen}).find("2 tensors but 1 data frames"), std::string::npos);
   EXPECT_NE(SendRaw({push(16, 1), std::string(10, '\0')}).find("data frame has 10 bytes"), std::string::npos);
   EXPECT_NE(SendRaw({push(20, 1), std::string(20, '\0')}).find("does not match its shape"), std::string::npos);
+  std::string nine_dims = Header([](msg::Header::Builder b) {
+    b.setKind(msg::Kind::PUSH);
+    auto t = b.initTensors(1);
+    t[0].setName("good");
+    auto shape = t[0].initShape(kMaxTensorDims + 1);
+    for (unsigned d = 0; d < shape.size(); ++d) shape.set(d, 1);
+    t[0].setByteSize(4);
+  });
+  EXPECT_NE(SendRaw({nine_dims, std::string(4, '\0')}).find("'good': 9 dimensions (at most 8)"), std::string::npos);
   std::string bad_op = Header([](msg::Header::Builder b) {
     b.setKind(msg::Kind::PUSH);
     b.setOp(static_cast<msg::PushOp>(9));
