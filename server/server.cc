@@ -4,6 +4,7 @@
 #include <chrono>
 #include <glog/logging.h>
 #include <kj/exception.h>
+#include <set>
 
 #include "common/error.h"
 #include "common/ps/client.h"
@@ -236,7 +237,10 @@ void Server::HandlePush(InMessage& m) {
   SHOAL_CHECK(op == msg::PushOp::ASSIGN || op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
               "push with unknown op " + std::to_string(int(op)));
   // Check every tensor before changing any, so a rejected push leaves the shard as it was.
+  std::set<std::string> seen;
   for (auto meta : metas) {
+    SHOAL_CHECK(seen.insert(meta.getName()).second,
+                "push names tensor '" + std::string(meta.getName()) + "' twice (one entry per tensor)");
     const StoredTensor* t = kv_.Find(meta.getName());
     if (!t || op == msg::PushOp::ASSIGN) continue;
     std::vector<int64_t> shape = ShapeOf(meta);
@@ -262,7 +266,13 @@ void Server::HandlePush(InMessage& m) {
 
 void Server::HandlePull(InMessage& m) {
   std::vector<std::string> names;
-  for (auto n : m.header().getNames()) names.push_back(n);
+  std::set<std::string> seen;
+  for (auto n : m.header().getNames()) {
+    // A small request naming one big tensor many times would make the reply that many
+    // times larger: refused, never amplified.
+    SHOAL_CHECK(seen.insert(n).second, "pull names tensor '" + std::string(n) + "' twice (one entry per tensor)");
+    names.push_back(n);
+  }
   SendTensors(m.identity, m.header().getRequestId(), names);
 }
 

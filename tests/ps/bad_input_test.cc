@@ -159,6 +159,29 @@ TEST_F(BadInput, UnknownKindsAndInconsistentTensors) {
   ExpectStillServing(2.5f);
 }
 
+TEST_F(BadInput, ARequestNamingATensorTwiceIsRefused) {
+  ExpectStillServing(1.0f);  // registers and stores "good"
+  std::string pull = Header([](msg::Header::Builder b) {
+    b.setKind(msg::Kind::PULL);
+    auto names = b.initNames(100000);
+    for (unsigned i = 0; i < names.size(); ++i) names.set(i, "good");
+  });
+  EXPECT_NE(SendRaw({pull}).find("pull names tensor 'good' twice"), std::string::npos);
+  std::string push = Header([](msg::Header::Builder b) {
+    b.setKind(msg::Kind::PUSH);
+    b.setOp(msg::PushOp::ADD);
+    auto t = b.initTensors(2);
+    for (int i = 0; i < 2; ++i) {
+      t[i].setName("good");
+      t[i].initShape(1).set(0, 1000);
+      t[i].setByteSize(4000);
+    }
+  });
+  EXPECT_NE(SendRaw({push, std::string(4000, '\0'), std::string(4000, '\0')}).find("push names tensor 'good' twice"),
+            std::string::npos);
+  ExpectStillServing(2.0f);
+}
+
 TEST_F(BadInput, AFloodOfJunkIsLoggedBriefly) {
   for (int i = 0; i < 200; ++i) {
     zmq::message_t m("junk", 4);
