@@ -241,6 +241,7 @@ void Server::HandlePush(InMessage& m) {
   for (auto meta : metas) {
     SHOAL_CHECK(seen.insert(meta.getName()).second,
                 "push names tensor '" + std::string(meta.getName()) + "' twice (one entry per tensor)");
+    CheckPlaced(meta.getName(), "push");
     const StoredTensor* t = kv_.Find(meta.getName());
     if (!t || op == msg::PushOp::ASSIGN) continue;
     std::vector<int64_t> shape = ShapeOf(meta);
@@ -271,9 +272,44 @@ void Server::HandlePull(InMessage& m) {
     // A small request naming one big tensor many times would make the reply that many
     // times larger: refused, never amplified.
     SHOAL_CHECK(seen.insert(n).second, "pull names tensor '" + std::string(n) + "' twice (one entry per tensor)");
+    CheckPlaced(n, "pull");
     names.push_back(n);
   }
   SendTensors(m.identity, m.header().getRequestId(), names);
+}
+
+void Server::LearnPlacement() {
+  if (placement_known_) return;
+  std::vector<TensorPlacement> all;
+  if (coordinator_) {
+    all = coordinator_->placement();
+  } else {
+    if (!placement_client_) {
+      ClientOptions o;
+      o.role = msg::Role::SERVER;
+      o.rank = shard_;
+      o.heartbeat = false;
+      o.timeout_ms = int(std::max<int64_t>(5000, cfg_.heartbeat_timeout_ms));
+      placement_client_ = std::make_unique<Client>(cfg_, o);
+    }
+    // A registration without tensors only reads the cluster map.
+    for (auto& [name, shard] : placement_client_->Register().shard_of) all.push_back({name, 0, shard});
+  }
+  if (all.empty()) return;  // no worker has registered yet: ask again next time
+  for (auto& p : all)
+    if (p.shard == shard_) placed_.insert(p.name);
+  placement_known_ = true;
+  placement_client_.reset();
+  LOG(INFO) << who_ << ": " << placed_.size() << " of the job's " << all.size() << " tensors are placed here";
+}
+
+void Server::CheckPlaced(const std::string& name, const char* request) {
+  LearnPlacement();
+  SHOAL_CHECK(placement_known_, std::string(request) + " of unknown tensor '" + name +
+                                    "': no worker has registered the job's tensors with the coordinator yet");
+  SHOAL_CHECK(placed_.count(name), std::string(request) + " of unknown tensor '" + name +
+                                       "': not a tensor the job registered on shard " + std::to_string(shard_) + " (" +
+                                       std::to_string(placed_.size()) + " are placed here)");
 }
 
 void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names) {

@@ -304,5 +304,87 @@ TEST(ServerOutOfMemory, ARequestBeyondTheShardsMemoryIsRefusedAndTheShardKeepsSe
   EXPECT_EQ(out[1].size(), size_t(kBig));
 }
 
+// Sends `frames` from a fresh raw DEALER to `endpoint`; returns the answer's kind and message.
+std::pair<msg::Kind, std::string> AskRaw(const std::string& endpoint, const std::vector<std::string>& frames) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    zmq::message_t m(frames[i].data(), frames[i].size());
+    s.send(m, i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, std::chrono::milliseconds(10000)) == 0) return {msg::Kind::INVALID, "(no answer)"};
+  zmq::message_t head;
+  EXPECT_TRUE(s.recv(head, zmq::recv_flags::none));
+  InMessage in;
+  in.ParseHeader(Frame(head.data(), head.size()));
+  return {in.header().getKind(), in.header().getMessage()};
+}
+
+std::string PushOf(const std::string& name) {
+  capnp::MallocMessageBuilder b;
+  auto h = b.getRoot<msg::Header>();
+  h.setKind(msg::Kind::PUSH);
+  h.setOp(msg::PushOp::ASSIGN);
+  auto t = h.initTensors(1);
+  t[0].setName(name);
+  t[0].initShape(1).set(0, 4);
+  t[0].setByteSize(16);
+  auto words = capnp::messageToFlatArray(b);
+  return std::string(reinterpret_cast<const char*>(words.asBytes().begin()), words.asBytes().size());
+}
+
+// A shard stores only what the job registered and the coordinator placed on it: a push may
+// not create a tensor (which would be kept and checkpointed forever).
+TEST(Placement, ShardsAcceptOnlyTheTensorsPlacedOnThem) {
+  std::string job = testing::WriteJob("placement", 2, 1);
+  JobConfig cfg = LoadJobConfig(job);
+  ServerProcess shard0(job, 0), shard1(job, 1);
+  ASSERT_TRUE(shard0.WaitForLog("listening on")) << shard0.log();
+  ASSERT_TRUE(shard1.WaitForLog("listening on")) << shard1.log();
+  std::string at0 = "tcp://" + cfg.servers[0], at1 = "tcp://" + cfg.servers[1];
+  std::string data(16, '\0');
+
+  auto before = AskRaw(at1, {PushOf("early"), data});
+  EXPECT_EQ(before.first, msg::Kind::ERROR);
+  EXPECT_NE(before.second.find("unknown tensor 'early': no worker has registered"), std::string::npos) << before.second;
+
+  ClientOptions o;
+  o.timeout_ms = 10000;
+  Client c(cfg, o);
+  // Equal sizes: placed by name, "a" on shard 0 and "b" on shard 1.
+  const ClusterInfo& info = c.Register({{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}});
+  ASSERT_EQ(info.shard_of.at("a"), 0);
+  ASSERT_EQ(info.shard_of.at("b"), 1);
+
+  EXPECT_EQ(AskRaw(at1, {PushOf("b"), data}).first, msg::Kind::PUSH_ACK);
+  EXPECT_EQ(AskRaw(at0, {PushOf("a"), data}).first, msg::Kind::PUSH_ACK);
+  for (auto [endpoint, name, shard] : {std::tuple<std::string, std::string, int>{at1, "a", 1},
+                                       {at1, "stranger", 1},
+                                       {at0, "b", 0},
+                                       {at0, "stranger", 0}}) {
+    auto r = AskRaw(endpoint, {PushOf(name), data});
+    EXPECT_EQ(r.first, msg::Kind::ERROR) << name << " on shard " << shard;
+    EXPECT_NE(r.second.find("push of unknown tensor '" + name + "': not a tensor the job registered on shard " +
+                            std::to_string(shard)),
+              std::string::npos)
+        << r.second;
+  }
+  capnp::MallocMessageBuilder pull;
+  pull.getRoot<msg::Header>().setKind(msg::Kind::PULL);
+  pull.getRoot<msg::Header>().initNames(1).set(0, "stranger");
+  auto words = capnp::messageToFlatArray(pull);
+  auto r = AskRaw(at1, {std::string(reinterpret_cast<const char*>(words.asBytes().begin()), words.asBytes().size())});
+  EXPECT_EQ(r.first, msg::Kind::ERROR);
+  EXPECT_NE(r.second.find("pull of unknown tensor 'stranger': not a tensor the job registered on shard 1"),
+            std::string::npos)
+      << r.second;
+  std::vector<PulledTensor> out;
+  c.Wait(c.Pull({"a", "b"}, &out));
+  EXPECT_EQ(out.size(), 2u);
+}
+
 }  // namespace
 }  // namespace shoal
