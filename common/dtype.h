@@ -9,6 +9,12 @@ namespace shoal {
 
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
+// Tensor shapes Shoal accepts anywhere (the wire, checkpoints): one limit, so a tensor a
+// shard accepted can always be checkpointed and loaded again.
+constexpr size_t kMaxTensorDims = 8;
+constexpr int64_t kMaxTensorDimSize = int64_t(1) << 40;  // elements along one dimension
+constexpr uint64_t kMaxTensorElements = uint64_t(1) << 40;  // elements in all
+
 inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
 const char* DTypeName(DType t);
 // Parses "fp32" | "fp16" | "bf16"; throws shoal::Error naming the bad value otherwise.

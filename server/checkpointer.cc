@@ -4,7 +4,7 @@
 
 #include "common/byte_codec.h"
 #include "common/error.h"
-#include "common/wire_limits.h"
+#include "common/dtype.h"
 
 namespace shoal {
 namespace {
@@ -56,7 +56,7 @@ void Checkpointer::Load(uint64_t id, KvShard* kv) const {
     uint64_t elems = 1;
     for (uint32_t d = 0; d < ndim; ++d) {
       int64_t n = r.Get<int64_t>();
-      SHOAL_CHECK(n >= 0 && n <= kMaxTensorDimSize, tw + ": dimension " + std::to_string(n));
+      SHOAL_CHECK(n >= 0 && n < kMaxTensorDimSize, tw + ": dimension " + std::to_string(n));
       t.shape.push_back(n);
       SHOAL_CHECK(n == 0 || elems <= kMaxTensorElements / uint64_t(n), tw + ": more than 2^40 elements");
       elems *= uint64_t(n);

@@ -48,6 +48,8 @@ class Coordinator {
   // Every other shard has been told the job is over (or is gone): shard 0 can go too.
   bool ShardsTold() const;
   size_t placed_tensors() const { return placement_.size(); }
+  // Every registered tensor and its shard; empty until the first worker registered a list.
+  const std::vector<TensorPlacement>& placement() const { return placement_; }
 
  private:
   RendezvousService rendezvous_;  // the job's key-value rendezvous (ring endpoints, NCCL ids)

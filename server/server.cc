@@ -4,6 +4,7 @@
 #include <chrono>
 #include <glog/logging.h>
 #include <kj/exception.h>
+#include <set>
 
 #include "common/error.h"
 #include "common/ps/client.h"
@@ -182,19 +183,15 @@ void Server::Run(const std::atomic<bool>& stop) {
     // Drain what is queued, but come back to ticks and the stop flag regularly.
     for (int i = 0; i < 64 && ready.message; ++i) {
       InMessage m;
+      bool got = true;
       try {
-        if (!transport_->Recv(&m, 0)) break;
-        HandleMessage(m);
-      } catch (const BadMessage& e) {
-        Warn("bad message from " + PeerName(e.identity) + ": " + e.what() + "; ignored");
-        ReplyError(e.identity, 0, who_ + ": bad message: " + e.what());
-      } catch (const Error& e) {
-        Warn("rejected message from " + PeerName(m.identity) + ": " + e.what());
-        ReplyError(m.identity, m.header().getRequestId(), who_ + ": " + e.what());
-      } catch (const kj::Exception& e) {
-        Warn("malformed message from " + PeerName(m.identity) + ": " + e.getDescription().cStr());
-        ReplyError(m.identity, 0, who_ + ": malformed message");
+        got = ServeOne(m);
+      } catch (...) {
+        // Even answering the failure failed (e.g. no memory for the log line): drop the
+        // message and keep serving.
+        LOG(ERROR) << who_ << ": dropped a message after a second failure while refusing it";
       }
+      if (!got) break;
     }
     FinishCheckpointWrite(/*wait=*/false);
     auto now = Coordinator::Clock::now();
@@ -212,6 +209,33 @@ void Server::Run(const std::atomic<bool>& stop) {
     }
   }
   FinishCheckpointWrite(/*wait=*/true);
+}
+
+// Receives and handles one message; false when none was queued. Every failure becomes an
+// answer to the requester and a log line: the loop never stops for one peer's request.
+bool Server::ServeOne(InMessage& m) {
+  try {
+    if (!transport_->Recv(&m, 0)) return false;
+    HandleMessage(m);
+  } catch (const BadMessage& e) {
+    Warn("bad message from " + PeerName(e.identity) + ": " + e.what() + "; ignored");
+    ReplyError(e.identity, 0, who_ + ": bad message: " + e.what());
+  } catch (const Error& e) {
+    Warn("rejected " + Describe(m) + " from " + PeerName(m.identity) + ": " + e.what());
+    ReplyError(m.identity, RequestIdOf(m), who_ + ": " + e.what());
+  } catch (const kj::Exception& e) {
+    Warn("malformed message from " + PeerName(m.identity) + ": " + e.getDescription().cStr());
+    ReplyError(m.identity, 0, who_ + ": malformed message");
+  } catch (const std::bad_alloc&) {
+    // One request too big for this process's memory must not take the shard (and every
+    // other worker's state) down with it.
+    Warn("out of memory handling " + Describe(m) + " from " + PeerName(m.identity) + "; refused, still serving");
+    ReplyError(m.identity, RequestIdOf(m), who_ + ": out of memory handling " + Describe(m));
+  } catch (const std::exception& e) {
+    Warn("failed handling " + Describe(m) + " from " + PeerName(m.identity) + ": " + e.what());
+    ReplyError(m.identity, RequestIdOf(m), who_ + ": failed handling " + Describe(m) + ": " + e.what());
+  }
+  return true;
 }
 
 void Server::HandleMessage(InMessage& m) {
@@ -246,7 +270,11 @@ void Server::HandlePush(InMessage& m) {
   SHOAL_CHECK(op == msg::PushOp::ASSIGN || op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
               "push with unknown op " + std::to_string(int(op)));
   // Check every tensor before changing any, so a rejected push leaves the shard as it was.
+  std::set<std::string> seen;
   for (auto meta : metas) {
+    SHOAL_CHECK(seen.insert(meta.getName()).second,
+                "push names tensor '" + std::string(meta.getName()) + "' twice (one entry per tensor)");
+    CheckPlaced(meta.getName(), "push");
     const StoredTensor* t = kv_.Find(meta.getName());
     if (!t || op == msg::PushOp::ASSIGN) continue;
     std::vector<int64_t> shape = ShapeOf(meta);
@@ -272,8 +300,49 @@ void Server::HandlePush(InMessage& m) {
 
 void Server::HandlePull(InMessage& m) {
   std::vector<std::string> names;
-  for (auto n : m.header().getNames()) names.push_back(n);
+  std::set<std::string> seen;
+  for (auto n : m.header().getNames()) {
+    // A small request naming one big tensor many times would make the reply that many
+    // times larger: refused, never amplified.
+    SHOAL_CHECK(seen.insert(n).second, "pull names tensor '" + std::string(n) + "' twice (one entry per tensor)");
+    CheckPlaced(n, "pull");
+    names.push_back(n);
+  }
   SendTensors(m.identity, m.header().getRequestId(), names);
+}
+
+void Server::LearnPlacement() {
+  if (placement_known_) return;
+  std::vector<TensorPlacement> all;
+  if (coordinator_) {
+    all = coordinator_->placement();
+  } else {
+    if (!placement_client_) {
+      ClientOptions o;
+      o.role = msg::Role::SERVER;
+      o.rank = shard_;
+      o.heartbeat = false;
+      o.timeout_ms = int(std::max<int64_t>(5000, cfg_.heartbeat_timeout_ms));
+      placement_client_ = std::make_unique<Client>(cfg_, o);
+    }
+    // A registration without tensors only reads the cluster map.
+    for (auto& [name, shard] : placement_client_->Register().shard_of) all.push_back({name, 0, shard});
+  }
+  if (all.empty()) return;  // no worker has registered yet: ask again next time
+  for (auto& p : all)
+    if (p.shard == shard_) placed_.insert(p.name);
+  placement_known_ = true;
+  placement_client_.reset();
+  LOG(INFO) << who_ << ": " << placed_.size() << " of the job's " << all.size() << " tensors are placed here";
+}
+
+void Server::CheckPlaced(const std::string& name, const char* request) {
+  LearnPlacement();
+  SHOAL_CHECK(placement_known_, std::string(request) + " of unknown tensor '" + name +
+                                    "': no worker has registered the job's tensors with the coordinator yet");
+  SHOAL_CHECK(placed_.count(name), std::string(request) + " of unknown tensor '" + name +
+                                       "': not a tensor the job registered on shard " + std::to_string(shard_) + " (" +
+                                       std::to_string(placed_.size()) + " are placed here)");
 }
 
 void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names) {
@@ -322,12 +391,63 @@ void Server::Warn(const std::string& line) {
     ++warn_suppressed_;
 }
 
-void Server::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) {
+// Called from the loop's exception handlers, so it must not throw itself: an answer that
+// cannot be sent (no memory, a socket error) is logged instead.
+void Server::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) noexcept {
   if (to.size() == 0) return;
-  OutMessage out;
-  auto r = ReplyHeader(out, msg::Kind::ERROR, request_id);
-  r.setMessage(what);
-  transport_->Send(out, &to);
+  try {
+    OutMessage out;
+    auto r = ReplyHeader(out, msg::Kind::ERROR, request_id);
+    r.setMessage(what);
+    transport_->Send(out, &to);
+  } catch (const std::exception& e) {
+    LOG(WARNING) << who_ << ": could not send the error answer to " << PeerName(to) << ": " << e.what();
+  } catch (const kj::Exception& e) {
+    LOG(WARNING) << who_ << ": could not send the error answer to " << PeerName(to) << ": "
+                 << e.getDescription().cStr();
+  }
+}
+
+// The request a failure belongs to, for log lines and answers; safe on a message whose
+// header never parsed.
+std::string Server::Describe(const InMessage& m) {
+  if (!m.has_header()) return "a message";
+  try {
+    auto h = m.header();
+    const char* kind = nullptr;
+    switch (h.getKind()) {
+      case msg::Kind::PUSH:
+        kind = "push";
+        break;
+      case msg::Kind::PUSH_PULL:
+        kind = "push-pull";
+        break;
+      case msg::Kind::PULL:
+        kind = "pull";
+        break;
+      case msg::Kind::CHECKPOINT:
+        kind = "checkpoint";
+        break;
+      case msg::Kind::PLAN:
+        kind = "plan";
+        break;
+      default:
+        break;
+    }
+    std::string k = kind ? kind : "message kind " + std::to_string(int(h.getKind()));
+    return k + " request " + std::to_string(h.getRequestId());
+  } catch (const kj::Exception&) {
+    return "a message";
+  }
+}
+
+uint64_t Server::RequestIdOf(const InMessage& m) {
+  if (!m.has_header()) return 0;
+  try {
+    return m.header().getRequestId();
+  } catch (const kj::Exception&) {
+    return 0;
+  }
 }
 
 }  // namespace shoal

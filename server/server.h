@@ -6,9 +6,11 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "common/config.h"
+#include "common/ps/client.h"
 #include "common/transport/heartbeat.h"
 #include "common/transport/transport.h"
 #include "server/checkpointer.h"
@@ -39,6 +41,7 @@ class Server {
   void Run(const std::atomic<bool>& stop);
 
  private:
+  bool ServeOne(InMessage& m);
   void HandleMessage(InMessage& m);
   void HandlePush(InMessage& m);
   void HandlePull(InMessage& m);
@@ -50,7 +53,13 @@ class Server {
   // The header of an answer from this shard: kind, the request it answers, role and rank.
   msg::Header::Builder ReplyHeader(OutMessage& out, msg::Kind kind, uint64_t request_id) const;
   void SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names);
-  void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
+  // Throws unless the job registered `name` and the coordinator placed it on this shard:
+  // nothing else is ever stored (and checkpointed) here.
+  void CheckPlaced(const std::string& name, const char* request);
+  void LearnPlacement();
+  void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) noexcept;
+  static std::string Describe(const InMessage& m);
+  static uint64_t RequestIdOf(const InMessage& m);
   void Warn(const std::string& line);
   void FlushWarnings(Coordinator::Clock::time_point now);
 
@@ -78,6 +87,11 @@ class Server {
   std::unique_ptr<TrainingPlan> plan_;  // the first worker's; later ones must agree
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<HeartbeatSender> heartbeat_;
+  // The tensors the coordinator placed here. Placement is fixed by the first registration,
+  // so once known it never changes; shards > 0 ask the coordinator through placement_client_.
+  bool placement_known_ = false;
+  std::set<std::string> placed_;
+  std::unique_ptr<Client> placement_client_;
   Coordinator::Clock::time_point warn_window_{};
   int warn_count_ = 0;
   int64_t warn_suppressed_ = 0;

@@ -61,8 +61,9 @@ void ZmqRing::Wire(Store& store) {
   // only peers holding the job's client key.
   po.keys = CurveKeys{opts_.curve_server_public, opts_.curve_server_secret, opts_.curve_client_public,
                       opts_.curve_client_secret};
-  // A message larger than any collective could send is hostile: refused at the socket.
-  po.max_message_bytes = int64_t(1) << 34;
+  // Every collective sends at most one segment per message, so anything larger is hostile:
+  // refused at the socket before it is allocated.
+  po.max_message_bytes = SegmentBytes() + int64_t(sizeof(Header));
   in_ = std::make_unique<PipeIn>(*ctx_, po);
   out_ = std::make_unique<PipeOut>(*ctx_, po);
   std::string bind = "tcp://" + opts_.bind_host + ":*";
@@ -121,6 +122,8 @@ void ZmqRing::Close(bool abort) {
   ctx_.reset();
 }
 
+int64_t ZmqRing::SegmentBytes() const { return std::max<int64_t>(opts_.segment_bytes, 8); }
+
 void ZmqRing::WaitSendsReleased() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
   while (out_ && out_->in_flight() > 0) {
@@ -133,12 +136,14 @@ void ZmqRing::WaitSendsReleased() {
 
 // Connections to our PULL socket are counted, not trusted one by one: anyone may connect
 // (a port scan, a stray peer), so only when every accepted connection has gone (the left
-// neighbour's among them) is the neighbour declared gone. An intruder that stays connected
-// leaves detection to the timeout.
+// neighbour's among them) is the neighbour declared gone. And only once the neighbour has
+// been heard from: a stranger that connects and closes before the neighbour's connection
+// is accepted is no neighbour's death. An intruder that stays connected, or a neighbour
+// that dies before its first message, leaves detection to the timeout.
 void ZmqRing::CheckMonitors(const char* what) {
   (void)what;
   in_->UpdateConnections();
-  left_gone_ = in_->ever_connected() && in_->open_connections() == 0;
+  left_gone_ = left_heard_ && in_->open_connections() == 0;
 }
 
 void ZmqRing::Send(const Header& h, const void* payload, size_t bytes, bool zero_copy) {
@@ -167,6 +172,7 @@ bool ZmqRing::TryRecv(PipeMessage* msg, const char* what) {
   if (seq != seq_)
     throw Error(std::string("ring ") + what + ": out-of-step message (collective " + std::to_string(seq) +
                 ", expected " + std::to_string(seq_) + "): ranks called different collectives");
+  left_heard_ = true;
   return true;
 }
 // Data queued before a disconnect is still delivered: the left neighbour counts as gone
@@ -292,6 +298,41 @@ void ZmqRing::CheckUsable() const {
     throw Error("ring rank " + std::to_string(rank_) + ": the ring was torn down by an earlier failed collective");
 }
 
+// Sends `bytes` from `data` as segments of at most SegmentBytes(), numbered from 0.
+void ZmqRing::SendSegments(uint32_t step, const uint8_t* data, int64_t bytes) {
+  const int64_t seg = SegmentBytes();
+  uint32_t s = 0;
+  int64_t off = 0;
+  do {
+    int64_t cnt = std::min(seg, bytes - off);
+    Send(Header{kMagic, seq_, step, s}, data + off, size_t(cnt), false);
+    off += cnt;
+    ++s;
+  } while (off < bytes);
+}
+
+// Receives what SendSegments sent into `data`; `forward`: passes each segment on to the right
+// as it arrives (broadcast), so large buffers stream through the ring.
+void ZmqRing::RecvSegments(uint32_t step, uint8_t* data, int64_t bytes, bool forward, const char* what) {
+  const int64_t seg = SegmentBytes();
+  uint32_t s = 0;
+  int64_t off = 0;
+  do {
+    int64_t cnt = std::min(seg, bytes - off);
+    PipeMessage m;
+    Recv(&m, what);
+    if (HeaderOf(m).step != step || HeaderOf(m).segment != s || m.body.size() != size_t(cnt))
+      throw Error(std::string("ring ") + what + ": unexpected message (step " + std::to_string(HeaderOf(m).step) +
+                  " segment " + std::to_string(HeaderOf(m).segment) + ", " + std::to_string(m.body.size()) +
+                  " bytes; expected step " + std::to_string(step) + " segment " + std::to_string(s) + ", " +
+                  std::to_string(cnt) + " bytes)");
+    if (cnt > 0) memcpy(data + off, m.body.data(), size_t(cnt));
+    if (forward) Send(Header{kMagic, seq_, step, s}, data + off, size_t(cnt), false);
+    off += cnt;
+    ++s;
+  } while (off < bytes);
+}
+
 void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
   auto* o = static_cast<uint8_t*>(out);
   memcpy(o + bytes * rank_, in, size_t(bytes));
@@ -300,14 +341,8 @@ void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
   ++seq_;
   for (int step = 0; step < size_ - 1; ++step) {
     int send_c = Mod(rank_ - step, size_), recv_c = Mod(rank_ - step - 1, size_);
-    Header h{kMagic, seq_, uint32_t(step), 0};
-    Send(h, o + bytes * send_c, size_t(bytes), false);
-    PipeMessage m;
-    Recv(&m, "all-gather");
-    if (HeaderOf(m).step != uint32_t(step) || m.body.size() != size_t(bytes))
-      throw Error("ring all-gather: unexpected message (" + std::to_string(m.body.size()) + " bytes, expected " +
-                  std::to_string(bytes) + ")");
-    memcpy(o + bytes * recv_c, static_cast<const uint8_t*>(m.body.data()), size_t(bytes));
+    SendSegments(uint32_t(step), o + bytes * send_c, bytes);
+    RecvSegments(uint32_t(step), o + bytes * recv_c, bytes, false, "all-gather");
   }
 }
 
@@ -319,15 +354,11 @@ void ZmqRing::Broadcast(void* data, int64_t bytes, int root) {
   ++seq_;
   // Passed along the ring from the root; the rank before the root does not forward.
   int dist = Mod(rank_ - root, size_);
-  Header h{kMagic, seq_, 0, 0};
-  if (dist != 0) {
-    PipeMessage m;
-    Recv(&m, "broadcast");
-    if (m.body.size() != size_t(bytes))
-      throw Error("ring broadcast: " + std::to_string(m.body.size()) + " bytes, expected " + std::to_string(bytes));
-    memcpy(data, static_cast<const uint8_t*>(m.body.data()), size_t(bytes));
-  }
-  if (dist != size_ - 1) Send(h, data, size_t(bytes), false);
+  auto* d = static_cast<uint8_t*>(data);
+  if (dist == 0)
+    SendSegments(0, d, bytes);
+  else
+    RecvSegments(0, d, bytes, dist != size_ - 1, "broadcast");
 }
 
 void ZmqRing::Barrier() {

@@ -20,7 +20,7 @@ namespace shoal {
 struct RingOptions {
   std::string bind_host = "127.0.0.1";
   int timeout_ms = 60000;           // no progress for this long = error
-  int64_t segment_bytes = 1 << 20;  // pipelining unit
+  int64_t segment_bytes = 1 << 20;  // pipelining unit, and the largest message a rank accepts
   std::string prefix = "ring";      // store key prefix (one ring per prefix)
   int rendezvous_timeout_ms = 60000;
   bool tcp_only = false;             // else same-host neighbours use a Unix socket
@@ -62,6 +62,10 @@ class ZmqRing : public Communicator {
   };
   void Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_scatter, bool all_gather);
   void Send(const Header& h, const void* payload, size_t bytes, bool zero_copy);
+  void SendSegments(uint32_t step, const uint8_t* data, int64_t bytes);
+  void RecvSegments(uint32_t step, uint8_t* data, int64_t bytes, bool forward, const char* what);
+  // The largest payload of one message: what the receiving socket admits.
+  int64_t SegmentBytes() const;
   void WaitSendsReleased();
   void Wire(Store& store);
   void Close(bool abort);
@@ -80,6 +84,7 @@ class ZmqRing : public Communicator {
   std::unique_ptr<TransportContext> ctx_;
   std::unique_ptr<PipeIn> in_;    // from the left neighbour
   std::unique_ptr<PipeOut> out_;  // to the right neighbour
+  bool left_heard_ = false;       // a valid message arrived: the left neighbour is connected
   bool left_gone_ = false;
   int64_t dropped_ = 0;  // malformed messages ignored
   uint32_t seq_ = 0;     // collective sequence number, checked on every message

@@ -2,6 +2,7 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -18,13 +19,14 @@ std::string ZmqError(const std::string& what) { return zmqi::Error(what); }
 // Best effort: every option set here has a valid value.
 void SetInt(void* s, int opt, int v) { zmq_setsockopt(s, opt, &v, sizeof v); }
 
-// Options both ends share: no high-water mark (the ring's own protocol bounds what is in
-// flight), large kernel buffers, linger so what was sent still arrives after a close.
+// Options both ends share: sends never block (no send high-water mark), receives queue a
+// bounded number of messages, large kernel buffers, linger so what was sent still arrives
+// after a close.
 void* MakeSocket(TransportContext& ctx, int type, const PipeOptions& o) {
   void* s = zmq_socket(ctx.handle(), type);
   if (!s) throw Error(ZmqError("pipe: cannot create a socket"));
   SetInt(s, ZMQ_SNDHWM, 0);
-  SetInt(s, ZMQ_RCVHWM, 0);
+  SetInt(s, ZMQ_RCVHWM, std::max(1, o.receive_queue_messages));
   SetInt(s, ZMQ_SNDBUF, o.kernel_buffer_bytes);
   SetInt(s, ZMQ_RCVBUF, o.kernel_buffer_bytes);
   SetInt(s, ZMQ_LINGER, o.linger_ms);

@@ -14,8 +14,15 @@ namespace shoal {
 
 struct PipeOptions {
   CurveKeys keys;
-  int linger_ms = 10000;                         // what was sent still arrives after a close
-  int64_t max_message_bytes = int64_t(1) << 34;  // larger is hostile: refused at the socket
+  int linger_ms = 10000;  // what was sent still arrives after a close
+  // Largest frame a PipeIn accepts; a larger one is hostile: ZeroMQ drops the connection
+  // before allocating it. Set it to the largest payload the protocol sends.
+  int64_t max_message_bytes = int64_t(64) << 20;
+  // Messages a PipeIn queues per connection before ZeroMQ stops reading that connection
+  // (TCP back-pressure), so memory stays bounded whoever connects. Sends never block (a
+  // PipeOut queues without limit, in the sender's memory), so a bounded receive queue
+  // cannot deadlock a protocol whose every message is eventually read.
+  int receive_queue_messages = 64;
   int kernel_buffer_bytes = 4 << 20;
 };
 

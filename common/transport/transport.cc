@@ -65,10 +65,17 @@ bool SendCopy(void* s, const void* data, size_t n, int flags) {
   }
 }
 
-// Cap'n Proto headers are small; these limits make a hostile header cheap to reject.
-capnp::ReaderOptions HeaderLimits() {
+// Cap'n Proto's traversal limit guards against amplification (many pointers to the same
+// bytes). A header without it reads each of its words at most once per walk, so the
+// validation walk may read no more than the frame holds; after it, readers get room for
+// kHeaderReadPasses walks, since handlers read the same lists more than once.
+constexpr uint64_t kHeaderReadPasses = 64;
+// Every header() call re-reads the root struct: small messages get a floor for that.
+constexpr uint64_t kHeaderReadFloor = uint64_t(1) << 16;
+
+capnp::ReaderOptions HeaderLimits(uint64_t traversal_words) {
   capnp::ReaderOptions o;
-  o.traversalLimitInWords = 1 << 20;
+  o.traversalLimitInWords = traversal_words;
   o.nestingLimit = 16;
   return o;
 }
@@ -142,15 +149,24 @@ size_t Frame::size() const { return zmq_msg_size(FrameAccess::Msg(*this)); }
 void InMessage::ParseHeader(const Frame& frame) {
   size_t n = frame.size();
   SHOAL_CHECK(n > 0, "empty header frame");
+  SHOAL_CHECK(n <= kMaxHeaderBytes, "header frame of " + std::to_string(n) + " bytes exceeds the limit of " +
+                                        std::to_string(kMaxHeaderBytes) + " bytes (kMaxHeaderBytes)");
   SHOAL_CHECK(n % sizeof(capnp::word) == 0,
               "header frame of " + std::to_string(n) + " bytes is not whole 8-byte words (truncated?)");
   // Copy: ZeroMQ does not promise 8-byte alignment, which Cap'n Proto needs.
   words_ = kj::heapArray<capnp::word>(n / sizeof(capnp::word));
   memcpy(words_.begin(), frame.data(), n);
+  const uint64_t words = n / sizeof(capnp::word);
   try {
-    reader_ = std::make_unique<capnp::FlatArrayMessageReader>(words_.asPtr(), HeaderLimits());
-    // Walks every pointer once, so later field reads cannot hit a malformed one.
-    reader_->getRoot<msg::Header>().totalSize();
+    // Walks every pointer once, so later field reads cannot hit a malformed one. Budget: the
+    // walk (at most the frame's words) plus reading the root as a Header (its struct, again
+    // within the frame), so an amplifying header is refused here, not halfway through a
+    // handler.
+    capnp::FlatArrayMessageReader check(words_.asPtr(), HeaderLimits(2 * words));
+    check.getRoot<capnp::AnyPointer>().targetSize();
+    check.getRoot<msg::Header>();
+    reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
+        words_.asPtr(), HeaderLimits(words * kHeaderReadPasses + kHeaderReadFloor));
   } catch (const kj::Exception& e) {
     reader_.reset();
     throw Error("header is not a valid Cap'n Proto message: " + std::string(e.getDescription().cStr()));
@@ -168,9 +184,13 @@ void InMessage::ValidateTensors() const {
     auto dt = m.getDtype();
     SHOAL_CHECK(dt == msg::DType::FP32 || dt == msg::DType::FP16 || dt == msg::DType::BF16,
                 "tensor '" + name + "': unknown dtype " + std::to_string(int(dt)));
+    // The checkpoint loader's limits: a tensor accepted here must be loadable again.
+    SHOAL_CHECK(m.getShape().size() <= kMaxTensorDims, "tensor '" + name + "': " + std::to_string(m.getShape().size()) +
+                                                           " dimensions (at most " + std::to_string(kMaxTensorDims) +
+                                                           ")");
     uint64_t elems = 1;
     for (int64_t d : m.getShape()) {
-      SHOAL_CHECK(d >= 0 && d < (int64_t(1) << 40), "tensor '" + name + "': bad dimension " + std::to_string(d));
+      SHOAL_CHECK(d >= 0 && d < kMaxTensorDimSize, "tensor '" + name + "': bad dimension " + std::to_string(d));
       SHOAL_CHECK(d == 0 || elems <= (uint64_t(1) << 44) / uint64_t(d), "tensor '" + name + "': shape too large");
       elems *= uint64_t(d);
     }

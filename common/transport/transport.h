@@ -96,6 +96,7 @@ class InMessage {
   PeerId identity;  // the sender, on server sockets
   std::vector<Frame> payloads;
   msg::Header::Reader header() const { return reader_->getRoot<msg::Header>(); }
+  bool has_header() const { return reader_ != nullptr; }
   // Parses `frame` as the header; throws shoal::Error saying what is wrong with it.
   void ParseHeader(const Frame& frame);
   // Checks that the tensor metas match the frames (count, byte sizes, dtype x shape).
@@ -187,5 +188,10 @@ inline DType FromWire(msg::DType t) { return static_cast<DType>(uint8_t(t)); }
 
 // Largest frame a server accepts; larger claims are dropped by ZeroMQ before allocation.
 constexpr int64_t kMaxFrameBytes = int64_t(4) << 30;
+
+// Largest header frame any socket parses. A header costs about 100 bytes per tensor entry
+// (name, dtype, shape), so this admits requests naming well over 100,000 tensors, while
+// a hostile multi-GiB "header" is refused before it is copied or parsed.
+constexpr size_t kMaxHeaderBytes = size_t(16) << 20;
 
 }  // namespace shoal

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -244,18 +247,24 @@ TEST(ZmqRing, AClientWithAForeignKeyPairIsRefused) {
     EXPECT_EQ(codes[r], 0) << "rank " << r << (codes[r] == 2 ? ": the foreign key got in" : "");
 }
 
-TEST(ZmqRing, BroadcastFromEveryRoot) {
+TEST(ZmqRing, BroadcastFromEveryRootAndAllGatherInManySegments) {
   const int size = 3;
   std::string dir = FreshDir("bcast");
   auto codes = RunRanks(size, [&](int rank) {
     FileStore store(dir);
-    ZmqRing ring(rank, size, store);
+    RingOptions o;
+    o.segment_bytes = 256;  // messages are at most one segment: both collectives stream them
+    ZmqRing ring(rank, size, store, o);
     for (int root = 0; root < size; ++root) {
       std::vector<int32_t> v(777, rank == root ? root * 100 + 5 : -1);
       ring.Broadcast(v.data(), int64_t(v.size() * 4), root);
       for (int32_t x : v)
         if (x != root * 100 + 5) return 1;
     }
+    std::vector<int32_t> mine(777, rank + 7), all(777 * size);
+    ring.AllGather(mine.data(), int64_t(mine.size() * 4), all.data());
+    for (size_t i = 0; i < all.size(); ++i)
+      if (all[i] != int32_t(i / 777) + 7) return 2;
     return 0;
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
@@ -337,6 +346,176 @@ TEST(ZmqRing, GarbageOnTheRingPortIsDroppedAndTheRingGoesOn) {
       30);
   EXPECT_EQ(codes2[0], 0);
   EXPECT_EQ(codes2[1], 0);
+}
+
+// Writes `bytes` over a plain TCP connection to "tcp://127.0.0.1:PORT", then closes it.
+void RawTcp(const std::string& ep, const std::string& bytes) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(std::stoi(ep.substr(ep.rfind(':') + 1))));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && !bytes.empty()) {
+    ssize_t n = write(fd, bytes.data(), bytes.size());
+    (void)n;
+  }
+  close(fd);
+}
+
+// A store through which strangers reach rank 1's ring socket before its left neighbour
+// can: a port scan (connect, close), a connection sending garbage bytes, and a ZeroMQ peer
+// sending a malformed message, all gone before rank 1 publishes its address. Rank 0 (the
+// left neighbour) reads that address late, so rank 1 has looked at its connections first.
+class StrangersFirstStore : public Store {
+ public:
+  StrangersFirstStore(const std::string& dir, int rank) : inner_(dir), rank_(rank) {}
+  void Set(const std::string& key, const std::string& value) override {
+    if (key == "ring-1") {
+      std::string ep = value.substr(0, value.find(' '));
+      RawTcp(ep, "");
+      RawTcp(ep, std::string(300, '\x5a'));
+      void* ctx = zmq_ctx_new();
+      void* s = zmq_socket(ctx, ZMQ_PUSH);
+      int linger = 1000;
+      zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+      zmq_connect(s, ep.c_str());
+      zmq_send(s, "garbage!", 8, 0);
+      zmq_close(s);
+      zmq_ctx_term(ctx);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let rank 1 see them go
+    }
+    inner_.Set(key, value);
+  }
+  std::string Get(const std::string& key, int timeout_ms) override {
+    if (rank_ == 0 && key == "ring-1") std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    return inner_.Get(key, timeout_ms);
+  }
+
+ private:
+  FileStore inner_;
+  int rank_;
+};
+
+TEST(ZmqRing, StrangersThatCloseBeforeTheNeighbourConnectsDoNotBreakWiring) {
+  const int size = 3;
+  std::string dir = FreshDir("scan");
+  auto codes = RunRanks(
+      size,
+      [&](int rank) {
+        StrangersFirstStore store(dir, rank);
+        RingOptions o;
+        o.timeout_ms = 20000;
+        ZmqRing ring(rank, size, store, o);
+        std::vector<float> v(10000);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = Value(rank, int64_t(i));
+        ring.AllReduce(v.data(), int64_t(v.size()), ReduceOp::kSum);
+        for (size_t i = 0; i < v.size(); ++i) {
+          float want = 0;
+          for (int r = 0; r < size; ++r) want += Value(r, int64_t(i));
+          if (v[i] != want) return 1;
+        }
+        return 0;
+      },
+      60);
+  for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// Waits up to timeout_ms for `event` on a socket monitor; true if it came.
+bool WaitEvent(void* mon, uint16_t event, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    zmq_pollitem_t item{mon, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, 100) <= 0) continue;
+    zmq_msg_t ev, addr;
+    zmq_msg_init(&ev);
+    zmq_msg_init(&addr);
+    zmq_msg_recv(&ev, mon, 0);
+    zmq_msg_recv(&addr, mon, 0);
+    uint16_t id = 0;
+    memcpy(&id, zmq_msg_data(&ev), 2);
+    zmq_msg_close(&ev);
+    zmq_msg_close(&addr);
+    if (id == event) return true;
+  }
+  return false;
+}
+
+// What a stranger can make a ring rank hold is bounded: a message larger than a segment is
+// refused (the connection dropped, nothing allocated), and a flood of segment-sized
+// messages that the rank is not reading stops at a bounded queue (TCP back-pressure).
+TEST(ZmqRing, AStrangerCannotMakeARankQueueUnboundedData) {
+  const int size = 2;
+  const int64_t kSegment = 64 << 10;
+  std::string dir = FreshDir("bounded");
+  auto codes = RunRanks(
+      size,
+      [&](int rank) {
+        FileStore store(dir);
+        RingOptions o;
+        o.segment_bytes = kSegment;
+        o.timeout_ms = 20000;
+        ZmqRing ring(rank, size, store, o);
+        int code = 0;
+        if (rank == 0) {
+          std::string ep = store.Get("ring-1", 1000);
+          ep = ep.substr(0, ep.find(' '));
+          void* ctx = zmq_ctx_new();
+          std::string head(16, '\x11');  // not the ring's magic
+
+          void* big = zmq_socket(ctx, ZMQ_PUSH);
+          int zero = 0;
+          zmq_setsockopt(big, ZMQ_LINGER, &zero, sizeof zero);
+          zmq_socket_monitor(big, "inproc://big", ZMQ_EVENT_DISCONNECTED);
+          void* mon = zmq_socket(ctx, ZMQ_PAIR);
+          zmq_connect(mon, "inproc://big");
+          zmq_connect(big, ep.c_str());
+          std::string body(size_t(4 * kSegment), 'x');
+          zmq_send(big, head.data(), head.size(), ZMQ_SNDMORE);
+          zmq_send(big, body.data(), body.size(), 0);
+          if (!WaitEvent(mon, ZMQ_EVENT_DISCONNECTED, 10000)) {
+            fprintf(stderr, "a message of 4 segments was not refused\n");
+            code = 3;
+          }
+          zmq_close(big);
+          zmq_close(mon);
+
+          void* flood = zmq_socket(ctx, ZMQ_PUSH);
+          int hwm = 4;
+          zmq_setsockopt(flood, ZMQ_SNDHWM, &hwm, sizeof hwm);
+          zmq_setsockopt(flood, ZMQ_LINGER, &zero, sizeof zero);
+          zmq_connect(flood, ep.c_str());
+          std::string seg(size_t(kSegment), 'y');
+          const int64_t kCap = int64_t(128) << 20;
+          int64_t sent = 0;
+          auto stalled_since = std::chrono::steady_clock::now();
+          while (sent < kCap && std::chrono::steady_clock::now() - stalled_since < std::chrono::milliseconds(2000)) {
+            if (zmq_send(flood, head.data(), head.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+              continue;
+            }
+            zmq_send(flood, seg.data(), seg.size(), 0);
+            sent += kSegment;
+            stalled_since = std::chrono::steady_clock::now();
+          }
+          if (sent >= int64_t(64) << 20) {
+            fprintf(stderr, "rank 1 queued %lld bytes from a stranger\n", (long long)sent);
+            code = 4;
+          }
+          zmq_close(flood);
+          zmq_ctx_term(ctx);
+          store.Set("flood-done", "1");
+        } else {
+          store.Get("flood-done", 60000);  // not reading the ring meanwhile
+        }
+        std::vector<float> v(100000, float(rank + 1));
+        ring.AllReduce(v.data(), int64_t(v.size()), ReduceOp::kSum);
+        for (float x : v)
+          if (x != 3.0f) return 1;
+        return code;
+      },
+      90);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
 }
 
 }  // namespace

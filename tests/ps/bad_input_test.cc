@@ -4,7 +4,9 @@
 #include <csignal>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <fstream>
 #include <thread>
 #include <unistd.h>
 #include <zmq.hpp>  // a hostile raw client, below the transport
@@ -101,6 +103,11 @@ TEST_F(BadInput, MalformedAndTruncatedHeaders) {
   EXPECT_NE(SendRaw({"abc"}).find("not whole 8-byte words"), std::string::npos);
   EXPECT_NE(SendRaw({std::string(64, '\xff')}).find("not a valid Cap'n Proto message"), std::string::npos);
   EXPECT_NE(SendRaw({""}).find("empty header frame"), std::string::npos);
+  std::string oversized = SendRaw({std::string(kMaxHeaderBytes + 8, '\0')});
+  EXPECT_NE(oversized.find("header frame of " + std::to_string(kMaxHeaderBytes + 8) + " bytes exceeds the limit of " +
+                           std::to_string(kMaxHeaderBytes) + " bytes"),
+            std::string::npos)
+      << oversized;
   std::string h = Header([](msg::Header::Builder b) { b.setMessage(std::string(100, 'x')); });
   EXPECT_NE(SendRaw({h.substr(0, h.size() - 16)}).find("not a valid Cap'n Proto message"), std::string::npos);
   EXPECT_TRUE(server_->WaitForLog("bad message from peer 0x")) << server_->log();
@@ -130,6 +137,15 @@ TEST_F(BadInput, UnknownKindsAndInconsistentTensors) {
   EXPECT_NE(SendRaw({push(16, 2), sixteen}).find("2 tensors but 1 data frames"), std::string::npos);
   EXPECT_NE(SendRaw({push(16, 1), std::string(10, '\0')}).find("data frame has 10 bytes"), std::string::npos);
   EXPECT_NE(SendRaw({push(20, 1), std::string(20, '\0')}).find("does not match its shape"), std::string::npos);
+  std::string nine_dims = Header([](msg::Header::Builder b) {
+    b.setKind(msg::Kind::PUSH);
+    auto t = b.initTensors(1);
+    t[0].setName("good");
+    auto shape = t[0].initShape(kMaxTensorDims + 1);
+    for (unsigned d = 0; d < shape.size(); ++d) shape.set(d, 1);
+    t[0].setByteSize(4);
+  });
+  EXPECT_NE(SendRaw({nine_dims, std::string(4, '\0')}).find("'good': 9 dimensions (at most 8)"), std::string::npos);
   std::string bad_op = Header([](msg::Header::Builder b) {
     b.setKind(msg::Kind::PUSH);
     b.setOp(static_cast<msg::PushOp>(9));
@@ -141,6 +157,29 @@ TEST_F(BadInput, UnknownKindsAndInconsistentTensors) {
   });
   EXPECT_NE(SendRaw({pull}).find("unknown tensor 'nothing-here'"), std::string::npos);
   ExpectStillServing(2.5f);
+}
+
+TEST_F(BadInput, ARequestNamingATensorTwiceIsRefused) {
+  ExpectStillServing(1.0f);  // registers and stores "good"
+  std::string pull = Header([](msg::Header::Builder b) {
+    b.setKind(msg::Kind::PULL);
+    auto names = b.initNames(100000);
+    for (unsigned i = 0; i < names.size(); ++i) names.set(i, "good");
+  });
+  EXPECT_NE(SendRaw({pull}).find("pull names tensor 'good' twice"), std::string::npos);
+  std::string push = Header([](msg::Header::Builder b) {
+    b.setKind(msg::Kind::PUSH);
+    b.setOp(msg::PushOp::ADD);
+    auto t = b.initTensors(2);
+    for (int i = 0; i < 2; ++i) {
+      t[i].setName("good");
+      t[i].initShape(1).set(0, 1000);
+      t[i].setByteSize(4000);
+    }
+  });
+  EXPECT_NE(SendRaw({push, std::string(4000, '\0'), std::string(4000, '\0')}).find("push names tensor 'good' twice"),
+            std::string::npos);
+  ExpectStillServing(2.0f);
 }
 
 TEST_F(BadInput, AFloodOfJunkIsLoggedBriefly) {
@@ -212,6 +251,139 @@ TEST_F(BadInput, PeerVanishesMidMessage) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown tensor 'huge'"), std::string::npos) << e.what();
   }
+}
+
+// The address space a process has reserved (VmSize), in bytes.
+int64_t VirtualBytes(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7)) * 1024;
+  return -1;
+}
+
+TEST(ServerOutOfMemory, ARequestBeyondTheShardsMemoryIsRefusedAndTheShardKeepsServing) {
+  std::string job = testing::WriteJob("oom", 1, 1);
+  std::string text = testing::ReadFile(job);
+  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath("oom-ckpt") + "\"\n");
+  testing::WriteFile(job, text);
+  JobConfig cfg = LoadJobConfig(job);
+  ServerProcess server(job, 0);
+  ASSERT_TRUE(server.WaitForLog("listening on")) << server.log();
+
+  // Room for one big tensor and some more, not for the checkpoint's in-memory copies of it
+  // (its record, then the write batch): the checkpoint request really runs out of memory
+  // (std::bad_alloc) in the shard.
+  constexpr int64_t kBig = int64_t(256) << 20;
+  int64_t used = VirtualBytes(server.pid());
+  ASSERT_GT(used, 0);
+  rlimit lim{rlim_t(used + kBig + (192 << 20)), rlim_t(used + kBig + (192 << 20))};
+  ASSERT_EQ(prlimit(server.pid(), RLIMIT_AS, &lim, nullptr), 0);
+
+  ClientOptions o;
+  o.timeout_ms = 10000;
+  Client c(cfg, o);
+  c.Register({{"big", DType::kF32, {kBig / 4}}, {"small", DType::kF32, {4}}});
+  {
+    std::vector<float> big(size_t(kBig / 4), 1.0f);
+    c.Wait(c.Push({{"big", DType::kF32, {kBig / 4}, big.data(), size_t(kBig)}}, msg::PushOp::ASSIGN));
+  }
+  try {
+    c.Checkpoint({1, 1, 0, 0, 1});
+    ADD_FAILURE() << "a checkpoint that cannot fit in the shard's memory succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory handling checkpoint"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(server.WaitForLog("out of memory handling checkpoint")) << server.log();
+  ASSERT_TRUE(server.alive()) << server.log();
+  std::vector<float> v = {1, 2, 3, 4};
+  c.Wait(c.Push({{"small", DType::kF32, {4}, v.data(), 16}}, msg::PushOp::ASSIGN));
+  std::vector<PulledTensor> out;
+  c.Wait(c.Pull({"small", "big"}, &out));
+  EXPECT_EQ(out[0].ToFloats()[3], 4.0f);
+  EXPECT_EQ(out[1].size(), size_t(kBig));
+}
+
+// Sends `frames` from a fresh raw DEALER to `endpoint`; returns the answer's kind and message.
+std::pair<msg::Kind, std::string> AskRaw(const std::string& endpoint, const std::vector<std::string>& frames) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    zmq::message_t m(frames[i].data(), frames[i].size());
+    s.send(m, i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, std::chrono::milliseconds(10000)) == 0) return {msg::Kind::INVALID, "(no answer)"};
+  zmq::message_t head;
+  EXPECT_TRUE(s.recv(head, zmq::recv_flags::none));
+  InMessage in;
+  in.ParseHeader(Frame(head.data(), head.size()));
+  return {in.header().getKind(), in.header().getMessage()};
+}
+
+std::string PushOf(const std::string& name) {
+  capnp::MallocMessageBuilder b;
+  auto h = b.getRoot<msg::Header>();
+  h.setKind(msg::Kind::PUSH);
+  h.setOp(msg::PushOp::ASSIGN);
+  auto t = h.initTensors(1);
+  t[0].setName(name);
+  t[0].initShape(1).set(0, 4);
+  t[0].setByteSize(16);
+  auto words = capnp::messageToFlatArray(b);
+  return std::string(reinterpret_cast<const char*>(words.asBytes().begin()), words.asBytes().size());
+}
+
+// A shard stores only what the job registered and the coordinator placed on it: a push may
+// not create a tensor (which would be kept and checkpointed forever).
+TEST(Placement, ShardsAcceptOnlyTheTensorsPlacedOnThem) {
+  std::string job = testing::WriteJob("placement", 2, 1);
+  JobConfig cfg = LoadJobConfig(job);
+  ServerProcess shard0(job, 0), shard1(job, 1);
+  ASSERT_TRUE(shard0.WaitForLog("listening on")) << shard0.log();
+  ASSERT_TRUE(shard1.WaitForLog("listening on")) << shard1.log();
+  std::string at0 = "tcp://" + cfg.servers[0], at1 = "tcp://" + cfg.servers[1];
+  std::string data(16, '\0');
+
+  auto before = AskRaw(at1, {PushOf("early"), data});
+  EXPECT_EQ(before.first, msg::Kind::ERROR);
+  EXPECT_NE(before.second.find("unknown tensor 'early': no worker has registered"), std::string::npos) << before.second;
+
+  ClientOptions o;
+  o.timeout_ms = 10000;
+  Client c(cfg, o);
+  // Equal sizes: placed by name, "a" on shard 0 and "b" on shard 1.
+  const ClusterInfo& info = c.Register({{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}});
+  ASSERT_EQ(info.shard_of.at("a"), 0);
+  ASSERT_EQ(info.shard_of.at("b"), 1);
+
+  EXPECT_EQ(AskRaw(at1, {PushOf("b"), data}).first, msg::Kind::PUSH_ACK);
+  EXPECT_EQ(AskRaw(at0, {PushOf("a"), data}).first, msg::Kind::PUSH_ACK);
+  for (auto [endpoint, name, shard] : {std::tuple<std::string, std::string, int>{at1, "a", 1},
+                                       {at1, "stranger", 1},
+                                       {at0, "b", 0},
+                                       {at0, "stranger", 0}}) {
+    auto r = AskRaw(endpoint, {PushOf(name), data});
+    EXPECT_EQ(r.first, msg::Kind::ERROR) << name << " on shard " << shard;
+    EXPECT_NE(r.second.find("push of unknown tensor '" + name + "': not a tensor the job registered on shard " +
+                            std::to_string(shard)),
+              std::string::npos)
+        << r.second;
+  }
+  capnp::MallocMessageBuilder pull;
+  pull.getRoot<msg::Header>().setKind(msg::Kind::PULL);
+  pull.getRoot<msg::Header>().initNames(1).set(0, "stranger");
+  auto words = capnp::messageToFlatArray(pull);
+  auto r = AskRaw(at1, {std::string(reinterpret_cast<const char*>(words.asBytes().begin()), words.asBytes().size())});
+  EXPECT_EQ(r.first, msg::Kind::ERROR);
+  EXPECT_NE(r.second.find("pull of unknown tensor 'stranger': not a tensor the job registered on shard 1"),
+            std::string::npos)
+      << r.second;
+  std::vector<PulledTensor> out;
+  c.Wait(c.Pull({"a", "b"}, &out));
+  EXPECT_EQ(out.size(), 2u);
 }
 
 }  // namespace

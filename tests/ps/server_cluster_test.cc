@@ -272,5 +272,36 @@ TEST(ServerCli, BadJobFileExitsNonZeroWithOneLine) {
   EXPECT_NE(s2.log().find("shard 5 is not in [cluster] servers"), std::string::npos) << s2.log();
 }
 
+// A model of 50,000 small tensors: its register, cluster map, push, pull and pull reply
+// headers (a few MiB each) are legitimate and must be read whole, not refused as malformed.
+TEST(ServerCluster, HeadersNamingFiftyThousandTensorsAreAccepted) {
+  constexpr int kTensors = 50000;
+  std::string job = testing::WriteJob("many-tensors", 1, 1);
+  ServerProcess server(job, 0);
+  ASSERT_TRUE(server.WaitForLog("listening on")) << server.log();
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.timeout_ms = 30000;
+  Client c(cfg, o);
+  std::vector<TensorSpec> specs;
+  for (int i = 0; i < kTensors; ++i) specs.push_back({"layer" + std::to_string(i) + ".bias", DType::kF32, {1}});
+  ASSERT_EQ(c.Register(specs).shard_of.size(), size_t(kTensors));
+  std::vector<float> values(kTensors);
+  std::vector<TensorRef> refs;
+  std::vector<std::string> names;
+  for (int i = 0; i < kTensors; ++i) {
+    values[i] = float(i);
+    refs.push_back({specs[i].name, DType::kF32, {1}, &values[i], 4});
+    names.push_back(specs[i].name);
+  }
+  c.Wait(c.Push(refs, msg::PushOp::ASSIGN));
+  std::vector<PulledTensor> out;
+  c.Wait(c.Pull(names, &out));
+  ASSERT_EQ(out.size(), size_t(kTensors));
+  for (int i = 0; i < kTensors; i += 997) EXPECT_EQ(out[i].ToFloats()[0], float(i)) << names[i];
+  EXPECT_EQ(out.back().ToFloats()[0], float(kTensors - 1));
+  EXPECT_EQ(server.log().find("malformed"), std::string::npos) << server.log();
+}
+
 }  // namespace
 }  // namespace shoal
