@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -182,6 +183,64 @@ std::string JobConfig::CoordinatorAddress(bool has_servers) const {
 bool IsLoopbackHost(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
 
 std::string ConfigSection::Where(const std::string& key) const { return file_ + ": [" + section_ + "] " + key; }
+
+namespace {
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string Initials(const std::string& key) {
+  std::string s;
+  for (size_t i = 0; i < key.size(); ++i)
+    if (key[i] != '_' && (i == 0 || key[i - 1] == '_')) s += key[i];
+  return s;
+}
+}  // namespace
+
+std::string NearestKey(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (auto& k : known) {
+    size_t d = EditDistance(key, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  // Close means at most a third of the key's letters differ (at least 1, at most 3).
+  size_t limit = std::min<size_t>(3, std::max<size_t>(1, key.size() / 3));
+  if (!best.empty() && best_d <= limit) return best;
+  std::string ini = Initials(key);
+  if (ini.size() >= 2 && ini != key)
+    for (auto& k : known)
+      if (k == ini) return k;
+  return "";
+}
+
+void ConfigSection::CheckKeys(const std::vector<std::string>& known, const std::string& owner) const {
+  for (auto& [key, v] : values_) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string near = NearestKey(key, known);
+    std::string hint;
+    if (!near.empty()) {
+      hint = "did you mean '" + near + "'?";
+    } else {
+      std::vector<std::string> sorted(known);
+      std::sort(sorted.begin(), sorted.end());
+      for (auto& k : sorted) hint += (hint.empty() ? "known: " : ", ") + k;
+      if (hint.empty()) hint = "it takes no keys besides name";
+    }
+    throw Error(Where(key) + ": unknown key for " + owner + " (" + hint + ")");
+  }
+}
 
 double ConfigSection::GetDouble(const std::string& key, double def) const {
   auto it = values_.find(key);

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "algorithms/job_keys.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/rank_env.h"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   shoal::RankInfo rank;
   try {
     cfg = shoal::LoadJobConfig(FLAGS_config);
+    shoal::CheckJobKeys(cfg);
     rank = shoal::ResolveRank(FLAGS_rank);
     if (rank.world > 0 && rank.world != cfg.world_size())
       throw shoal::Error(FLAGS_config + ": [cluster] workers: the job file says " + std::to_string(cfg.world_size()) +

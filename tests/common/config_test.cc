@@ -173,3 +173,32 @@ TEST(PlaintextPolicy, KeysComeAsAWholeSection) {
 
 }  // namespace
 }  // namespace shoal
+
+namespace shoal {
+namespace {
+
+TEST(ConfigSection, NearestKeyFindsTyposAndInitialsOnly) {
+  std::vector<std::string> known = {"lr", "momentum", "staleness", "warmup_epochs"};
+  EXPECT_EQ(NearestKey("stalenes", known), "staleness");
+  EXPECT_EQ(NearestKey("momentun", known), "momentum");
+  EXPECT_EQ(NearestKey("learning_rate", known), "lr");
+  EXPECT_EQ(NearestKey("warmup_epoch", known), "warmup_epochs");
+  EXPECT_EQ(NearestKey("batch", known), "");
+}
+
+TEST(ConfigSection, CheckKeysNamesFileSectionKeyAndSuggestion) {
+  ConfigSection s("job.toml", "optimizer");
+  s.Set("lr", 0.1);
+  EXPECT_NO_THROW(s.CheckKeys({"lr"}, "optimizer \"sgd\""));
+  s.Set("momentun", 0.9);
+  try {
+    s.CheckKeys({"lr", "momentum"}, "optimizer \"momentum\"");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "job.toml: [optimizer] momentun: unknown key for optimizer \"momentum\" (did you mean 'momentum'?)");
+  }
+}
+
+}  // namespace
+}  // namespace shoal
