@@ -118,6 +118,17 @@ struct JobConfig {
 // edit distance, or `key`'s words' initials (learning_rate -> lr).
 std::string NearestKey(const std::string& key, const std::vector<std::string>& known);
 
+// Limits that keep every product of job values (samples x workers, batch x workers, epochs
+// x steps per epoch) far inside int64: a data set of at most 2^31 samples, a global batch
+// of at most 2^32.
+constexpr int64_t kMaxSamples = int64_t(1) << 31;
+constexpr int64_t kMaxBatchSize = int64_t(1) << 20;
+constexpr int64_t kMaxWorkers = 4096;
+constexpr int64_t kMaxEpochs = 1000000;
+// Checks the ranges whose products other code forms (ParseJobConfig runs it; run it again
+// after command-line overrides): throws "FILE: [data] synthetic_samples: ..." naming the key.
+void CheckJobLimits(const JobConfig& c);
+
 // Loads and validates; throws shoal::Error("FILE: [section] key: expected ..., got ...").
 JobConfig LoadJobConfig(const std::string& path);
 // Same, from text already in memory (name used in messages).

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
     if (FLAGS_batch_size > 0) cfg.batch_size = FLAGS_batch_size;
     if (!FLAGS_output_dir.empty()) cfg.output_dir = FLAGS_output_dir;
     if (!FLAGS_coordinator.empty()) cfg.coordinator = FLAGS_coordinator;
+    shoal::CheckJobLimits(cfg);  // the overrides are job values too
     if (!FLAGS_device.empty() && rank.rank >= 0 && rank.rank < cfg.world_size())
       cfg.workers[size_t(rank.rank)].device = FLAGS_device;
   } catch (const shoal::Error& e) {
