@@ -27,10 +27,16 @@ struct CoordinatorSession {
 
 std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::shared_ptr<void>* coordinator,
                                       std::function<void(const std::string&)> on_member_failure) {
-  // A shared directory when the job asks for one (keyed by the run id, so files of an
-  // earlier run are never read).
+  // A shared directory when the job asks for one. The run id keeps two launcher runs apart,
+  // but every hand-started worker has run id "0": the ranks' join handshake (FileStoreRun)
+  // is what keeps an earlier run's files from being read.
   std::string dir = cfg.algorithm_opts.GetString("rendezvous_dir", "");
-  if (!dir.empty()) return std::make_shared<FileStore>(dir + "/" + RunId());
+  if (!dir.empty()) {
+    FileStoreRun run;
+    run.rank = rank;
+    run.world = cfg.world_size();
+    return std::make_shared<FileStore>(dir + "/" + RunId(), run);
+  }
   // Else the job's coordinator, over the network: shard 0 when the algorithm has servers,
   // else worker rank 0, which starts it here.
   const bool has_servers = FactsOf(cfg.algorithm).needs_servers;

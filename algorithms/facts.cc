@@ -1,5 +1,7 @@
 #include "algorithms/facts.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace shoal {
@@ -7,18 +9,39 @@ namespace shoal {
 const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
   using D = ToleratedDeaths;
   using U = ServerUpdate;
-  // name, needs servers, keeps checkpoints, tolerated worker deaths, server update.
+  // The collective keys of every algorithm that asks for a communicator
+  // (algorithms/collectives/factory.cc), and a fused all-reduce's bucket size.
+  auto comm = [](std::vector<std::string> own) {
+    for (const char* k : {"collective", "collective_timeout_ms", "segment_bytes", "torus_cols"}) own.push_back(k);
+    return own;
+  };
+  // name, needs servers, keeps checkpoints, tolerated worker deaths, server update,
+  // [algorithm] keys, extra [optimizer] keys, algorithms it may choose.
   static const std::vector<AlgorithmFacts> kFacts = {
-      {"adpsgd", false, true, D::kNone, U::kNone},
-      {"allreduce", false, true, D::kNone, U::kNone},
-      {"auto", false, true, D::kNone, U::kNone},
-      {"bmuf", false, true, D::kNone, U::kNone},
-      {"dgc", false, true, D::kNone, U::kNone},
-      {"double_buffer", false, true, D::kNone, U::kNone},
+      {"adpsgd", false, true, D::kNone, U::kNone, comm({"gossip_timeout_ms"})},
+      {"allreduce", false, true, D::kNone, U::kNone, comm({"bucket_bytes", "wire_dtype"})},
+      {"auto",
+       false,
+       true,
+       D::kNone,
+       U::kNone,
+       comm({"bucket_bytes", "probe_steps", "uneven_ratio", "bmuf_ratio", "dgc_ratio"}),
+       {},
+       {"adpsgd", "allreduce", "bmuf", "dgc"}},
+      {"bmuf", false, true, D::kNone, U::kNone,
+       comm({"bucket_bytes", "block_steps", "block_momentum", "block_lr", "nesterov", "sync_warmup_epochs"})},
+      {"dgc",
+       false,
+       true,
+       D::kNone,
+       U::kNone,
+       comm({"sparsity", "sparsity_warmup_epochs", "clip_norm", "min_compress_elements"}),
+       {"momentum", "weight_decay"}},
+      {"double_buffer", false, true, D::kNone, U::kNone, comm({"bucket_bytes", "wire_dtype"})},
       {"local", false, true, D::kNone, U::kNone},
-      {"ps_async", true, true, D::kAnyButLast, U::kApplyEach},
-      {"ps_ssp", true, true, D::kAnyButLast, U::kApplyEach},
-      {"ps_sync", true, true, D::kNone, U::kMeanOfWorkers},
+      {"ps_async", true, true, D::kAnyButLast, U::kApplyEach, {"timeout_ms"}},
+      {"ps_ssp", true, true, D::kAnyButLast, U::kApplyEach, {"timeout_ms", "staleness"}},
+      {"ps_sync", true, true, D::kNone, U::kMeanOfWorkers, {"timeout_ms"}},
   };
   return kFacts;
 }
@@ -35,6 +58,35 @@ const AlgorithmFacts& FactsOf(const std::string& name) {
   std::string known;
   for (auto& n : AlgorithmNames()) known += (known.empty() ? "" : ", ") + n;
   throw Error("unknown algorithm \"" + name + "\" (known: " + known + ")");
+}
+
+const std::vector<std::string>& JobAlgorithmKeys() {
+  // rendezvous_dir: algorithms/env.cc; tolerate_worker_failure: the launcher.
+  static const std::vector<std::string> k = {"rendezvous_dir", "tolerate_worker_failure"};
+  return k;
+}
+
+std::vector<std::string> KnownAlgorithmKeys(const std::string& name) {
+  const AlgorithmFacts& f = FactsOf(name);
+  std::vector<std::string> out = JobAlgorithmKeys();
+  out.insert(out.end(), f.keys.begin(), f.keys.end());
+  for (auto& c : f.may_choose) {
+    auto more = KnownAlgorithmKeys(c);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::string> AlgorithmOptimizerKeys(const std::string& name) {
+  const AlgorithmFacts& f = FactsOf(name);
+  std::vector<std::string> out = f.optimizer_keys;
+  for (auto& c : f.may_choose) {
+    auto more = AlgorithmOptimizerKeys(c);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
 }
 
 }  // namespace shoal

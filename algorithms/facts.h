@@ -27,7 +27,23 @@ struct AlgorithmFacts {
   bool keeps_checkpoints = false;
   ToleratedDeaths tolerated_deaths = ToleratedDeaths::kNone;
   ServerUpdate server_update = ServerUpdate::kNone;
+  // The [algorithm] keys its code reads (besides name and the keys every job may carry,
+  // JobAlgorithmKeys). This list is what a job file is checked against, so a key read
+  // without being listed here can never be set.
+  std::vector<std::string> keys;
+  // [optimizer] keys it reads beyond the optimizer's own (dgc's momentum correction).
+  std::vector<std::string> optimizer_keys;
+  // Algorithms it may hand the job to (auto): their keys are accepted too.
+  std::vector<std::string> may_choose;
 };
+
+// [algorithm] keys of any job: rendezvous_dir, tolerate_worker_failure.
+const std::vector<std::string>& JobAlgorithmKeys();
+// Every [algorithm] key a job of `name` may carry: its own, those of the algorithms it may
+// choose, and JobAlgorithmKeys(). Throws like FactsOf for an unknown name.
+std::vector<std::string> KnownAlgorithmKeys(const std::string& name);
+// [optimizer] keys `name` adds, with those of the algorithms it may choose.
+std::vector<std::string> AlgorithmOptimizerKeys(const std::string& name);
 
 // Throws shoal::Error `unknown algorithm "x" (known: ...)` for a name not in the table.
 const AlgorithmFacts& FactsOf(const std::string& name);

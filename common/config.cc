@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -183,6 +184,64 @@ bool IsLoopbackHost(const std::string& host) { return host == "localhost" || hos
 
 std::string ConfigSection::Where(const std::string& key) const { return file_ + ": [" + section_ + "] " + key; }
 
+namespace {
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string Initials(const std::string& key) {
+  std::string s;
+  for (size_t i = 0; i < key.size(); ++i)
+    if (key[i] != '_' && (i == 0 || key[i - 1] == '_')) s += key[i];
+  return s;
+}
+}  // namespace
+
+std::string NearestKey(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (auto& k : known) {
+    size_t d = EditDistance(key, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  // Close means at most a third of the key's letters differ (at least 1, at most 3).
+  size_t limit = std::min<size_t>(3, std::max<size_t>(1, key.size() / 3));
+  if (!best.empty() && best_d <= limit) return best;
+  std::string ini = Initials(key);
+  if (ini.size() >= 2 && ini != key)
+    for (auto& k : known)
+      if (k == ini) return k;
+  return "";
+}
+
+void ConfigSection::CheckKeys(const std::vector<std::string>& known, const std::string& owner) const {
+  for (auto& [key, v] : values_) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string near = NearestKey(key, known);
+    std::string hint;
+    if (!near.empty()) {
+      hint = "did you mean '" + near + "'?";
+    } else {
+      std::vector<std::string> sorted(known);
+      std::sort(sorted.begin(), sorted.end());
+      for (auto& k : sorted) hint += (hint.empty() ? "known: " : ", ") + k;
+      if (hint.empty()) hint = "it takes no keys besides name";
+    }
+    throw Error(Where(key) + ": unknown key for " + owner + " (" + hint + ")");
+  }
+}
+
 double ConfigSection::GetDouble(const std::string& key, double def) const {
   auto it = values_.find(key);
   if (it == values_.end()) return def;
@@ -223,6 +282,25 @@ std::string ConfigSection::GetString(const std::string& key, const std::string& 
   if (it == values_.end()) return def;
   if (auto* s = std::get_if<std::string>(&it->second)) return *s;
   throw Error(Where(key) + ": expected a string");
+}
+
+void CheckJobLimits(const JobConfig& c) {
+  auto range = [&](const char* where, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+      throw Error(c.path + ": " + where + ": expected an integer in [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "], got " + std::to_string(v));
+  };
+  const int64_t world = int64_t(c.workers.size());
+  range("[cluster] workers", world, 1, kMaxWorkers);
+  range("[data] batch_size", c.batch_size, 1, kMaxBatchSize);
+  range("[train] epochs", c.epochs, 1, kMaxEpochs);
+  range("[data] synthetic_samples", c.synthetic_samples, 1, kMaxSamples);
+  // The synthetic training set holds synthetic_samples per worker; the ranges above keep
+  // this product from overflowing, the limit keeps it a data set that fits in memory.
+  if (c.synthetic_samples * world > kMaxSamples)
+    throw Error(c.path + ": [data] synthetic_samples: " + std::to_string(c.synthetic_samples) + " per worker x " +
+                std::to_string(world) + " workers = " + std::to_string(c.synthetic_samples * world) +
+                " samples, more than the limit of " + std::to_string(kMaxSamples));
 }
 
 JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
@@ -276,7 +354,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   if (const toml::node* w = cl.Get("workers")) {
     if (w->is_integer()) {
       int64_t n = *w->value<int64_t>();
-      if (n < 1 || n > 4096) cl.Fail("workers", "expected an integer in [1, 4096], got " + std::to_string(n));
+      if (n < 1 || n > kMaxWorkers)
+        cl.Fail("workers", "expected an integer in [1, " + std::to_string(kMaxWorkers) + "], got " + std::to_string(n));
       c.workers.resize(size_t(n));
     } else if (w->is_array()) {
       int i = 0;
@@ -304,6 +383,9 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
         c.workers.push_back(ws);
       }
       if (c.workers.empty()) cl.Fail("workers", "expected at least one worker");
+      if (int64_t(c.workers.size()) > kMaxWorkers)
+        cl.Fail("workers", "expected at most " + std::to_string(kMaxWorkers) + " workers, got " +
+                               std::to_string(c.workers.size()));
     } else {
       cl.Fail("workers", "expected a count or an array of worker tables, got " + Describe(w));
     }
@@ -350,8 +432,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   bool needs_files = c.data_format != "synthetic";
   c.train_path = data.String("train", "", needs_files);
   c.test_path = data.String("test", "", needs_files);
-  c.batch_size = data.Int("batch_size", 64, 1, 1 << 20);
-  c.synthetic_samples = data.Int("synthetic_samples", 1024, 1, INT64_MAX);
+  c.batch_size = data.Int("batch_size", 64, 1, kMaxBatchSize);
+  c.synthetic_samples = data.Int("synthetic_samples", 1024, 1, kMaxSamples);
   c.synthetic_image_size = data.Int("image_size", 224, 8, 4096);
   c.synthetic_classes = data.Int("classes", 1000, 2, 1 << 20);
   c.max_train_samples = data.Int("max_train_samples", 0, 0, INT64_MAX);
@@ -362,12 +444,13 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.optimizer_opts = ReadFreeSection(file, root, "optimizer", &c.optimizer, "momentum");
 
   SectionReader train(file, root, "train", {"epochs", "target_accuracy", "max_steps", "threads", "log_every_steps"});
-  c.epochs = train.Int("epochs", 1, 1, 1000000);
+  c.epochs = train.Int("epochs", 1, 1, kMaxEpochs);
   c.target_accuracy = train.Double("target_accuracy", 0.0, 0.0, 1.0);
   c.max_steps = train.Int("max_steps", 0, 0, INT64_MAX);
   c.threads = train.Int("threads", 0, 0, 1024);
   c.log_every_steps = train.Int("log_every_steps", 50, 1, INT64_MAX);
   CheckPlaintextPolicy(c);
+  CheckJobLimits(c);
   return c;
 }
 

@@ -30,6 +30,10 @@ class ConfigSection {
   void Set(const std::string& key, Value v) { values_[key] = std::move(v); }
   const std::map<std::string, Value>& values() const { return values_; }
   std::string Where(const std::string& key) const;  // "job.toml: [algorithm] key"
+  // Rejects the first key not in `known` (a typo would otherwise fall back to a default
+  // without a word): "job.toml: [optimizer] learning_rate: unknown key for `owner` (did you
+  // mean 'lr'?)", listing the known keys when none is close.
+  void CheckKeys(const std::vector<std::string>& known, const std::string& owner) const;
 
  private:
   std::string file_, section_;
@@ -111,6 +115,21 @@ struct JobConfig {
 
   int world_size() const { return int(workers.size()); }
 };
+
+// The entry of `known` that `key` most likely misspells ("" when none is close): a small
+// edit distance, or `key`'s words' initials (learning_rate -> lr).
+std::string NearestKey(const std::string& key, const std::vector<std::string>& known);
+
+// Limits that keep every product of job values (samples x workers, batch x workers, epochs
+// x steps per epoch) far inside int64: a data set of at most 2^31 samples, a global batch
+// of at most 2^32.
+constexpr int64_t kMaxSamples = int64_t(1) << 31;
+constexpr int64_t kMaxBatchSize = int64_t(1) << 20;
+constexpr int64_t kMaxWorkers = 4096;
+constexpr int64_t kMaxEpochs = 1000000;
+// Checks the ranges whose products other code forms (ParseJobConfig runs it; run it again
+// after command-line overrides): throws "FILE: [data] synthetic_samples: ..." naming the key.
+void CheckJobLimits(const JobConfig& c);
 
 // Loads and validates; throws shoal::Error("FILE: [section] key: expected ..., got ...").
 JobConfig LoadJobConfig(const std::string& path);

@@ -52,7 +52,8 @@ bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
   auto h = m.header();
   auto kind = h.getKind();
   if (kind != msg::Kind::REGISTER && kind != msg::Kind::BARRIER && kind != msg::Kind::HEARTBEAT &&
-      kind != msg::Kind::CHECKPOINT_COMMIT && kind != msg::Kind::RESUME_QUERY && kind != msg::Kind::LEAVE)
+      kind != msg::Kind::CHECKPOINT_COMMIT && kind != msg::Kind::RESUME_QUERY && kind != msg::Kind::LEAVE &&
+      kind != msg::Kind::MEMBERS)
     return false;
   Key key{int(h.getRole()), h.getRank()};
   bool worker = h.getRole() == msg::Role::WORKER;
@@ -71,6 +72,7 @@ bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
   if (kind == msg::Kind::BARRIER) OnBarrier(m);
   if (kind == msg::Kind::CHECKPOINT_COMMIT || kind == msg::Kind::RESUME_QUERY) OnCheckpoint(m);
   if (kind == msg::Kind::LEAVE) OnLeave(m);
+  if (kind == msg::Kind::MEMBERS) ReplyClusterMap(m);
   if (kind == msg::Kind::HEARTBEAT && h.getRole() == msg::Role::SERVER && JobOver()) {
     OutMessage out;
     auto r = out.header();
@@ -177,6 +179,12 @@ void Coordinator::OnRegister(const InMessage& m) {
       }
     }
   }
+  ReplyClusterMap(m);
+}
+
+// The map as it is now, members' liveness included (what a worker asks with MEMBERS).
+void Coordinator::ReplyClusterMap(const InMessage& m) {
+  auto h = m.header();
   OutMessage out;
   auto r = out.header();
   r.setKind(msg::Kind::CLUSTER_MAP);

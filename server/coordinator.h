@@ -68,6 +68,7 @@ class Coordinator {
   void OnBarrier(const InMessage& m);
   void OnCheckpoint(const InMessage& m);
   void OnLeave(const InMessage& m);
+  void ReplyClusterMap(const InMessage& m);
   void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
   void FailBarriers(const std::string& why);
   static std::string Name(const Key& k);

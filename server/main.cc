@@ -6,6 +6,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "algorithms/optimizers/optimizer.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "server/aggregation.h"
@@ -34,6 +35,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<shoal::Server> server;
   try {
     shoal::JobConfig cfg = shoal::LoadJobConfig(FLAGS_config);
+    // Only [optimizer]: the server reads nothing of [algorithm] and must not link the
+    // algorithms' facts; the workers and the launcher check that section.
+    shoal::CheckOptimizerKeys(cfg.optimizer, cfg.optimizer_opts);
     if (cfg.servers.empty())
       throw shoal::Error(FLAGS_config + ": [cluster] servers: expected at least one \"host:port\"");
     server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);

@@ -119,7 +119,11 @@ class Trainer {
 
     DatasetOptions dopt;
     dopt.seed = cfg_.seed;
-    dopt.synthetic_samples = cfg_.synthetic_samples * world_;
+    // CheckJobLimits bounds the product; a hand-built config must not wrap it either.
+    if (__builtin_mul_overflow(cfg_.synthetic_samples, int64_t(world_), &dopt.synthetic_samples) ||
+        dopt.synthetic_samples > kMaxSamples)
+      throw Error(cfg_.path + ": [data] synthetic_samples: " + std::to_string(cfg_.synthetic_samples) + " x " +
+                  std::to_string(world_) + " workers is more than " + std::to_string(kMaxSamples) + " samples");
     dopt.synthetic_image_size = cfg_.synthetic_image_size;
     dopt.synthetic_classes = cfg_.synthetic_classes;
     dopt.max_samples = cfg_.max_train_samples;

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "algorithms/job_keys.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/rank_env.h"
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   shoal::RankInfo rank;
   try {
     cfg = shoal::LoadJobConfig(FLAGS_config);
+    shoal::CheckJobKeys(cfg);
     rank = shoal::ResolveRank(FLAGS_rank);
     if (rank.world > 0 && rank.world != cfg.world_size())
       throw shoal::Error(FLAGS_config + ": [cluster] workers: the job file says " + std::to_string(cfg.world_size()) +
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
     if (FLAGS_batch_size > 0) cfg.batch_size = FLAGS_batch_size;
     if (!output_dir.empty()) cfg.output_dir = output_dir;
     if (!FLAGS_coordinator.empty()) cfg.coordinator = FLAGS_coordinator;
+    shoal::CheckJobLimits(cfg);  // the overrides are job values too
     if (!FLAGS_device.empty() && rank.rank >= 0 && rank.rank < cfg.world_size())
       cfg.workers[size_t(rank.rank)].device = FLAGS_device;
   } catch (const shoal::Error& e) {

@@ -163,16 +163,35 @@ class RmspropSgd : public Optimizer {
 };
 
 using Factory = std::function<std::unique_ptr<Optimizer>(const OptimizerHyper&)>;
-const std::map<std::string, Factory>& Registry() {
-  static const std::map<std::string, Factory> r = {
-      {"sgd", [](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new Sgd(h)); }},
-      {"momentum", [](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new Momentum(h)); }},
-      {"lars", [](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new Lars(h)); }},
-      {"lamb", [](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new Lamb(h)); }},
-      {"still", [](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new Still(h)); }},
-      {"rmsprop_sgd", [](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new RmspropSgd(h)); }},
+// Each optimizer with the [optimizer] hyper-parameters its rule uses (MakeOptimizer below
+// reads them all; this list is what a job may set).
+struct Entry {
+  Factory make;
+  std::vector<std::string> keys;
+};
+template <class T>
+Factory Make() {
+  return [](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new T(h)); };
+}
+const std::map<std::string, Entry>& Registry() {
+  static const std::map<std::string, Entry> r = {
+      {"sgd", {Make<Sgd>(), {"weight_decay"}}},
+      {"momentum", {Make<Momentum>(), {"weight_decay", "momentum", "nesterov"}}},
+      {"lars", {Make<Lars>(), {"weight_decay", "momentum", "trust_coefficient"}}},
+      {"lamb", {Make<Lamb>(), {"weight_decay", "beta1", "beta2", "eps"}}},
+      {"still",
+       {Make<Still>(), {"weight_decay", "momentum", "trust_coefficient", "beta1", "beta2", "eps", "lamb_lr_ratio"}}},
+      {"rmsprop_sgd", {Make<RmspropSgd>(), {"weight_decay", "momentum", "rms_decay", "rms_lr_ratio"}}},
   };
   return r;
+}
+
+// What LrSchedule::FromConfig reads, for every optimizer.
+const std::vector<std::string>& ScheduleKeys() {
+  static const std::vector<std::string> k = {
+      "lr",       "base_batch_size", "warmup_epochs", "warmup_steps", "warmup_start_ratio",
+      "schedule", "poly_power",      "min_lr",        "step_epochs",  "step_gamma"};
+  return k;
 }
 
 }  // namespace
@@ -183,6 +202,20 @@ std::vector<std::string> OptimizerNames() {
   return n;
 }
 
+std::vector<std::string> OptimizerKeys(const std::string& name) {
+  auto it = Registry().find(name);
+  std::vector<std::string> keys = ScheduleKeys();
+  if (it != Registry().end()) keys.insert(keys.end(), it->second.keys.begin(), it->second.keys.end());
+  return keys;
+}
+
+void CheckOptimizerKeys(const std::string& name, const ConfigSection& opts, const std::vector<std::string>& extra) {
+  if (!Registry().count(name)) MakeOptimizer(name, opts);  // the unknown-name error
+  std::vector<std::string> known = OptimizerKeys(name);
+  known.insert(known.end(), extra.begin(), extra.end());
+  opts.CheckKeys(known, "optimizer \"" + name + "\"");
+}
+
 std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const OptimizerHyper& h) {
   auto it = Registry().find(name);
   if (it == Registry().end()) {
@@ -190,7 +223,7 @@ std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const Optimize
     for (auto& n : OptimizerNames()) known += (known.empty() ? "" : ", ") + n;
     throw Error("unknown optimizer \"" + name + "\" (known: " + known + ")");
   }
-  return it->second(h);
+  return it->second.make(h);
 }
 
 std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const ConfigSection& o) {

@@ -61,6 +61,12 @@ class Optimizer {
 std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const ConfigSection& opts);
 std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const OptimizerHyper& h);
 std::vector<std::string> OptimizerNames();
+// The [optimizer] keys optimizer `name` reads, its schedule's (LrSchedule::FromConfig)
+// included: the one list a job file's [optimizer] section is checked against.
+std::vector<std::string> OptimizerKeys(const std::string& name);
+// Throws "FILE: [optimizer] KEY: unknown key for optimizer "NAME" (did you mean ...?)" for a
+// key neither the optimizer nor `extra` (keys the algorithm reads there) knows.
+void CheckOptimizerKeys(const std::string& name, const ConfigSection& opts, const std::vector<std::string>& extra = {});
 
 // Learning rate over steps: linear scaling with global batch, linear warm-up, then
 // constant | poly | cosine | step decay.

@@ -8,7 +8,9 @@
 //             workers meet at a barrier before pulling, so every step is synchronous.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "algorithms/algorithm.h"
@@ -181,7 +183,10 @@ class ParameterServer : public Algorithm {
               .Add("write_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   }
 
-  // SSP: wait until my clock is at most `staleness` ahead of the slowest worker's.
+  // SSP: wait until my clock is at most `staleness` ahead of the slowest live worker's. A
+  // dead worker's clock never moves again, so while held back this asks the coordinator
+  // (which tracks heartbeats) who is dead and leaves their clocks out: ps_ssp tolerates
+  // deaths as ps_async does (facts: kAnyButLast).
   void WaitForSlowest(int64_t mine) {
     std::vector<std::string> clocks;
     for (int r = 0; r < env_.world; ++r) clocks.push_back(ClockName(r));
@@ -192,6 +197,7 @@ class ParameterServer : public Algorithm {
       double slowest = 1e300;
       int slowest_rank = 0;
       for (int r = 0; r < env_.world; ++r) {
+        if (dead_.count(r)) continue;
         double c = out[size_t(r)].ToFloats().at(0);
         if (c < slowest) {
           slowest = c;
@@ -204,7 +210,18 @@ class ParameterServer : public Algorithm {
         max_staleness_ = std::max(max_staleness_, staleness_seen_);
         return;
       }
-      if (std::chrono::steady_clock::now() > deadline)
+      auto now = std::chrono::steady_clock::now();
+      if (now >= next_members_) {
+        // Held back: perhaps by a dead worker. At most once a heartbeat period per job,
+        // so waiting at the bound costs the coordinator little.
+        next_members_ = now + std::chrono::milliseconds(env_.config->heartbeat_ms);
+        for (auto& m : client_->Members()) {
+          if (m.role != msg::Role::WORKER || m.alive || m.rank == env_.rank || !dead_.insert(m.rank).second) continue;
+          fprintf(stderr, "ps_ssp: worker %d stopped answering; its clock no longer holds the others back\n", m.rank);
+        }
+        continue;  // the slowest of those left
+      }
+      if (now > deadline)
         throw Error("ps_ssp: worker " + std::to_string(slowest_rank) + " has been more than " +
                     std::to_string(staleness_) + " steps behind for " + std::to_string(wait_timeout_ms_) +
                     " ms (stopped?)");
@@ -220,6 +237,8 @@ class ParameterServer : public Algorithm {
   int wait_timeout_ms_ = 60000;
   std::unique_ptr<Client> client_;
   std::vector<std::string> names_;
+  std::set<int> dead_;  // workers the coordinator saw stop (ps_ssp ignores their clocks)
+  std::chrono::steady_clock::time_point next_members_{};
   std::vector<float> zero_;
   float clock_ = 0, stop_flag_ = 0;
   int64_t epoch_ = 0;

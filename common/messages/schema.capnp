@@ -37,6 +37,7 @@ enum Kind {
   jobOver @27;       # coordinator -> server shard, answering its heartbeat once every worker left or died
   heartbeatAck @28;  # rank 0's coordinator (jobs without servers) -> worker: it is alive
   memberDead @29;    # rank 0's coordinator -> worker, answering its heartbeat: `message` names who stopped answering
+  members @30;       # worker -> coordinator: who is alive now (ps_ssp leaves dead ranks' clocks out); answered by clusterMap
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }

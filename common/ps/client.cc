@@ -319,6 +319,20 @@ void Client::Barrier(const std::string& name) {
 
 namespace shoal {
 
+const std::vector<ClusterInfo::Member>& Client::Members() {
+  OutMessage m;
+  uint64_t id = next_id_++;
+  Header(m.header(), msg::Kind::MEMBERS, id);
+  InMessage r = Control(m, id, "members");
+  auto rh = r.header();
+  SHOAL_CHECK(rh.getKind() == msg::Kind::CLUSTER_MAP,
+              "members: the coordinator answered with message kind " + std::to_string(int(rh.getKind())));
+  cluster_.members.clear();
+  for (auto mem : rh.getCluster().getMembers())
+    cluster_.members.push_back({mem.getRole(), mem.getRank(), mem.getAlive()});
+  return cluster_.members;
+}
+
 void Client::Leave() {
   OutMessage m;
   uint64_t id = next_id_++;

@@ -98,6 +98,9 @@ class Client {
   void Leave();
   // Returns once every worker of the job has reached the barrier of that name.
   void Barrier(const std::string& name);
+  // The members as the coordinator sees them now: a worker whose heartbeats stopped for
+  // [cluster] heartbeat_timeout_ms has alive = false. Also updates cluster().members.
+  const std::vector<ClusterInfo::Member>& Members();
 
   // Checkpoints: every shard writes `rec` (blocks until all acknowledged), then the
   // coordinator commits it as the newest complete one. Call at a point where the shards'

@@ -1,12 +1,17 @@
 #include "common/rendezvous/store.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <random>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/error.h"
 #include "common/metrics.h"
@@ -14,6 +19,106 @@
 namespace shoal {
 
 FileStore::FileStore(std::string dir) : dir_(std::move(dir)) { MakeDirs(dir_); }
+
+namespace {
+
+std::string RandomToken() {
+  std::random_device rd;
+  std::mt19937_64 g((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(getpid()) ^
+                    uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char buf[40];
+  snprintf(buf, sizeof(buf), "%016llx%016llx", (unsigned long long)g(), (unsigned long long)g());
+  return buf;
+}
+
+bool ReadWhole(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// Atomic publish; false when the directory entry could not be made (rank 0 clearing).
+bool WriteAtomic(const std::string& dir, const std::string& name, const std::string& value) {
+  std::string tmp = dir + "/.tmp." + name + "." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << value;
+    if (!out) return false;
+  }
+  return rename(tmp.c_str(), (dir + "/" + name).c_str()) == 0;
+}
+
+void RemoveTree(const std::string& path) {
+  if (DIR* d = opendir(path.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") unlink((path + "/" + n).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(path.c_str());
+}
+
+// Rank 0: everything an earlier run left (generations, joins, its `gen`) goes; files
+// still being written (.tmp.*) stay.
+void ClearForNewRun(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) throw Error(dir + ": cannot list rendezvous directory: " + strerror(errno));
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) names.push_back(e->d_name);
+  closedir(d);
+  for (auto& n : names) {
+    if (n == "." || n == ".." || n.rfind(".tmp.", 0) == 0) continue;
+    if (n.rfind("gen-", 0) == 0)
+      RemoveTree(dir + "/" + n);
+    else
+      unlink((dir + "/" + n).c_str());
+  }
+}
+
+}  // namespace
+
+FileStore::FileStore(std::string dir, const FileStoreRun& run) {
+  MakeDirs(dir);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(run.timeout_ms);
+  auto sleep = [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
+  if (run.rank == 0) {
+    ClearForNewRun(dir);
+    const std::string gen = RandomToken();
+    MakeDirs(dir + "/gen-" + gen);
+    std::string listing = gen + "\n";
+    for (int r = 1; r < run.world; ++r) {
+      std::string token;
+      while (!ReadWhole(dir + "/join." + std::to_string(r), &token) || token.empty()) {
+        if (std::chrono::steady_clock::now() > deadline)
+          throw Error("rendezvous: rank " + std::to_string(r) + " did not join " + dir + " within " +
+                      std::to_string(run.timeout_ms) + " ms (did that rank start, with the same rendezvous_dir?)");
+        sleep();
+      }
+      listing += std::to_string(r) + " " + token + "\n";
+    }
+    if (!WriteAtomic(dir, "gen", listing)) throw Error(dir + "/gen: cannot publish rendezvous generation");
+    dir_ = dir + "/gen-" + gen;
+    return;
+  }
+  const std::string token = RandomToken(), join = "join." + std::to_string(run.rank);
+  const std::string mine = "\n" + std::to_string(run.rank) + " " + token + "\n";
+  std::string listing, seen;
+  for (;;) {
+    // Rank 0 deletes every join when it starts, this one too if it came first: publish
+    // again until a generation lists it.
+    if (!ReadWhole(dir + "/" + join, &seen) || seen != token) WriteAtomic(dir, join, token);
+    if (ReadWhole(dir + "/gen", &listing) && listing.find(mine) != std::string::npos) break;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error("rendezvous: rank 0 did not claim " + dir + " for this run within " + std::to_string(run.timeout_ms) +
+                  " ms (did rank 0 start, with the same rendezvous_dir?)");
+    sleep();
+  }
+  dir_ = dir + "/gen-" + listing.substr(0, listing.find('\n'));
+}
 
 static void CheckKey(const std::string& key) {
   if (key.empty() || key.find('/') != std::string::npos || key[0] == '.')

@@ -14,12 +14,29 @@ class Store {
   virtual std::string Get(const std::string& key, int timeout_ms) = 0;
 };
 
+// How the ranks of one run claim a shared directory that an earlier run may have used
+// (workers started by hand all get run id "0"): rank 0 clears the directory and writes a
+// fresh generation that lists a random token of every other rank; a rank uses only a
+// generation that lists its own token, so an earlier run's values are never read.
+struct FileStoreRun {
+  int rank = 0;
+  int world = 1;
+  int timeout_ms = 120000;  // for all ranks to arrive
+};
+
 // Keys are files in a directory; writes are atomic (write to a temp name, rename).
+// One run at a time per directory.
 class FileStore : public Store {
  public:
+  // A directory this run alone uses (tests): keys straight in `dir`.
   explicit FileStore(std::string dir);
+  // A directory shared with earlier runs: blocks until the ranks agree on a generation
+  // (see FileStoreRun); throws shoal::Error naming the directory and the missing ranks.
+  FileStore(std::string dir, const FileStoreRun& run);
   void Set(const std::string& key, const std::string& value) override;
   std::string Get(const std::string& key, int timeout_ms) override;
+  // Where the keys live (the generation's directory for a shared one).
+  const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;

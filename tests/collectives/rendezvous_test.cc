@@ -9,6 +9,7 @@
 #include "algorithms/collectives/zmq_ring.h"
 #include "common/error.h"
 #include "common/rendezvous/rendezvous.h"
+#include "common/rendezvous/store.h"
 #include "tests/collectives/run_ranks.h"
 #include "tests/ps/ps_test_util.h"
 
@@ -95,6 +96,44 @@ TEST(Rendezvous, ARingWiresThroughTheCoordinatorAlone) {
     return 0;
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// Two hand-started runs in one directory (both run id "0"): the second run's rank 1 starts
+// first, while the first run's files (its generation, its ring endpoints, its joins) are
+// still there, and must wait for this run's rank 0 instead of reading them.
+TEST(FileStoreRun, ASecondRunNeverReadsTheFirstRunsValues) {
+  std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/filestore-runs";
+  auto run = [&](const std::string& value, int rank0_delay_ms) {
+    std::string got;
+    std::thread r1([&] {
+      FileStore s(dir, FileStoreRun{1, 2, 10000});
+      s.Set("ring-1", value);
+      got = s.Get("ring-0", 10000);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(rank0_delay_ms));
+    FileStore s0(dir, FileStoreRun{0, 2, 10000});
+    s0.Set("ring-0", value);
+    EXPECT_EQ(s0.Get("ring-1", 10000), value);
+    r1.join();
+    return got;
+  };
+  EXPECT_EQ(run("tcp://first:1", 0), "tcp://first:1");
+  // Files an older version left straight in the directory are no keys either.
+  FileStore(dir).Set("ring-0", "tcp://planted:1");
+  EXPECT_EQ(run("tcp://second:2", 300), "tcp://second:2");
+  EXPECT_EQ(run("tcp://third:3", 0), "tcp://third:3");
+}
+
+TEST(FileStoreRun, AMissingRankIsNamed) {
+  std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/filestore-missing";
+  EXPECT_NE(ErrorOf([&] {
+              FileStore s(dir, FileStoreRun{0, 3, 200});
+            }).find("rank 1 did not join " + dir),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              FileStore s(dir, FileStoreRun{2, 3, 200});
+            }).find("rank 0 did not claim " + dir),
+            std::string::npos);
 }
 
 }  // namespace

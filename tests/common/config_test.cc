@@ -173,3 +173,58 @@ TEST(PlaintextPolicy, KeysComeAsAWholeSection) {
 
 }  // namespace
 }  // namespace shoal
+
+namespace shoal {
+namespace {
+
+TEST(ConfigSection, NearestKeyFindsTyposAndInitialsOnly) {
+  std::vector<std::string> known = {"lr", "momentum", "staleness", "warmup_epochs"};
+  EXPECT_EQ(NearestKey("stalenes", known), "staleness");
+  EXPECT_EQ(NearestKey("momentun", known), "momentum");
+  EXPECT_EQ(NearestKey("learning_rate", known), "lr");
+  EXPECT_EQ(NearestKey("warmup_epoch", known), "warmup_epochs");
+  EXPECT_EQ(NearestKey("batch", known), "");
+}
+
+TEST(ConfigSection, CheckKeysNamesFileSectionKeyAndSuggestion) {
+  ConfigSection s("job.toml", "optimizer");
+  s.Set("lr", 0.1);
+  EXPECT_NO_THROW(s.CheckKeys({"lr"}, "optimizer \"sgd\""));
+  s.Set("momentun", 0.9);
+  try {
+    s.CheckKeys({"lr", "momentum"}, "optimizer \"momentum\"");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "job.toml: [optimizer] momentun: unknown key for optimizer \"momentum\" (did you mean 'momentum'?)");
+  }
+}
+
+}  // namespace
+}  // namespace shoal
+
+namespace shoal {
+namespace {
+
+// synthetic_samples x workers is formed by the trainer: a value that would wrap int64 (or
+// make a data set no host holds) is refused at load, naming the key.
+TEST(Config, SizeProductsCannotOverflow) {
+  EXPECT_EQ(ErrorOf(Replace(kGood, "batch_size = 64", "batch_size = 64\nsynthetic_samples = 9223372036854775807")),
+            "job.toml: [data] synthetic_samples: expected an integer in [1, 2147483648], got 9223372036854775807");
+  EXPECT_EQ(ErrorOf(Replace(kGood, "batch_size = 64", "batch_size = 64\nsynthetic_samples = 1073741824")),
+            "job.toml: [data] synthetic_samples: 1073741824 per worker x 4 workers = 4294967296 samples, more than the "
+            "limit of 2147483648");
+  EXPECT_EQ(ErrorOf(Replace(kGood, "batch_size = 64", "batch_size = 64\nsynthetic_samples = 536870912")), "");
+  // Command-line overrides land after the load: the same check catches them.
+  JobConfig c = ParseJobConfig(kGood, "job.toml");
+  c.batch_size = int64_t(1) << 40;
+  try {
+    CheckJobLimits(c);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "job.toml: [data] batch_size: expected an integer in [1, 1048576], got 1099511627776");
+  }
+}
+
+}  // namespace
+}  // namespace shoal

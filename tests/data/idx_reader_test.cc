@@ -173,6 +173,41 @@ TEST(IdxReader, TruncatedAndGarbageGzipStreams) {
   ExpectError(dir / "txt", {dir / "txt-images-idx3-ubyte.gz", "bad magic number"});
 }
 
+// A small .gz whose header declares 10 images of 8x8 (656 bytes) but which inflates to
+// 64 MiB more: refused as soon as it passes the declared size, not after inflating it all.
+TEST(IdxReader, GzipBombStopsAtTheSizeTheHeaderDeclares) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  testdata::WriteGzipBomb(dir + "/b-images-idx3-ubyte.gz", IdxImages(10, 8, 8), int64_t(64) << 20);
+  WriteGzip(dir + "/b-labels-idx1-ubyte.gz", IdxLabels(10, 2));
+  ExpectError(dir + "/b",
+              {dir + "/b-images-idx3-ubyte.gz", "gzip data inflates past the 656 bytes its IDX header declares"});
+  // The labels file too (header 8 bytes + 10 labels).
+  WriteGzip(dir + "/c-images-idx3-ubyte.gz", IdxImages(10, 8, 8));
+  testdata::WriteGzipBomb(dir + "/c-labels-idx1-ubyte.gz", IdxLabels(10, 2), int64_t(64) << 20);
+  ExpectError(dir + "/c", {dir + "/c-labels-idx1-ubyte.gz", "inflates past the 18 bytes its IDX header declares"});
+}
+
+// Without a header that says the size (CIFAR), the absolute cap holds.
+TEST(FileUtil, GzipBombStopsAtTheAbsoluteCap) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  testdata::WriteGzipBomb(dir + "/data_batch_1.bin", {}, int64_t(16) << 20);
+  data::InflateLimit limit;
+  limit.max_bytes = 1 << 20;
+  try {
+    data::ReadFileBytes(dir + "/data_batch_1.bin", limit);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/data_batch_1.bin: gzip data inflates past 1048576 bytes, the cap"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(data::ReadFileBytes(dir + "/data_batch_1.bin").size(), size_t(16) << 20);  // under the default cap
+  EXPECT_GE(data::kMaxInflatedBytes, int64_t(1) << 30);
+  EXPECT_LE(data::kMaxInflatedBytes, int64_t(16) << 30);
+}
+
 TEST(IdxReader, LabelCountMismatch) {
   TempDir dir;
   WriteBytes(dir / "c-images-idx3-ubyte", IdxImages(10, 3, 3));

@@ -3,6 +3,7 @@
 #pragma once
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +45,18 @@ inline void WriteGzip(const std::string& path, const std::vector<uint8_t>& bytes
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr) << path;
   if (!bytes.empty()) gzwrite(f, bytes.data(), unsigned(bytes.size()));
+  gzclose(f);
+}
+
+// A gzip bomb: `head`, then `zeros` zero bytes, compressed at the best ratio (about
+// 1000:1, so 64 MiB of zeros is a 64 KiB file).
+inline void WriteGzipBomb(const std::string& path, const std::vector<uint8_t>& head, int64_t zeros) {
+  gzFile f = gzopen(path.c_str(), "wb9");
+  ASSERT_NE(f, nullptr) << path;
+  if (!head.empty()) gzwrite(f, head.data(), unsigned(head.size()));
+  std::vector<uint8_t> z(1 << 20, 0);
+  for (int64_t left = zeros; left > 0; left -= int64_t(z.size()))
+    gzwrite(f, z.data(), unsigned(std::min<int64_t>(left, int64_t(z.size()))));
   gzclose(f);
 }
 

@@ -192,6 +192,27 @@ TEST(CollectiveTraining, AStoppedWorkerIsNamedWithinTheHeartbeatTimeout) {
   EXPECT_NE(system(check.c_str()), 0) << "a process of the job outlived it";
 }
 
+// Workers started by hand (no launcher, so every run has run id "0") twice in a row with one
+// rendezvous_dir: the second run's rank 1 starts first, while the first run's ring
+// endpoints are still in the directory, and must meet this run's rank 0, not that one's.
+TEST(CollectiveTraining, HandStartedRunsInOneRendezvousDirMeetTheirOwnRun) {
+  std::string dir = FreshDir("handruns");
+  std::string job = dir + "/job.toml";
+  std::ofstream(job) << FmnistJob("handruns", dir + "/out", 2, "mlp", 2000, 1,
+                                  "[algorithm]\nname = \"allreduce\"\ncollective_timeout_ms = 10000\n"
+                                  "rendezvous_dir = \"" +
+                                      dir + "/rdv\"\n\n") +
+                            kMomentum;
+  std::string w = "env -u SHOAL_RUN_ID timeout -s KILL 60 " + BinDir() + "/worker/shoal-worker --config " + job;
+  for (int run = 0; run < 2; ++run) {
+    std::string log = dir + "/run" + std::to_string(run);
+    std::string cmd = "bash -c '" + w + " --rank 1 > " + log + "-1.log 2>&1 & p=$!; sleep " + (run ? "1" : "0") + "; " +
+                      w + " --rank 0 > " + log + "-0.log 2>&1; a=$?; wait $p; b=$?; exit $((a | b))'";
+    int rc = system(cmd.c_str());
+    EXPECT_EQ(rc, 0) << "run " << run << ":\n" << ReadFile(log + "-0.log") << "\n" << ReadFile(log + "-1.log");
+  }
+}
+
 TEST(CollectiveTraining, BadJobFileStartsNothing) {
   std::string dir = FreshDir("bad");
   JobRun r = RunJob(dir,

@@ -116,6 +116,30 @@ TEST(PsTraining, AsyncGoesOnWhenAWorkerIsKilled) {
   EXPECT_GE(Accuracy(r), 0.75) << r.done_line;
 }
 
+// ps_ssp tolerates deaths too (facts: kAnyButLast): the survivors' staleness bound leaves
+// out the killed worker's clock once the coordinator has seen its heartbeats stop, so they
+// finish instead of waiting on it until timeout_ms.
+TEST(PsTraining, SspGoesOnWhenAWorkerIsKilled) {
+  std::string dir = FreshDir("ssp_kill");
+  std::string t =
+      FmnistJob("ssp_kill", dir + "/out", 3, "mlp", 12000, 2,
+                std::string("[algorithm]\nname = \"ps_ssp\"\nstaleness = 1\ntimeout_ms = 30000\n\n") + kOpt);
+  t.insert(t.find("[cluster]\n") + 10, "heartbeat_ms = 100\nheartbeat_timeout_ms = 1500\n");
+  std::thread killer([&] { KillWhenTraining(dir, "--rank 2", 3); });
+  auto t0 = std::chrono::steady_clock::now();
+  JobRun r = RunJob(dir, t, 240);
+  killer.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("worker 2 stopped: killed by signal"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
+  // 125 steps an epoch, 250 in all: the survivors trained to the end.
+  int64_t last = 0;
+  for (auto& l : Events(r, "train")) last = std::max<int64_t>(last, int64_t(JsonNumber(l, "step").value_or(0)));
+  EXPECT_GE(last, 240) << r.done_line;
+  EXPECT_LT(secs, 30) << "waited on the dead worker's clock until timeout_ms";
+}
+
 int64_t MaxStep(const std::vector<std::string>& lines) {
   int64_t m = 0;
   for (auto& l : lines) m = std::max<int64_t>(m, int64_t(JsonNumber(l, "step").value_or(0)));

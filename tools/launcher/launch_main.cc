@@ -25,6 +25,7 @@
 
 #include "algorithms/facts.h"
 #include "algorithms/optimizers/optimizer.h"
+#include "algorithms/job_keys.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/json_fields.h"
@@ -137,6 +138,7 @@ class Launch {
       return 2;
     }
     try {
+      CheckJobKeys(cfg_);
       MakeOptimizer(cfg_.optimizer, cfg_.optimizer_opts);
       LrSchedule::FromConfig(cfg_.optimizer_opts, cfg_.batch_size * cfg_.world_size(), 1, 1);
     } catch (const Error& e) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "algorithms/facts.h"
+#include "algorithms/job_keys.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/rank_env.h"
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args;
   try {
     shoal::JobConfig cfg = shoal::LoadJobConfig(config);
+    shoal::CheckJobKeys(cfg);
     shoal::RankInfo task = shoal::ResolveRank(-1);
     if (task.source.empty())
       throw shoal::Error(

@@ -45,7 +45,7 @@ std::vector<uint8_t> ReadPlain(const std::string& path, FILE* f) {
 
 // Inflates with zlib's stream API rather than gzread so that a truncated stream is told
 // apart from a clean end (gzread hides the difference behind a short read).
-std::vector<uint8_t> Inflate(const std::string& path, const std::vector<uint8_t>& in) {
+std::vector<uint8_t> Inflate(const std::string& path, const std::vector<uint8_t>& in, const InflateLimit& limit) {
   z_stream zs;
   memset(&zs, 0, sizeof(zs));
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw Error(path + ": zlib inflateInit failed");
@@ -55,11 +55,36 @@ std::vector<uint8_t> Inflate(const std::string& path, const std::vector<uint8_t>
   zs.avail_in = uInt(in.size());
   uint8_t buf[1 << 16];
   int rc = Z_OK;
+  int64_t cap = limit.max_bytes;
+  bool header_seen = false, by_header = false;
+  auto fail = [&](const std::string& msg) {
+    inflateEnd(&zs);
+    throw Error(path + ": " + msg);
+  };
   for (;;) {
     zs.next_out = buf;
     zs.avail_out = sizeof(buf);
     rc = inflate(&zs, Z_NO_FLUSH);
     out.insert(out.end(), buf, buf + (sizeof(buf) - zs.avail_out));
+    if (!header_seen && limit.declared_size && limit.header_bytes > 0 && out.size() >= limit.header_bytes) {
+      header_seen = true;
+      int64_t d = -1;
+      try {
+        d = limit.declared_size(out.data());
+      } catch (...) {
+        inflateEnd(&zs);
+        throw;
+      }
+      if (d >= 0 && d <= cap) cap = d, by_header = true;
+    }
+    if (int64_t(out.size()) > cap) {
+      if (by_header)
+        fail("gzip data inflates past the " + std::to_string(cap) + " bytes " +
+             (limit.what.empty() ? std::string("its header") : limit.what) +
+             " declares (a gzip bomb or a corrupt file)");
+      fail("gzip data inflates past " + std::to_string(cap) +
+           " bytes, the cap for gzip input (a gzip bomb? store a file this big uncompressed)");
+    }
     if (rc == Z_STREAM_END) {
       // Concatenated gzip members (as `cat a.gz b.gz` makes) are one file to gunzip.
       if (zs.avail_in > 0 && inflateReset(&zs) == Z_OK) continue;
@@ -81,12 +106,12 @@ std::vector<uint8_t> Inflate(const std::string& path, const std::vector<uint8_t>
 
 }  // namespace
 
-std::vector<uint8_t> ReadFileBytes(const std::string& path) {
+std::vector<uint8_t> ReadFileBytes(const std::string& path, const InflateLimit& limit) {
   if (DirExists(path)) throw Error(path + ": is a directory, expected a data file");
   std::unique_ptr<FILE, FileCloser> f(fopen(path.c_str(), "rb"));
   if (!f) throw Error(path + ": cannot open: " + strerror(errno));
   std::vector<uint8_t> raw = ReadPlain(path, f.get());
-  if (raw.size() >= 2 && raw[0] == 0x1f && raw[1] == 0x8b) return Inflate(path, raw);
+  if (raw.size() >= 2 && raw[0] == 0x1f && raw[1] == 0x8b) return Inflate(path, raw, limit);
   return raw;
 }
 

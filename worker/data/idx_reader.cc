@@ -18,36 +18,49 @@ struct IdxFile {
 };
 
 // The IDX header: two zero bytes, a type code (0x08 = unsigned byte), the number of
-// dimensions, then each dimension as a big-endian uint32.
-IdxFile ReadIdxFile(const std::string& path, int want_dims, const char* what) {
-  IdxFile f;
-  f.path = path;
-  f.bytes = ReadFileBytes(path);
-  const std::vector<uint8_t>& b = f.bytes;
+// dimensions, then each dimension as a big-endian uint32. Checks `b` (at least 4 bytes,
+// and 4 + 4 * want_dims once the magic is right) and returns the file size it declares.
+int64_t ParseIdxHeader(const std::string& path, const uint8_t* b, size_t size, int want_dims, const char* what,
+                       std::vector<int64_t>* dims) {
   const std::string expect_magic = want_dims == 3 ? "0x00000803" : "0x00000801";
-  if (b.size() < 4)
-    throw Error(path + ": not an IDX " + what + " file: " + std::to_string(b.size()) +
-                " bytes, too short for a header");
+  if (size < 4)
+    throw Error(path + ": not an IDX " + what + " file: " + std::to_string(size) + " bytes, too short for a header");
   if (b[0] != 0 || b[1] != 0 || b[2] != 0x08 || b[3] != want_dims) {
     char got[16];
     snprintf(got, sizeof(got), "0x%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
     throw Error(path + ": bad magic number " + got + ", expected " + expect_magic + " (IDX " + what +
                 ", unsigned bytes, " + std::to_string(want_dims) + " dims)");
   }
-  f.header_size = 4 + 4 * size_t(want_dims);
-  if (b.size() < f.header_size)
-    throw Error(path + ": truncated header: expected " + std::to_string(f.header_size) + " bytes, got " +
-                std::to_string(b.size()));
+  const size_t header_size = 4 + 4 * size_t(want_dims);
+  if (size < header_size)
+    throw Error(path + ": truncated header: expected " + std::to_string(header_size) + " bytes, got " +
+                std::to_string(size));
   int64_t payload = 1;
   for (int d = 0; d < want_dims; ++d) {
-    const uint8_t* p = b.data() + 4 + 4 * d;
+    const uint8_t* p = b + 4 + 4 * d;
     int64_t v = (int64_t(p[0]) << 24) | (int64_t(p[1]) << 16) | (int64_t(p[2]) << 8) | int64_t(p[3]);
     if (d > 0 && v == 0) throw Error(path + ": dimension " + std::to_string(d) + " is zero");
-    f.dims.push_back(v);
+    if (dims) dims->push_back(v);
     payload *= v;
     if (payload > (int64_t(1) << 40)) throw Error(path + ": header dimensions are implausibly large");
   }
-  const int64_t expected = int64_t(f.header_size) + payload;
+  return int64_t(header_size) + payload;
+}
+
+IdxFile ReadIdxFile(const std::string& path, int want_dims, const char* what) {
+  IdxFile f;
+  f.path = path;
+  // A gzip file may inflate to no more than its header declares.
+  InflateLimit limit;
+  limit.header_bytes = 4 + 4 * size_t(want_dims);
+  limit.declared_size = [&](const uint8_t* h) {
+    return ParseIdxHeader(path, h, limit.header_bytes, want_dims, what, nullptr);
+  };
+  limit.what = "its IDX header";
+  f.bytes = ReadFileBytes(path, limit);
+  const std::vector<uint8_t>& b = f.bytes;
+  f.header_size = 4 + 4 * size_t(want_dims);
+  const int64_t expected = ParseIdxHeader(path, b.data(), b.size(), want_dims, what, &f.dims);
   if (int64_t(b.size()) != expected)
     throw Error(path + ": " + (int64_t(b.size()) < expected ? "truncated" : "trailing bytes") + ": expected " +
                 std::to_string(expected) + " bytes for " + std::to_string(f.dims[0]) + " " + what + ", got " +

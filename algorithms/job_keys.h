@@ -1,0 +1,14 @@
+// The check that a job file's free-form sections ([algorithm], [optimizer]) carry only keys
+// the chosen algorithm and optimizer read: without it a typo ("learning_rate",
+// "stalenes") silently falls back to a default. The key lists live with what reads them
+// (AlgorithmFacts::keys, the optimizer registry); this only joins them.
+#pragma once
+#include "common/config.h"
+
+namespace shoal {
+
+// Throws shoal::Error naming the file, the section, the key and the nearest known key.
+// Also rejects an unknown algorithm or optimizer name.
+void CheckJobKeys(const JobConfig& cfg);
+
+}  // namespace shoal
