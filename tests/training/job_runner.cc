@@ -79,20 +79,42 @@ std::string ServersLine(int n) {
   return s + "]\n";
 }
 
-void KillWhenTraining(const std::string& dir, const std::string& process, int train_events, const std::string& signal) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream m(dir + "/out/metrics.jsonl");
-    std::string l;
-    int trains = 0;
-    while (std::getline(m, l)) trains += l.find("\"event\":\"train\"") != std::string::npos;
-    if (trains >= train_events) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+namespace {
+
+int CountEvents(const std::string& dir, const std::string& event) {
+  std::ifstream m(dir + "/out/metrics.jsonl");
+  std::string l;
+  int n = 0;
+  while (std::getline(m, l)) n += l.find("\"event\":\"" + event + "\"") != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+bool KillWhenLogged(const std::string& dir, const std::string& process, const std::string& event, int count,
+                    int timeout_s, const std::string& signal) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (CountEvents(dir, event) < count) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   // "[g]": the pattern must not match the shell that runs pkill.
   std::string cmd = "pkill -" + signal + " -f -- '--confi[g] " + dir + "/job.toml " + process + "'";
-  if (system(cmd.c_str()) != 0) {
-  }
+  return system(cmd.c_str()) == 0;  // pkill: 0 when it signalled a process
+}
+
+void KillWhenTraining(const std::string& dir, const std::string& process, int train_events, const std::string& signal) {
+  KillWhenLogged(dir, process, "train", train_events, 120, signal);
+}
+
+int ProcessesOf(const std::string& dir) {
+  std::string cmd = "pgrep -c -f -- '--confi[g] " + dir + "/job.toml' 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  int n = 0;
+  if (fscanf(p, "%d", &n) != 1) n = 0;
+  pclose(p);
+  return n;
 }
 
 std::vector<std::string> Events(const JobRun& r, const std::string& event) {

@@ -32,6 +32,12 @@ std::string ServersLine(int n);
 // ("--rank 2", "--shard 1").
 void KillWhenTraining(const std::string& dir, const std::string& process, int train_events,
                       const std::string& signal = "KILL");
+// The same, once metrics.jsonl holds `count` events named `event` ("checkpoint", ...);
+// false when that did not happen within timeout_s or no such process was there to kill.
+bool KillWhenLogged(const std::string& dir, const std::string& process, const std::string& event, int count,
+                    int timeout_s = 120, const std::string& signal = "KILL");
+// Processes (pgrep -f) still running with this job's file on their command line.
+int ProcessesOf(const std::string& dir);
 // The metrics lines whose "event" is `event`.
 std::vector<std::string> Events(const JobRun& r, const std::string& event);
 

@@ -203,14 +203,15 @@ class Launch {
     signal(SIGINT, OnSignal);
     signal(SIGTERM, OnSignal);
     signal(SIGHUP, OnSignal);
-    std::vector<std::string> common_args = {"--config", job_path_};
+    const std::vector<std::string> common_args = {"--config", job_path_};
+    std::vector<std::string> mode_args;
     if (restarts_ == 0) {
-      if (FLAGS_resume) common_args.push_back("--resume");
-      if (FLAGS_fresh) common_args.push_back("--fresh");
+      if (FLAGS_resume) mode_args.push_back("--resume");
+      if (FLAGS_fresh) mode_args.push_back("--fresh");
     } else {
       // A checkpoint committed in this run or the one resumed from is the place to go on
       // from; without one, what the failed attempt left is incomplete and goes.
-      common_args.push_back(last_checkpoint_ > 0 || FLAGS_resume ? "--resume" : "--fresh");
+      mode_args.push_back(last_checkpoint_ > 0 || FLAGS_resume ? "--resume" : "--fresh");
     }
     const bool append_logs = restarts_ > 0;
     std::vector<std::string> worker_args;
@@ -226,6 +227,7 @@ class Launch {
           std::vector<std::string> a = {BinaryPath("server", "shoal-server")};
           a.insert(a.end(), common_args.begin(), common_args.end());
           a.insert(a.end(), {"--shard", std::to_string(k)});
+          a.insert(a.end(), mode_args.begin(), mode_args.end());
           group_.Start("server " + std::to_string(k), a, log_dir_ + "/server-" + std::to_string(k) + ".log",
                        append_logs);
         }
@@ -233,6 +235,7 @@ class Launch {
         std::vector<std::string> a = {BinaryPath("worker", "shoal-worker")};
         a.insert(a.end(), common_args.begin(), common_args.end());
         a.insert(a.end(), {"--rank", std::to_string(r)});
+        a.insert(a.end(), mode_args.begin(), mode_args.end());
         a.insert(a.end(), worker_args.begin(), worker_args.end());
         group_.Start("worker " + std::to_string(r), a, log_dir_ + "/worker-" + std::to_string(r) + ".log", append_logs);
       }

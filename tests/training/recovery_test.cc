@@ -1,0 +1,167 @@
+// Nothing lost, nobody stuck: whole jobs through the real launcher with real processes.
+// Every algorithm without servers keeps checkpoints on its workers; a worker SIGKILLed
+// after a checkpoint makes `shoal run` ([job] max_restarts) start the job again from it,
+// and the synchronous algorithms then end bit-identical to a run that was never
+// interrupted. A new run refuses an earlier run's checkpoints unless told --resume or
+// --fresh. Soak: processes of a PS job and of an all-reduce job killed again and again.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/json_fields.h"
+#include "tests/training/job_runner.h"
+
+namespace shoal {
+namespace testing {
+namespace {
+
+const char* kMomentum = "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4\n\n";
+
+// 2 workers, batch 32, 3200 samples: 50 steps an epoch.
+std::string Job(const std::string& name, const std::string& dir, const std::string& algorithm_section, int epochs,
+                int every, int max_restarts, int workers = 2, int64_t samples = 3200) {
+  std::string t = FmnistJob(name, dir + "/out", workers, "mlp", samples, epochs, algorithm_section + kMomentum);
+  t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir +
+                                           "/ckpt\"\ncheckpoint_every_steps = " + std::to_string(every) +
+                                           "\nmax_restarts = " + std::to_string(max_restarts) + "\n");
+  return t;
+}
+
+std::set<std::string> Hashes(const JobRun& r) {
+  std::set<std::string> h;
+  for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("?"));
+  return h;
+}
+
+// Once uninterrupted, once with worker 1 killed right after the first committed checkpoint:
+// the restarted job resumes there (not from the start) and ends with the same weights.
+void RestartsExactly(const std::string& name, const std::string& section) {
+  std::string a = FreshDir(name + "_whole");
+  JobRun whole = RunJob(a, Job(name, a, section, 2, 20, 0), 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  std::set<std::string> want = Hashes(whole);
+  ASSERT_EQ(want.size(), 1u) << "workers disagree in the uninterrupted run";
+
+  std::string b = FreshDir(name + "_killed");
+  bool killed = false;
+  std::thread killer([&] { killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1); });
+  JobRun run = RunJob(b, Job(name, b, section, 2, 20, 1), 300);
+  killer.join();
+  ASSERT_TRUE(killed) << "no checkpoint was logged";
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("worker 1 stopped: killed by signal"), std::string::npos) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("shoal: restart 1 of 1"), std::string::npos) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("shoal: resumed from the checkpoint at step"), std::string::npos) << run.stderr_text;
+  auto restarts = Events(run, "restart");
+  ASSERT_EQ(restarts.size(), 1u);
+  const double from = JsonNumber(restarts[0], "from_checkpoint").value_or(0);
+  EXPECT_GE(from, 20) << restarts[0];
+  auto resumes = Events(run, "resume");
+  ASSERT_EQ(resumes.size(), 2u) << "one resume line per worker";
+  for (auto& r : resumes) EXPECT_EQ(JsonNumber(r, "step").value_or(-1), from) << r;
+  EXPECT_EQ(JsonNumber(run.done_line, "restarts").value_or(0), 1) << run.done_line;
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+  EXPECT_EQ(Hashes(run), want) << "the resumed run did not continue exactly";
+  EXPECT_EQ(ProcessesOf(b), 0);
+}
+
+TEST(Recovery, AllReduceRestartsFromItsCheckpointExactly) {
+  RestartsExactly("allreduce", "[algorithm]\nname = \"allreduce\"\n\n");
+}
+TEST(Recovery, DoubleBufferRestartsWithItsPendingExchangeExactly) {
+  RestartsExactly("double_buffer", "[algorithm]\nname = \"double_buffer\"\n\n");
+}
+TEST(Recovery, BmufRestartsMidBlockExactly) {
+  // Checkpoints every 20 steps with blocks of 8: the checkpoint lands mid-block.
+  RestartsExactly("bmuf", "[algorithm]\nname = \"bmuf\"\nblock_steps = 8\n\n");
+}
+TEST(Recovery, DgcRestartsWithItsAccumulatorsExactly) {
+  RestartsExactly("dgc", "[algorithm]\nname = \"dgc\"\nsparsity_warmup_epochs = 1\nmin_compress_elements = 256\n\n");
+}
+
+// Asynchronous algorithms are not bit-reproducible; each worker gets its own model back,
+// auto keeps the choice it made before the failure.
+TEST(Recovery, AdpsgdAndAutoRestartFromTheirCheckpoints) {
+  for (std::string algo : {"adpsgd", "auto"}) {
+    std::string d = FreshDir(algo);
+    std::string section =
+        "[algorithm]\nname = \"" + algo + "\"\n" + (algo == "auto" ? "probe_steps = 10\n" : "") + "\n";
+    bool killed = false;
+    std::thread killer([&] { killed = KillWhenLogged(d, "--rank 0", "checkpoint", 1); });
+    JobRun run = RunJob(d, Job(algo, d, section, 2, 20, 1), 300);
+    killer.join();
+    ASSERT_TRUE(killed) << algo;
+    ASSERT_EQ(run.exit_code, 0) << algo << run.stderr_text;
+    ASSERT_EQ(Events(run, "restart").size(), 1u) << algo;
+    EXPECT_GE(JsonNumber(Events(run, "restart")[0], "from_checkpoint").value_or(0), 20) << algo;
+    EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+    EXPECT_GE(JsonNumber(run.done_line, "test_accuracy").value_or(0), 0.70) << run.done_line;
+    if (algo == "auto") {
+      // One decision, before the failure; the resumed workers run the same choice.
+      auto decisions = Events(run, "auto");
+      ASSERT_EQ(decisions.size(), 2u) << "one auto record per worker, none after the restart";
+      std::string choice = JsonField(decisions[0], "choice").value_or("?");
+      for (auto& e : Events(run, "train"))
+        if (JsonNumber(e, "step").value_or(0) > 20) EXPECT_EQ(JsonField(e, "auto_choice").value_or("?"), choice) << e;
+    }
+    EXPECT_EQ(ProcessesOf(d), 0);
+  }
+}
+
+TEST(Recovery, ANewRunRefusesAnEarlierRunsCheckpointsUnlessResumedOrFresh) {
+  std::string d = FreshDir("safe");
+  std::string job = Job("safe", d, "[algorithm]\nname = \"allreduce\"\n\n", 1, 20, 0);
+  JobRun first = RunJob(d, job, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  JobRun again = RunJob(d, job, 300);
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.stderr_text.find("--resume"), std::string::npos) << again.stderr_text;
+  EXPECT_NE(again.stderr_text.find("--fresh"), std::string::npos) << again.stderr_text;
+  EXPECT_NE(again.stderr_text.find("holds checkpoints of an earlier run"), std::string::npos) << again.stderr_text;
+  JobRun both = RunJob(d, job, 60, {"--resume", "--fresh"});
+  EXPECT_EQ(both.exit_code, 2) << both.stderr_text;
+  JobRun fresh = RunJob(d, job, 300, {"--fresh"});
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.stderr_text;
+  EXPECT_EQ(JsonNumber(fresh.done_line, "steps").value_or(0), 50) << fresh.done_line;
+  EXPECT_EQ(Hashes(fresh), Hashes(first)) << "--fresh did not start from the beginning";
+}
+
+// Soak: every few seconds a random process of the job is SIGKILLed, right after a new
+// checkpoint, five times; with max_restarts the job still ends on target, and nothing is
+// left running.
+void Soak(const std::string& name, const std::string& section, const std::vector<std::string>& victims) {
+  std::string d = FreshDir(name);
+  // 4800 samples, 2 workers, batch 32: 75 steps an epoch, 225 in all.
+  std::string job = Job(name, d, section, 3, 15, 5, 2, 4800);
+  std::mt19937 rng(uint32_t(std::hash<std::string>()(name)));
+  int kills = 0;
+  std::thread killer([&] {
+    for (int i = 1; i <= 5; ++i) {
+      // After the i-th checkpoint of the job (counted across restarts).
+      if (!KillWhenLogged(d, victims[rng() % victims.size()], "checkpoint", 2 * i - 1, 120)) return;
+      ++kills;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500 + rng() % 1500));
+    }
+  });
+  JobRun run = RunJob(d, job, 900);
+  killer.join();
+  ASSERT_EQ(kills, 5) << run.stderr_text;
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(Events(run, "restart").size(), 5u) << run.stderr_text;
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 225) << run.done_line;
+  EXPECT_GE(JsonNumber(run.done_line, "test_accuracy").value_or(0), 0.75) << run.done_line;
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
+TEST(Soak, AllReduceJobSurvivesFiveKills) {
+  Soak("soak_allreduce", "[algorithm]\nname = \"allreduce\"\n\n", {"--rank 0", "--rank 1"});
+}
+TEST(Soak, ParameterServerJobSurvivesFiveKills) {
+  Soak("soak_ps", "[algorithm]\nname = \"ps_sync\"\n\n", {"--rank 0", "--rank 1", "--shard 0", "--shard 1"});
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace shoal
