@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -303,10 +304,152 @@ void CheckJobLimits(const JobConfig& c) {
                 " samples, more than the limit of " + std::to_string(kMaxSamples));
 }
 
+namespace {
+
+// "FILE:LINE:COL" of byte `at`, 1-based as editors count.
+std::string PositionOf(const std::string& text, size_t at, const std::string& file) {
+  size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+  line_start = (line_start == std::string::npos || at == 0) ? 0 : line_start + 1;
+  size_t line = 1 + std::count(text.begin(), text.begin() + long(at), '\n');
+  return file + ":" + std::to_string(line) + ":" + std::to_string(at - line_start + 1);
+}
+
+// Decodes the UTF-8 sequence at t[i] into *cp and returns its length, or 0 if invalid.
+size_t DecodeUtf8(const std::string& t, size_t i, uint32_t* cp) {
+  auto b = [&](size_t k) { return i + k < t.size() ? static_cast<unsigned char>(t[i + k]) : 0u; };
+  unsigned c = b(0);
+  size_t n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+  if (n == 0 || c >= 0xf5) return 0;
+  uint32_t v = c & (0x7f >> n);
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xc0) != 0x80) return 0;
+    v = (v << 6) | (b(k) & 0x3f);
+  }
+  static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < kMin[n] || v > 0x10ffff || (v >= 0xd800 && v < 0xe000)) return 0;
+  *cp = v;
+  return n;
+}
+
+// toml++ 3.3 asserts instead of reporting an error (abort in debug builds, undefined
+// behaviour under NDEBUG) on some inputs: a control character or a character no key
+// starts with at the start of a table header ("[= 1]"), a '}' where an array expects a
+// value ("[1, }"), and many non-ASCII characters
+// wherever it tests for whitespace outside a string (its table hits "unreachable" for
+// e.g. U+00E9 or U+047B). So it only ever gets ASCII, with the same meaning: strings
+// become basic strings whose non-ASCII characters are \u escapes (a literal string's
+// backslashes and quotes escaped too), comments lose their non-ASCII characters, and
+// anything else that would reach those assertions is an error naming FILE:LINE:COL.
+// Follows strings, comments and brackets just far enough to tell headers from arrays.
+std::string AsciiTomlText(const std::string& t, const std::string& file) {
+  auto fail = [&](size_t at, const std::string& why) { throw Error(PositionOf(t, at, file) + ": " + why); };
+  auto key_start = [](char c) {
+    return isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' || c == '\'' || c == ']';
+  };
+  std::string out;
+  out.reserve(t.size());
+  enum { kNone, kBasic, kLiteral, kComment } in = kNone;
+  bool multi = false;
+  std::string open;  // the [ and { of values not yet closed
+  bool line_start = true;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\t' && c != '\n' && c != '\r') || u == 0x7f) {
+      char code[8];
+      snprintf(code, sizeof code, "0x%02x", u);
+      fail(i, std::string("control character ") + code + " (TOML allows only tab and line breaks)");
+    }
+    if (u >= 0x80) {
+      uint32_t cp = 0;
+      size_t n = DecodeUtf8(t, i, &cp);
+      if (n == 0) fail(i, "invalid UTF-8");
+      if (in == kBasic || in == kLiteral) {
+        char esc[16];
+        snprintf(esc, sizeof esc, cp > 0xffff ? "\\U%08X" : "\\u%04X", unsigned(cp));
+        out += esc;
+      } else if (in == kComment) {
+        out += '?';
+      } else {
+        fail(i,
+             "TOML syntax error: non-ASCII character outside a string or comment (a bare key is letters, digits, _ "
+             "and -)");
+      }
+      i += n - 1;
+      continue;
+    }
+    if (in == kComment) {
+      out += c;
+      if (c == '\n') in = kNone, line_start = true;
+      continue;
+    }
+    if (in != kNone) {
+      const char q = in == kBasic ? '"' : '\'';
+      if (!multi && c == '\n') {
+        out += c;
+        in = kNone, line_start = true;  // unterminated; toml++ reports it
+      } else if (c == q && (!multi || t.compare(i, 3, std::string(3, q)) == 0)) {
+        size_t k = 1;
+        if (multi)
+          while (k < 5 && i + k < t.size() && t[i + k] == q) ++k;  // up to two quotes may end the content
+        out.append(k - (multi ? 3 : 1), q);
+        out.append(multi ? 3 : 1, '"');
+        i += k - 1;
+        in = kNone;
+      } else if (in == kLiteral && (c == '\\' || c == '"')) {
+        out += '\\';
+        out += c;
+      } else if (in == kBasic && c == '\\' && i + 1 < t.size()) {
+        if (static_cast<unsigned char>(t[i + 1]) >= 0x80) fail(i + 1, "TOML syntax error: invalid escape sequence");
+        out += c;
+        out += t[++i];
+      } else {
+        out += c;
+      }
+      continue;
+    }
+    out += c;
+    if (c == '\n') {
+      line_start = true;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r') continue;
+    const bool first = line_start;
+    line_start = false;
+    if (c == '#') {
+      in = kComment;
+    } else if (c == '"' || c == '\'') {
+      in = c == '"' ? kBasic : kLiteral;
+      multi = t.compare(i, 3, std::string(3, c)) == 0;
+      out.back() = '"';
+      if (multi) out.append(2, '"'), i += 2;
+    } else if (c == '[' && open.empty() && first) {
+      size_t j = i + 1;
+      while (j < t.size() && (t[j] == ' ' || t[j] == '\t')) ++j;
+      if (j < t.size() && t[j] == '[') ++j;
+      while (j < t.size() && (t[j] == ' ' || t[j] == '\t')) ++j;
+      // A control character there gets its own error when the loop reaches it.
+      bool control =
+          j < t.size() && t[j] != '\n' && t[j] != '\r' && (static_cast<unsigned char>(t[j]) < 0x20 || t[j] == 0x7f);
+      if (!control && (j >= t.size() || !key_start(t[j])))
+        fail(j, "TOML syntax error: a table header must start with a name (letters, digits, _ or -) or a quoted key");
+    } else if (c == '[' || c == '{') {
+      open += c;
+    } else if (c == '}' && !open.empty() && open.back() == '[') {
+      fail(i, "TOML syntax error: '}' where an array value or ']' belongs");
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      open.pop_back();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   toml::table root;
   try {
-    root = toml::parse(text, file);
+    root = toml::parse(AsciiTomlText(text, file), file);
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << file << ":" << e.source().begin.line << ":" << e.source().begin.column
@@ -323,8 +466,9 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   JobConfig c;
   c.path = file;
 
-  SectionReader job(file, root, "job",
-                    {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights", "max_restarts"});
+  SectionReader job(
+      file, root, "job",
+      {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights", "max_restarts"});
   c.name = job.String("name", "", true);
   if (c.name.empty() || c.name.find_first_of("/\\ \t\n\"") != std::string::npos)
     job.Fail("name", "expected a non-empty name without slashes, spaces or quotes, got \"" + c.name + "\"");

@@ -216,10 +216,18 @@ void Server::Run(const std::atomic<bool>& stop) {
 bool Server::ServeOne(InMessage& m) {
   try {
     if (!transport_->Recv(&m, 0)) return false;
-    HandleMessage(m);
   } catch (const BadMessage& e) {
     Warn("bad message from " + PeerName(e.identity) + ": " + e.what() + "; ignored");
     ReplyError(e.identity, 0, who_ + ": bad message: " + e.what());
+    return true;
+  }
+  Serve(m);
+  return true;
+}
+
+void Server::Serve(InMessage& m) {
+  try {
+    HandleMessage(m);
   } catch (const Error& e) {
     Warn("rejected " + Describe(m) + " from " + PeerName(m.identity) + ": " + e.what());
     ReplyError(m.identity, RequestIdOf(m), who_ + ": " + e.what());
@@ -235,7 +243,6 @@ bool Server::ServeOne(InMessage& m) {
     Warn("failed handling " + Describe(m) + " from " + PeerName(m.identity) + ": " + e.what());
     ReplyError(m.identity, RequestIdOf(m), who_ + ": failed handling " + Describe(m) + ": " + e.what());
   }
-  return true;
 }
 
 void Server::HandleMessage(InMessage& m) {

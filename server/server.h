@@ -39,6 +39,10 @@ class Server {
   int64_t resumed_step() const { return resumed_step_; }
   // Serves until `stop` becomes true.
   void Run(const std::atomic<bool>& stop);
+  // Handles one decoded message the way Run does: a request it rejects is answered with
+  // ERROR and logged, never thrown. Public so tests and fuzzers can drive the shard
+  // without a socket peer.
+  void Serve(InMessage& m);
 
  private:
   bool ServeOne(InMessage& m);

@@ -435,18 +435,23 @@ bool Transport::Recv(InMessage* m, int timeout_ms) {
     while (zmq_msg_recv(FrameAccess::Msg(frames.back()), socket_, 0) < 0)
       if (zmq_errno() != EINTR) return false;
   }
+  m->Decode(std::move(frames), kind_ == Kind::kServer);
+  return true;
+}
+
+void InMessage::Decode(std::vector<Frame>&& frames, bool with_identity) {
   size_t first = 0;
-  m->identity.clear();
-  m->payloads.clear();
-  if (kind_ == Kind::kServer) m->identity = frames[first++].to_string();
+  identity.clear();
+  payloads.clear();
+  reader_.reset();
+  if (with_identity && !frames.empty()) identity = frames[first++].to_string();
   try {
     SHOAL_CHECK(first < frames.size(), "message has no header frame");
-    m->ParseHeader(frames[first]);
+    ParseHeader(frames[first]);
   } catch (const Error& e) {
-    throw BadMessage(e.what(), m->identity);
+    throw BadMessage(e.what(), identity);
   }
-  for (size_t i = first + 1; i < frames.size(); ++i) m->payloads.push_back(std::move(frames[i]));
-  return true;
+  for (size_t i = first + 1; i < frames.size(); ++i) payloads.push_back(std::move(frames[i]));
 }
 
 Transport::Ready Transport::Wait(int timeout_ms) {

@@ -101,6 +101,11 @@ class InMessage {
   void ParseHeader(const Frame& frame);
   // Checks that the tensor metas match the frames (count, byte sizes, dtype x shape).
   void ValidateTensors() const;
+  // Takes one received multipart message apart: on server sockets (`with_identity`) the
+  // first frame is the sender, then the header, then the payloads. What Recv does with
+  // every message, public so the decoder can be tested (and fuzzed) without sockets.
+  // Throws BadMessage naming the sender.
+  void Decode(std::vector<Frame>&& frames, bool with_identity);
 
  private:
   kj::Array<capnp::word> words_;

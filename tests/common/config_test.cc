@@ -115,6 +115,56 @@ TEST(Config, GarbageBytesAreAnErrorNotACrash) {
   EXPECT_FALSE(ErrorOf(std::string("\0\0\0", 3)).empty());
 }
 
+// Found by tests/fuzz/config_fuzzer: toml++ 3.3 aborted on an assertion for a control
+// character (NUL, 0x02, ...) at the start of a table header's key.
+TEST(Config, ControlCharactersAreAnErrorNotAnAbort) {
+  const char header[] = "[job]\nname = \"x\"\n[\0ndata]\nformat = \"synthetic\"\n";
+  EXPECT_EQ(ErrorOf(std::string(header, sizeof(header) - 1)),
+            "job.toml:3:2: control character 0x00 (TOML allows only tab and line breaks)");
+  const char key[] = "[job]\nna\0me = 1\n";
+  EXPECT_EQ(ErrorOf(std::string(key, sizeof(key) - 1)),
+            "job.toml:2:3: control character 0x00 (TOML allows only tab and line breaks)");
+  EXPECT_EQ(ErrorOf("[\x02ob]\nname = 3\n"),
+            "job.toml:1:2: control character 0x02 (TOML allows only tab and line breaks)");
+  // Tabs and CRLF line ends stay fine.
+  EXPECT_EQ(ErrorOf("[job]\r\n\tname = \"x\"\r\n").find("control character"), std::string::npos);
+}
+
+// Found by tests/fuzz/config_fuzzer: toml++ 3.3 asserted on a table header whose name
+// starts with a character no key starts with, and hit "unreachable" on some non-ASCII
+// characters in a bare key.
+TEST(Config, InputsThatTrippedTomlPlusPlusAreErrorsNotAborts) {
+  EXPECT_EQ(ErrorOf("[job]\nname = \"x\"\n[= 1[job]\n"),
+            "job.toml:3:2: TOML syntax error: a table header must start with a name (letters, digits, _ or -) or a "
+            "quoted key");
+  EXPECT_NE(ErrorOf("[ [ \xc3\xa9t\xc3\xa9]]\n").find("job.toml:1:5: TOML syntax error: a table header"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("[\n").find("job.toml:1:2: TOML syntax error: a table header"), std::string::npos);
+  EXPECT_EQ(ErrorOf("[job]\ne\xd1\xbb = 1\n"),
+            "job.toml:2:2: TOML syntax error: non-ASCII character outside a string or comment (a bare key is "
+            "letters, digits, _ and -)");
+  EXPECT_EQ(ErrorOf("[job]\nname = \"\xff\"\n"), "job.toml:2:9: invalid UTF-8");
+  EXPECT_EQ(ErrorOf("[job]\nx = [1, # c\n }\n"),
+            "job.toml:3:2: TOML syntax error: '}' where an array value or ']' belongs");
+  EXPECT_EQ(ErrorOf("x = {a = [}\n"), "job.toml:1:11: TOML syntax error: '}' where an array value or ']' belongs");
+  // Non-ASCII text in strings, quoted keys and comments keeps its meaning.
+  for (const char* v : {"'caf\xc3\xa9 \\ \"q\" \xd1\xbb'", "\"caf\xc3\xa9 \\\\ \\\"q\\\" \xd1\xbb\"",
+                        "\"\"\"\ncaf\xc3\xa9 \\\\ \"q\" \xd1\xbb\"\"\"", "'''caf\xc3\xa9 \\ \"q\" \xd1\xbb'''"}) {
+    auto c = ParseJobConfig(
+        Replace(kGood, "output_dir = \"runs/x\"", std::string("output_dir = ") + v + " # \xf0\x9f\x90\x9f"),
+        "job.toml");
+    EXPECT_EQ(c.output_dir, "caf\xc3\xa9 \\ \"q\" \xd1\xbb") << v;
+  }
+  EXPECT_EQ(ErrorOf("# caf\xc3\xa9\n[job]\nname = \"caf\xc3\xa9\"\n\"\xd1\xbb\" = 1\n").find("TOML syntax"),
+            std::string::npos);
+  // Lines that start with '[' inside arrays and multi-line strings are values, not headers.
+  std::string ok = std::string(kGood) +
+                   "matrix = [\n[+1, 2],\n[{a = 1}],\n]\n"
+                   "text = \"\"\"\n[= not a header\\\"\"\"\"\"\n"
+                   "lit = '''\n[# nor this'''\n";
+  EXPECT_EQ(ErrorOf(ok).find("table header"), std::string::npos) << ErrorOf(ok);
+}
+
 TEST(Config, MissingFile) {
   try {
     LoadJobConfig("/nonexistent/job.toml");

@@ -130,6 +130,16 @@ TEST(IdxReader, BadMagic) {
   ExpectError(dir / "t", {dir / "t-labels-idx1-ubyte", "bad magic number 0x00000803", "expected 0x00000801"});
 }
 
+// Found by tests/fuzz/idx_fuzzer: two dimensions near 2^32 overflowed the int64 payload
+// size (undefined behaviour) before the plausibility check saw it.
+TEST(IdxReader, HugeDimensionsAreRejectedWithoutOverflow) {
+  TempDir dir;
+  std::vector<uint8_t> img = {0, 0, 0x08, 3, 0, 0, 0, 3, 0xff, 0xff, 0xff, 0x00, 0xff, 0xff, 0xff, 0x00};
+  WriteBytes(dir / "h-images-idx3-ubyte", img);
+  WriteBytes(dir / "h-labels-idx1-ubyte", IdxLabels(3, 2));
+  ExpectError(dir / "h", {dir / "h-images-idx3-ubyte", "implausibly large"});
+}
+
 TEST(IdxReader, TruncatedImagesPlainAndGzip) {
   TempDir dir;
   auto img = IdxImages(10, 4, 4);

@@ -41,8 +41,10 @@ int64_t ParseIdxHeader(const std::string& path, const uint8_t* b, size_t size, i
     int64_t v = (int64_t(p[0]) << 24) | (int64_t(p[1]) << 16) | (int64_t(p[2]) << 8) | int64_t(p[3]);
     if (d > 0 && v == 0) throw Error(path + ": dimension " + std::to_string(d) + " is zero");
     if (dims) dims->push_back(v);
+    // Checked before multiplying: two 32-bit dimensions overflow int64.
+    if (v > 0 && payload > (int64_t(1) << 40) / v)
+      throw Error(path + ": header dimensions are implausibly large (over 2^40 bytes)");
     payload *= v;
-    if (payload > (int64_t(1) << 40)) throw Error(path + ": header dimensions are implausibly large");
   }
   return int64_t(header_size) + payload;
 }

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with Debian's clang, ASan and UBSan, straight from the
+# production sources (no Bazel: Bazel's toolchain is GCC, and libFuzzer's coverage
+# instrumentation is clang-only). Objects are rebuilt only when a source or header is
+# newer, so a second run costs only the link.
+# usage: tests/fuzz/build.sh [OUT_DIR]   (default .fuzz/bin; prints nothing on success)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${1:-$ROOT/.fuzz/bin}"
+OBJ="$ROOT/.fuzz/obj"
+GEN="$ROOT/.fuzz/gen"
+CXX="${FUZZ_CXX:-clang++-14}"
+command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang-14 libclang-rt-14-dev)" >&2; exit 1; }
+mkdir -p "$OUT" "$OBJ" "$GEN/common/messages"
+
+# The production code the targets reach: transport decoding, the server (shard 0 with its
+# coordinator and update rule), the job-file loader, the data readers, the checkpointer.
+SRCS=(
+  common/config.cc common/dtype.cc common/metrics.cc
+  common/transport/transport.cc common/transport/heartbeat.cc common/transport/pipe.cc
+  common/rendezvous/rendezvous.cc common/rendezvous/store.cc common/ps/client.cc
+  server/server.cc server/coordinator.cc server/kv_shard.cc server/checkpointer.cc server/aggregation.cc
+  algorithms/optimizers/optimizer.cc
+  worker/data/idx_reader.cc worker/data/cifar_reader.cc worker/data/file_util.cc
+  worker/data/dataset.cc worker/data/synthetic.cc
+)
+
+SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+CXXFLAGS=(-std=c++17 -O1 -g -DTOML_HEADER_ONLY=1 -I"$ROOT" -I"$GEN" "${SAN[@]}"
+  -Wno-deprecated-declarations -Wno-unused-command-line-argument)
+LIBS=(-lzmq -lcapnp -lkj -lrocksdb -lglog -lgflags -lz -lsodium -pthread)
+
+schema="$ROOT/common/messages/schema.capnp"
+if [[ ! -f "$GEN/common/messages/schema.capnp.cc" || "$schema" -nt "$GEN/common/messages/schema.capnp.cc" ]]; then
+  capnp compile -I/usr/include -o/usr/bin/capnpc-c++:"$GEN/common/messages" \
+    --src-prefix="$ROOT/common/messages" "$schema"
+  mv "$GEN/common/messages/schema.capnp.c++" "$GEN/common/messages/schema.capnp.cc"
+fi
+
+# An object is stale when its source or any header of the tree is newer (coarse, but the
+# tree's headers change rarely and a stale sanitizer build would hide findings).
+newest_header="$(find "$ROOT/common" "$ROOT/server" "$ROOT/worker/data" "$ROOT/algorithms/optimizers" \
+  "$GEN" -name '*.h' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -1 | cut -d' ' -f2-)"
+compile() {  # src obj
+  if [[ -f "$2" && "$2" -nt "$1" && ( -z "$newest_header" || "$2" -nt "$newest_header" ) ]]; then return 0; fi
+  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer-no-link -c "$1" -o "$2.tmp" && mv "$2.tmp" "$2"
+}
+objs=()
+jobs=()
+for s in "${SRCS[@]}" "$GEN/common/messages/schema.capnp.cc"; do
+  [[ "$s" == /* ]] || s="$ROOT/$s"
+  o="$OBJ/$(echo "${s#$ROOT/}" | tr '/' '_').o"
+  objs+=("$o")
+  compile "$s" "$o" &
+  jobs+=($!)
+  # Two at a time: CI machines (and the shared development one) have two cores.
+  if (( ${#jobs[@]} >= ${FUZZ_JOBS:-2} )); then wait "${jobs[0]}"; jobs=("${jobs[@]:1}"); fi
+done
+for j in "${jobs[@]}"; do wait "$j"; done
+
+for src in "$ROOT"/tests/fuzz/*_fuzzer.cc; do
+  t="$(basename "$src" _fuzzer.cc)"
+  o="$OBJ/fuzz_${t}.o"
+  compile "$src" "$o"
+  "$CXX" "${SAN[@]}" -fsanitize=fuzzer "$o" "${objs[@]}" "${LIBS[@]}" -o "$OUT/${t}_fuzzer"
+done

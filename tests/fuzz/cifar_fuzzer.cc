@@ -1,0 +1,24 @@
+// Fuzzes the CIFAR-10 binary reader (and the gzip inflater under it) on one batch file:
+//   u8 options, file bytes (the rest)
+// options: bits 0-1 pick num_classes (0 = CIFAR-10's 10, 1, 10, 255); bits 2-3 pick
+// max_samples (0, 1, 2, 5).
+#include <string>
+
+#include "common/error.h"
+#include "tests/fuzz/fuzz_util.h"
+#include "worker/data/cifar_reader.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  shoal::fuzz::Reader in{data, size};
+  uint32_t opts = in.U8();
+  const std::string path = shoal::fuzz::ScratchDir() + "/data_batch_1.bin";
+  shoal::fuzz::WriteFile(path, in.p, in.n);
+  shoal::data::DatasetOptions o;
+  o.num_classes = (const int64_t[]){0, 1, 10, 255}[opts & 3];
+  o.max_samples = (const int64_t[]){0, 1, 2, 5}[(opts >> 2) & 3];
+  try {
+    shoal::data::ReadCifar(path, o);
+  } catch (const shoal::Error&) {
+  }
+  return 0;
+}
