@@ -102,11 +102,18 @@ void DecodeFloats(const void* src, size_t n, DType t, float* dst) {
     std::memcpy(dst, src, n * 4);
     return;
   }
-  auto* in = static_cast<const uint16_t*>(src);
+  // Received frames may start at any byte offset: load each half by memcpy, never through
+  // a misaligned uint16_t pointer.
+  auto* in = static_cast<const unsigned char*>(src);
+  auto at = [in](size_t i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    return h;
+  };
   if (t == DType::kF16)
-    for (size_t i = 0; i < n; ++i) dst[i] = HalfToFloat(in[i]);
+    for (size_t i = 0; i < n; ++i) dst[i] = HalfToFloat(at(i));
   else
-    for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(in[i]);
+    for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(at(i));
 }
 
 }  // namespace shoal

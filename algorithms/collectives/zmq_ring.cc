@@ -117,9 +117,11 @@ void ZmqRing::Close(bool abort) {
   if (!ctx_) return;
   if (in_) in_->Close(abort);
   if (out_) out_->Close(abort);
+  // The context before the pipes: until its termination returns, ZeroMQ's I/O thread may
+  // still run a zero-copy release callback that counts down out_'s in-flight counter.
+  ctx_.reset();
   in_.reset();
   out_.reset();
-  ctx_.reset();
 }
 
 int64_t ZmqRing::SegmentBytes() const { return std::max<int64_t>(opts_.segment_bytes, 8); }
@@ -250,19 +252,24 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
           throw Error(std::string("ring ") + what + ": unexpected segment (step " + std::to_string(HeaderOf(m).step) +
                       " segment " + std::to_string(HeaderOf(m).segment) + ", " + std::to_string(m.body.size()) +
                       " bytes)");
-        const float* in;
-        if (wire == DType::kF32) {
-          in = reinterpret_cast<const float*>(static_cast<const uint8_t*>(m.body.data()));
-        } else {
+        const uint8_t* in = static_cast<const uint8_t*>(m.body.data());
+        if (wire != DType::kF32) {
           tmp.resize(size_t(cnt));
-          DecodeFloats(static_cast<const uint8_t*>(m.body.data()), size_t(cnt), wire, tmp.data());
-          in = tmp.data();
+          DecodeFloats(in, size_t(cnt), wire, tmp.data());
+          in = reinterpret_cast<const uint8_t*>(tmp.data());
         }
         float* out = data + sb;
-        if (reduce)
-          for (int64_t i = 0; i < cnt; ++i) out[i] += in[i];
-        else
+        if (reduce) {
+          // ZeroMQ may deliver the body at any byte offset: load each float by memcpy
+          // (one unaligned load once compiled) rather than through a misaligned pointer.
+          for (int64_t i = 0; i < cnt; ++i) {
+            float v;
+            memcpy(&v, in + i * 4, 4);
+            out[i] += v;
+          }
+        } else {
           memcpy(out, in, size_t(cnt) * 4);
+        }
         ++s;
       } while (b + int64_t(s) * seg_elems < e);
     };

@@ -451,7 +451,13 @@ void InMessage::Decode(std::vector<Frame>&& frames, bool with_identity) {
   } catch (const Error& e) {
     throw BadMessage(e.what(), identity);
   }
-  for (size_t i = first + 1; i < frames.size(); ++i) payloads.push_back(std::move(frames[i]));
+  for (size_t i = first + 1; i < frames.size(); ++i) {
+    // ZeroMQ hands small frames over at any byte offset inside its receive buffer, and
+    // tensors are read as floats: a misaligned frame is copied (large frames get their own,
+    // aligned allocation, so the zero-copy path stays the common one).
+    if (reinterpret_cast<uintptr_t>(frames[i].data()) % 8 != 0) frames[i] = Frame(frames[i].data(), frames[i].size());
+    payloads.push_back(std::move(frames[i]));
+  }
 }
 
 Transport::Ready Transport::Wait(int timeout_ms) {

@@ -90,7 +90,7 @@ struct OutMessage {
 };
 
 // A received message. The header is parsed from an aligned copy of its (small) frame;
-// payload frames are kept as received.
+// payload frames are kept as received when 8-byte aligned, else copied to be.
 class InMessage {
  public:
   PeerId identity;  // the sender, on server sockets

@@ -1,6 +1,8 @@
 // Schema round-trip and the Transport itself: header + zero-copy tensor frames over TCP.
 #include <atomic>
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <thread>
 
 #include "common/error.h"
@@ -129,6 +131,40 @@ TEST(Transport, SendsTensorFramesWithoutCopying) {
   ASSERT_TRUE(client.Recv(&back, 5000));
   EXPECT_EQ(back.header().getKind(), msg::Kind::PUSH_ACK);
   EXPECT_FALSE(client.Recv(&back, 10));  // nothing more: a bounded wait times out
+}
+
+// Found by the ASan + UBSan suite: ZeroMQ delivered small frames at odd offsets of its
+// receive buffer, and the shards read them as floats (a misaligned load).
+TEST(Transport, ReceivedPayloadsAreAlignedForFloats) {
+  TransportContext ctx;
+  Transport server(ctx, Transport::Kind::kServer, {});
+  std::string ep = server.Bind("tcp://127.0.0.1:*");
+  Transport client(ctx, Transport::Kind::kClient, {});
+  client.Connect(ep);
+  std::vector<float> data = {1.5f, 2.5f, 3.5f};
+  for (int k = 0; k < 8; ++k) {
+    OutMessage m;
+    m.header().setKind(msg::Kind::PUSH);
+    m.header().setBarrierName(std::string(size_t(k), 'x'));  // shifts where the payload lands
+    for (int f = 0; f < 3; ++f) {
+      Payload p;
+      p.data = data.data();
+      p.size = size_t(f + 1) * 4;
+      m.payloads.push_back(std::move(p));
+    }
+    client.Send(m);
+  }
+  for (int k = 0; k < 8; ++k) {
+    InMessage in;
+    ASSERT_TRUE(server.Recv(&in, 5000));
+    ASSERT_EQ(in.payloads.size(), 3u);
+    for (auto& f : in.payloads) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(f.data()) % 8, 0u) << "message " << k << ", " << f.size() << " bytes";
+      float first;
+      memcpy(&first, f.data(), 4);
+      EXPECT_EQ(first, 1.5f);
+    }
+  }
 }
 
 TEST(Transport, ValidateTensorsNamesTheMismatch) {
