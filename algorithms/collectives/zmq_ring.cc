@@ -267,7 +267,7 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
             memcpy(&v, in + i * 4, 4);
             out[i] += v;
           }
-        } else {
+        } else if (cnt > 0) {  // an empty chunk's pointers may be null
           memcpy(out, in, size_t(cnt) * 4);
         }
         ++s;

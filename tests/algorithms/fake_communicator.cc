@@ -38,7 +38,7 @@ void FakeCommunicator::AllReduce(float* data, int64_t n, ReduceOp op, DType wire
     std::vector<float> in(static_cast<size_t>(n)), sum(static_cast<size_t>(n), 0.f);
     std::vector<uint8_t> enc(size_t(n) * DTypeSize(wire));
     for (const auto& slot : all) {
-      memcpy(in.data(), slot.data(), slot.size());
+      if (n > 0) memcpy(in.data(), slot.data(), slot.size());
       if (wire != DType::kF32) {  // what the wire would carry
         EncodeFloats(in.data(), size_t(n), wire, enc.data());
         DecodeFloats(enc.data(), size_t(n), wire, in.data());
@@ -47,7 +47,7 @@ void FakeCommunicator::AllReduce(float* data, int64_t n, ReduceOp op, DType wire
     }
     if (op == ReduceOp::kMean)
       for (auto& x : sum) x /= float(N);
-    memcpy(data, sum.data(), size_t(n) * 4);
+    if (n > 0) memcpy(data, sum.data(), size_t(n) * 4);
   });
   bytes_sent_ += 2 * (N - 1) * n * int64_t(DTypeSize(wire)) / N;
 }
