@@ -19,6 +19,7 @@ SRCS=(
   common/config.cc common/dtype.cc common/metrics.cc
   common/transport/transport.cc common/transport/heartbeat.cc common/transport/pipe.cc
   common/rendezvous/rendezvous.cc common/rendezvous/store.cc common/ps/client.cc
+  common/checkpoint/checkpoint_store.cc
   server/server.cc server/coordinator.cc server/kv_shard.cc server/checkpointer.cc server/aggregation.cc
   algorithms/optimizers/optimizer.cc
   worker/data/idx_reader.cc worker/data/cifar_reader.cc worker/data/file_util.cc

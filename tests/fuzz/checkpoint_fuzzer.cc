@@ -75,14 +75,18 @@ void Put(std::string* out, const std::string& k, const std::string& v) {
 void WriteSeed(const char* file) {
   const std::string dir = shoal::fuzz::ScratchDir() + "/seed";
   {
-    shoal::Checkpointer ck(dir, 0, /*fresh=*/true);
+    shoal::Checkpointer ck(dir, 0, shoal::CheckpointStart::kFresh);
     auto kv = NewShard();
     kv->Push("fc.weight", shoal::DType::kF32, {2, 3}, Floats(6, 0.5f), shoal::msg::PushOp::ASSIGN);
     kv->Push("fc.bias", shoal::DType::kF32, {3}, Floats(3, 0.f), shoal::msg::PushOp::ASSIGN);
     kv->Push("fc.weight", shoal::DType::kF32, {2, 3}, Floats(6, 0.1f), shoal::msg::PushOp::APPLY);
     kv->Push("fc.bias", shoal::DType::kF32, {3}, Floats(3, 0.1f), shoal::msg::PushOp::APPLY);
-    shoal::CheckpointRecord rec{1, 1, 0, 1, 1};
-    ck.Write(rec, *kv);
+    shoal::CheckpointRecord rec;
+    rec.id = 1;
+    rec.step = 1;
+    rec.batch = 1;
+    rec.shards = 1;
+    ck.Write(rec, /*keep=*/0, *kv);
     ck.Commit(rec);
   }
   rocksdb::DB* db = nullptr;
@@ -146,7 +150,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!db->Write(rocksdb::WriteOptions(), &batch).ok()) abort();
   }
   try {
-    shoal::Checkpointer ck(dir, 0, /*fresh=*/false);
+    shoal::Checkpointer ck(dir, 0, shoal::CheckpointStart::kResume);
     std::set<uint64_t> ids = {1};
     try {
       ids.insert(ck.Committed().id);
