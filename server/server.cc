@@ -220,6 +220,9 @@ bool Server::ServeOne(InMessage& m) {
     Warn("bad message from " + PeerName(e.identity) + ": " + e.what() + "; ignored");
     ReplyError(e.identity, 0, who_ + ": bad message: " + e.what());
     return true;
+  } catch (const std::exception& e) {  // e.g. no memory for a large frame: drop it, keep serving
+    Warn(std::string("failed receiving a message: ") + e.what());
+    return true;
   }
   Serve(m);
   return true;
