@@ -227,6 +227,7 @@ class Trainer {
       while (!stop && TrainStep(epoch)) stop = cfg_.max_steps > 0 && step_ >= cfg_.max_steps;
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
+      evaluated_ = true;
       double sps = double(samples_) / std::max(1e-9, Since(t_start_));
       metrics_.Write("eval", step_,
                      JsonObject()
@@ -250,7 +251,9 @@ class Trainer {
     params_->PullWeightsAndGrads();
     algo_->Finish(params_->views());
     params_->PushWeights();
-    if (algo_->ModelChangedAtFinish()) {
+    // A run resumed from the checkpoint at its very end trained no epoch here, and still
+    // reports the model's accuracy.
+    if (algo_->ModelChangedAtFinish() || !evaluated_) {
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
       metrics_.Write("eval", step_,
@@ -399,6 +402,7 @@ class Trainer {
   std::unique_ptr<Algorithm> algo_;
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
   int64_t resumed_step_ = 0;
+  bool evaluated_ = false;  // an epoch's evaluation ran in this process
   Tensor x_;
   Batch batch_;
   int64_t step_ = 0, samples_ = 0, window_samples_ = 0, loss_n_ = 0;

@@ -79,8 +79,6 @@ std::string ServersLine(int n) {
   return s + "]\n";
 }
 
-namespace {
-
 int CountEvents(const std::string& dir, const std::string& event) {
   std::ifstream m(dir + "/out/metrics.jsonl");
   std::string l;
@@ -88,8 +86,6 @@ int CountEvents(const std::string& dir, const std::string& event) {
   while (std::getline(m, l)) n += l.find("\"event\":\"" + event + "\"") != std::string::npos;
   return n;
 }
-
-}  // namespace
 
 bool KillWhenLogged(const std::string& dir, const std::string& process, const std::string& event, int count,
                     int timeout_s, const std::string& signal) {

@@ -36,6 +36,8 @@ void KillWhenTraining(const std::string& dir, const std::string& process, int tr
 // false when that did not happen within timeout_s or no such process was there to kill.
 bool KillWhenLogged(const std::string& dir, const std::string& process, const std::string& event, int count,
                     int timeout_s = 120, const std::string& signal = "KILL");
+// How many events named `event` the job in `dir` has logged to metrics.jsonl so far.
+int CountEvents(const std::string& dir, const std::string& event);
 // Processes (pgrep -f) still running with this job's file on their command line.
 int ProcessesOf(const std::string& dir);
 // The metrics lines whose "event" is `event`.

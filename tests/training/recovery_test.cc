@@ -4,6 +4,7 @@
 // and the synchronous algorithms then end bit-identical to a run that was never
 // interrupted. A new run refuses an earlier run's checkpoints unless told --resume or
 // --fresh. Soak: processes of a PS job and of an all-reduce job killed again and again.
+#include <atomic>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -128,29 +129,42 @@ TEST(Recovery, ANewRunRefusesAnEarlierRunsCheckpointsUnlessResumedOrFresh) {
   EXPECT_EQ(Hashes(fresh), Hashes(first)) << "--fresh did not start from the beginning";
 }
 
-// Soak: every few seconds a random process of the job is SIGKILLed, right after a new
-// checkpoint, five times; with max_restarts the job still ends on target, and nothing is
-// left running.
+// Soak: a random process of the job is SIGKILLed at a random moment shortly after each new
+// checkpoint, five times; with max_restarts the job still ends on target, and nothing is left
+// running.
 void Soak(const std::string& name, const std::string& section, const std::vector<std::string>& victims) {
   std::string d = FreshDir(name);
-  // 4800 samples, 2 workers, batch 32: 75 steps an epoch, 225 in all.
-  std::string job = Job(name, d, section, 3, 15, 5, 2, 4800);
+  // 4800 samples, 2 workers, batch 32: 75 steps an epoch, 375 in all. A step takes a few
+  // milliseconds, so each kill lands within a few steps of its checkpoint and the five
+  // restarts cost at most a couple of hundred steps of the run.
+  std::string job = Job(name, d, section, 5, 15, 5, 2, 4800);
   std::mt19937 rng(uint32_t(std::hash<std::string>()(name)));
-  int kills = 0;
+  std::atomic<int> kills{0};
+  std::atomic<bool> ended{false};
+  auto wait_for = [&](const std::string& event, int count) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (CountEvents(d, event) < count && !ended && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return CountEvents(d, event) >= count;
+  };
   std::thread killer([&] {
-    for (int i = 1; i <= 5; ++i) {
-      // After the i-th checkpoint of the job (counted across restarts).
-      if (!KillWhenLogged(d, victims[rng() % victims.size()], "checkpoint", 2 * i - 1, 120)) return;
-      ++kills;
-      std::this_thread::sleep_for(std::chrono::milliseconds(500 + rng() % 1500));
+    while (kills < 5 && !ended) {
+      // Once the restarted processes run (each worker logs its resume), the first new
+      // checkpoint, then a random moment a few steps later: a fast job cannot outrun the
+      // schedule, and no checkpoint of a dying attempt triggers a kill.
+      if (!wait_for("resume", 2 * kills)) return;
+      if (!wait_for("checkpoint", CountEvents(d, "checkpoint") + 1)) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 30));
+      if (KillWhenLogged(d, victims[rng() % victims.size()], "checkpoint", 0, 1)) ++kills;
     }
   });
   JobRun run = RunJob(d, job, 900);
+  ended = true;
   killer.join();
   ASSERT_EQ(kills, 5) << run.stderr_text;
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   EXPECT_EQ(Events(run, "restart").size(), 5u) << run.stderr_text;
-  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 225) << run.done_line;
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 375) << run.done_line;
   EXPECT_GE(JsonNumber(run.done_line, "test_accuracy").value_or(0), 0.75) << run.done_line;
   EXPECT_EQ(ProcessesOf(d), 0);
 }
