@@ -559,13 +559,16 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
     }
   }
 
-  SectionReader model(file, root, "model", {"name", "zero_gamma_init", "label_smoothing"});
+  SectionReader model(file, root, "model", {"name", "zero_gamma_init", "label_smoothing", "init"});
   c.model = model.String("name", "mlp");
   static const std::set<std::string> kModels = {"mlp", "lenet", "resnet20", "resnet50"};
   if (!kModels.count(c.model))
     model.Fail("name", "unknown model \"" + c.model + "\" (known: lenet, mlp, resnet20, resnet50)");
   c.zero_gamma_init = model.Bool("zero_gamma_init", true);
   c.label_smoothing = model.Double("label_smoothing", 0.0, 0.0, 0.999);
+  c.weight_init = model.String("init", "auto");
+  if (c.weight_init != "auto" && c.weight_init != "he_normal" && c.weight_init != "uniform")
+    model.Fail("init", "expected \"auto\", \"he_normal\" or \"uniform\", got \"" + c.weight_init + "\"");
 
   SectionReader data(file, root, "data",
                      {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes",

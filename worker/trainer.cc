@@ -163,6 +163,8 @@ class Trainer {
     mo.num_classes = train_set_->num_classes();
     mo.zero_gamma_init = cfg_.zero_gamma_init;
     mo.label_smoothing = float(cfg_.label_smoothing);
+    if (cfg_.weight_init == "he_normal") mo.init = WeightInit::kHeNormal;
+    if (cfg_.weight_init == "uniform") mo.init = WeightInit::kFanInUniform;
     model_ = MakeModel(cfg_.model, *backend_, mo);
     model_->InitParameters(cfg_.seed);
     params_ = std::make_unique<HostParams>(*model_, *backend_);
@@ -240,6 +242,7 @@ class Trainer {
       printf("worker %d: epoch %lld step %lld test_accuracy %.4f test_loss %.4f samples/s %.0f\n", rank_,
              (long long)epoch + 1, (long long)step_, ev.accuracy, ev.loss, sps);
       fflush(stdout);
+      WarnIfDead(epoch, ev.accuracy);
       bool reached = cfg_.target_accuracy > 0 && ev.accuracy >= cfg_.target_accuracy;
       stop = algo_->AgreeToStop(stop || reached);
     }
@@ -323,9 +326,35 @@ class Trainer {
     window_samples_ += batch_.n;
     loss_sum_ += loss;
     ++loss_n_;
+    epoch_loss_sum_ += loss;
+    ++epoch_loss_n_;
     if (step_ % cfg_.log_every_steps == 0) LogTrain(epoch);
     if (checkpoints_ && cfg_.checkpoint_every_steps > 0 && step_ % cfg_.checkpoint_every_steps == 0) SaveCheckpoint();
     return true;
+  }
+
+  // A network whose mean loss over a whole epoch stayed at ln(classes) with chance accuracy
+  // predicts the same for every input: its ReLUs are all off (it diverged in its first steps)
+  // and it will not recover. Said once, by rank 0, on the console (through the launcher)
+  // and in metrics.
+  void WarnIfDead(int64_t epoch, double accuracy) {
+    const double n = double(epoch_loss_n_), mean = epoch_loss_sum_ / std::max(1.0, n);
+    epoch_loss_sum_ = 0;
+    epoch_loss_n_ = 0;
+    const double classes = double(train_set_->num_classes()), chance = std::log(classes);
+    if (rank_ != 0 || warned_dead_ || n < 20 || mean < 0.97 * chance || accuracy > 1.5 / classes) return;
+    warned_dead_ = true;
+    char msg[640];
+    snprintf(msg, sizeof msg,
+             "the training loss never fell below ln(%d) = %.3f in epoch %lld (mean %.4f) and test accuracy is "
+             "%.3f, chance: the network is dead (every output the same). Likely cause: a learning rate too "
+             "large for the model's start (lr %g, optimizer %s) drove every ReLU off in the first steps; "
+             "lower [optimizer] lr, add warmup_epochs, or keep [model] init = \"auto\"/\"uniform\"",
+             int(classes), chance, (long long)epoch + 1, mean, accuracy, env_.schedule->At(std::max<int64_t>(0, step_ - 1)),
+             cfg_.optimizer.c_str());
+    printf("worker %d: warning: %s\n", rank_, msg);
+    fflush(stdout);
+    metrics_.Write("warning", step_, JsonObject().Add("rank", rank_).Add("kind", "dead_network").Add("message", msg));
   }
 
   // This worker's weights, its algorithm's state and the data position, committed once
@@ -402,7 +431,10 @@ class Trainer {
   std::unique_ptr<Algorithm> algo_;
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
   int64_t resumed_step_ = 0;
-  bool evaluated_ = false;  // an epoch's evaluation ran in this process
+  bool evaluated_ = false;
+  double epoch_loss_sum_ = 0;  // this epoch's training losses, for WarnIfDead
+  int64_t epoch_loss_n_ = 0;
+  bool warned_dead_ = false;  // an epoch's evaluation ran in this process
   Tensor x_;
   Batch batch_;
   int64_t step_ = 0, samples_ = 0, window_samples_ = 0, loss_n_ = 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "common/error.h"
 #include "tests/engine/grad_check.h"
@@ -119,6 +120,50 @@ TEST(Model, InitIsDeterministicAndFlatViewsRoundTrip) {
   b->ZeroGrad();
   b->CopyGradsToHost(g.data());
   EXPECT_EQ(g, std::vector<float>(fa.size(), 0.0f));
+}
+
+// Each model's default start: lenet's layers as PyTorch's (weights and biases uniform in
+// +-1/sqrt(fan_in), std bound/sqrt(3)), resnet20's convolutions He normal (std
+// sqrt(2/fan_in), no bias); [model] init overrides it.
+TEST(Model, InitDrawsEachModelsDefaultDistribution) {
+  auto be = MakeCpuBackend(1);
+  auto stats = [&](const std::string& model, std::optional<WeightInit> init, const std::string& param) {
+    ModelOptions mo;
+    mo.init = init;
+    auto m = MakeModel(model, *be, mo);
+    m->InitParameters(3);
+    std::vector<float> flat(size_t(m->NumParams()));
+    m->CopyParamsToHost(flat.data());
+    for (const ParamInfo& p : m->ParamLayout())
+      if (p.name == param) {
+        double sum = 0, sq = 0, max_abs = 0;
+        for (int64_t i = 0; i < p.numel; ++i) {
+          const double v = flat[size_t(p.offset + i)];
+          sum += v;
+          sq += v * v;
+          max_abs = std::max(max_abs, std::abs(v));
+        }
+        const double n = double(p.numel), mean = sum / n;
+        return std::make_pair(std::sqrt(sq / n - mean * mean), max_abs);
+      }
+    ADD_FAILURE() << "no parameter " << param << " in " << model;
+    return std::make_pair(0.0, 0.0);
+  };
+  // lenet fc1: fan-in 1024, bound 1/32
+  auto [std_fc, max_fc] = stats("lenet", std::nullopt, "fc1.weight");
+  EXPECT_LE(max_fc, 1.0 / 32);
+  EXPECT_NEAR(std_fc, 1.0 / 32 / std::sqrt(3.0), 0.02 * std_fc);
+  auto [std_b, max_b] = stats("lenet", std::nullopt, "conv2.bias");  // fan-in 32*5*5 = 800
+  EXPECT_LE(max_b, 1.0 / std::sqrt(800.0));
+  EXPECT_GT(std_b, 0.0);
+  // He normal when asked: std sqrt(2/1024)
+  auto [std_he, max_he] = stats("lenet", WeightInit::kHeNormal, "fc1.weight");
+  EXPECT_NEAR(std_he, std::sqrt(2.0 / 1024), 0.02 * std_he);
+  EXPECT_GT(max_he, 1.0 / 32);
+  EXPECT_EQ(stats("lenet", WeightInit::kHeNormal, "conv2.bias").second, 0.0);
+  // resnet20's first convolution: fan-in 3*3*3 = 27, He normal by default
+  auto [std_rn, max_rn] = stats("resnet20", std::nullopt, "conv.weight");
+  EXPECT_NEAR(std_rn, std::sqrt(2.0 / 27), 0.15 * std_rn);  // 432 draws
 }
 
 TEST(Model, GradientsMatchFiniteDifferences) {

@@ -370,6 +370,9 @@ class Launch {
       } else if (*ev == "checkpoint") {
         last_checkpoint_ = uint64_t(JsonNumber(line, "id").value_or(double(last_checkpoint_)));
         last_checkpoint_step_ = int64_t(JsonNumber(line, "step").value_or(0));
+      } else if (*ev == "warning") {
+        if (tty_) fprintf(stderr, "\n");
+        fprintf(stderr, "shoal: warning from worker %d: %s\n", rank, JsonField(line, "message").value_or("?").c_str());
       } else if (*ev == "resume" && !resume_reported_) {
         resume_reported_ = true;
         if (tty_) fprintf(stderr, "\n");

@@ -23,6 +23,7 @@
 // host views below use that order.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct ModelOptions {
   int64_t num_classes = 10;
   bool zero_gamma_init = false;
   float label_smoothing = 0.0f;  // used by TrainStep / EvalStep
+  // Of every conv and fully connected layer; unset: the model's own default (fan-in uniform
+  // for mlp and lenet, as PyTorch's layers; He normal for the ResNets, as torchvision's).
+  std::optional<WeightInit> init;
 };
 
 // Where one parameter sits in the flat buffers.

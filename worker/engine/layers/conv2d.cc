@@ -6,8 +6,9 @@
 
 namespace shoal {
 
-Conv2d::Conv2d(Backend& be, int64_t in_channels, int64_t out_channels, int kernel, int stride, int pad, bool bias)
-    : Layer(be), in_(in_channels), out_(out_channels), kernel_(kernel), bias_(bias) {
+Conv2d::Conv2d(Backend& be, int64_t in_channels, int64_t out_channels, int kernel, int stride, int pad, bool bias,
+               WeightInit init)
+    : Layer(be), in_(in_channels), out_(out_channels), kernel_(kernel), bias_(bias), init_(init) {
   SHOAL_CHECK(in_ > 0 && out_ > 0 && kernel > 0 && stride > 0 && pad >= 0,
               "Conv2d: bad configuration in=" + std::to_string(in_) + " out=" + std::to_string(out_) + " kernel=" +
                   std::to_string(kernel) + " stride=" + std::to_string(stride) + " pad=" + std::to_string(pad));
@@ -47,8 +48,7 @@ void Conv2d::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, boo
 }
 
 void Conv2d::InitParameters(std::mt19937_64& rng) {
-  FillNormal(params_[0].value, std::sqrt(2.0 / double(in_ * kernel_ * kernel_)), rng);
-  if (bias_) be_.Fill(params_[1].value, 0.0f);
+  InitWeightAndBias(init_, in_ * kernel_ * kernel_, 2.0, params_[0].value, bias_ ? &params_[1].value : nullptr, rng);
 }
 
 }  // namespace shoal

@@ -6,7 +6,8 @@ namespace shoal {
 
 class Conv2d final : public Layer {
  public:
-  Conv2d(Backend& be, int64_t in_channels, int64_t out_channels, int kernel, int stride, int pad, bool bias);
+  Conv2d(Backend& be, int64_t in_channels, int64_t out_channels, int kernel, int stride, int pad, bool bias,
+         WeightInit init = WeightInit::kHeNormal);
   std::string Kind() const override { return "Conv2d"; }
   Shape OutputShape(const std::vector<Shape>& in) const override;
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
@@ -18,6 +19,7 @@ class Conv2d final : public Layer {
   int kernel_;
   ConvParams p_;
   bool bias_;
+  WeightInit init_;
   Tensor dx_;
   Tensor saved_;  // the backend's copy of x from the last training forward
 };

@@ -1,5 +1,7 @@
 #include "worker/engine/layers/layer.h"
 
+#include <cmath>
+
 #include "common/error.h"
 
 namespace shoal {
@@ -19,11 +21,21 @@ Buffer& Layer::AddBuffer(const std::string& name, const Shape& s) {
   return buffers_.back();
 }
 
-void Layer::FillNormal(Tensor& t, double stddev, std::mt19937_64& rng) {
-  std::normal_distribution<double> dist(0.0, stddev);
-  std::vector<float> host(size_t(t.numel()));
-  for (float& v : host) v = float(dist(rng));
-  be_.CopyFromHost(t, host.data());
+void Layer::InitWeightAndBias(WeightInit init, int64_t fan_in, double gain, Tensor& weight, Tensor* bias,
+                              std::mt19937_64& rng) {
+  auto draw = [&](Tensor& t, auto dist) {
+    std::vector<float> host(size_t(t.numel()));
+    for (float& v : host) v = float(dist(rng));
+    be_.CopyFromHost(t, host.data());
+  };
+  if (init == WeightInit::kHeNormal) {
+    draw(weight, std::normal_distribution<double>(0.0, std::sqrt(gain / double(fan_in))));
+    if (bias) be_.Fill(*bias, 0.0f);
+  } else {
+    const double bound = 1.0 / std::sqrt(double(fan_in));
+    draw(weight, std::uniform_real_distribution<double>(-bound, bound));
+    if (bias) draw(*bias, std::uniform_real_distribution<double>(-bound, bound));
+  }
 }
 
 void Layer::CheckInputs(const std::vector<Shape>& in) const {

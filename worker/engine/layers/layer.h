@@ -14,6 +14,14 @@
 
 namespace shoal {
 
+// How a Linear or Conv2d layer draws its first weights. He normal (std sqrt(2/fan_in)) keeps
+// activations' scale through deep ReLU stacks and suits layers followed by batch norm
+// (torchvision's ResNets). Fan-in uniform is PyTorch's nn.Linear/nn.Conv2d default: about
+// 2.4x smaller weights, which small nets without normalization need to survive a large
+// learning rate (with He normal, lenet at lr 0.1 and momentum 0.9 often dies in its first
+// steps: every ReLU off, loss stuck at ln(classes)).
+enum class WeightInit { kHeNormal, kFanInUniform };
+
 // A named tensor and its gradient. `no_weight_decay` marks bias and batch-norm scale/shift,
 // which the optimizers leave out of weight decay (and LARS/LAMB trust ratios may treat
 // apart).
@@ -61,8 +69,11 @@ class Layer {
   }
   Parameter& AddParam(const std::string& name, const Shape& s, bool no_weight_decay);
   Buffer& AddBuffer(const std::string& name, const Shape& s);
-  // He/Kaiming normal (std = sqrt(2 / fan_in)), drawn on the host and copied over.
-  void FillNormal(Tensor& t, double stddev, std::mt19937_64& rng);
+  // Draws a weight (and its bias, when there is one) by `init`, on the host, copied over.
+  // He normal: weight ~ N(0, gain / fan_in), bias 0. Fan-in uniform: weight and bias
+  // ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), whatever the gain.
+  void InitWeightAndBias(WeightInit init, int64_t fan_in, double gain, Tensor& weight, Tensor* bias,
+                         std::mt19937_64& rng);
   void CheckInputs(const std::vector<Shape>& in) const;
 
   Backend& be_;

@@ -6,8 +6,9 @@
 
 namespace shoal {
 
-Linear::Linear(Backend& be, int64_t in_features, int64_t out_features, bool bias, double init_gain)
-    : Layer(be), in_(in_features), out_(out_features), bias_(bias), gain_(init_gain) {
+Linear::Linear(Backend& be, int64_t in_features, int64_t out_features, bool bias, double init_gain,
+               WeightInit init)
+    : Layer(be), in_(in_features), out_(out_features), bias_(bias), gain_(init_gain), init_(init) {
   SHOAL_CHECK(in_ > 0 && out_ > 0 && init_gain > 0,
               "Linear: bad features " + std::to_string(in_) + "->" + std::to_string(out_) + " or init gain");
   AddParam("weight", {out_, in_}, false);
@@ -37,8 +38,7 @@ void Linear::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, boo
 }
 
 void Linear::InitParameters(std::mt19937_64& rng) {
-  FillNormal(params_[0].value, std::sqrt(gain_ / double(in_)), rng);
-  if (bias_) be_.Fill(params_[1].value, 0.0f);
+  InitWeightAndBias(init_, in_, gain_, params_[0].value, bias_ ? &params_[1].value : nullptr, rng);
 }
 
 }  // namespace shoal

@@ -6,9 +6,10 @@ namespace shoal {
 
 class Linear final : public Layer {
  public:
-  // init_gain: weights start at N(0, init_gain / in_features): 2 (He) ahead of a ReLU,
-  // 1 for the logits layer, whose outputs feed no rectifier.
-  Linear(Backend& be, int64_t in_features, int64_t out_features, bool bias = true, double init_gain = 2.0);
+  // init_gain (He normal only): weights start at N(0, init_gain / in_features): 2 ahead of
+  // a ReLU, 1 for the logits layer, whose outputs feed no rectifier.
+  Linear(Backend& be, int64_t in_features, int64_t out_features, bool bias = true, double init_gain = 2.0,
+         WeightInit init = WeightInit::kHeNormal);
   std::string Kind() const override { return "Linear"; }
   Shape OutputShape(const std::vector<Shape>& in) const override;
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
@@ -19,6 +20,7 @@ class Linear final : public Layer {
   int64_t in_, out_;
   bool bias_;
   double gain_;
+  WeightInit init_;
   Tensor dx_;
 };
 

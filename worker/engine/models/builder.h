@@ -18,9 +18,10 @@ namespace shoal {
 struct ModelBuilder {
   Model& m;
   Backend& be;
+  WeightInit init = WeightInit::kHeNormal;  // of every Conv, Fc and Logits layer added
 
   int Conv(const std::string& n, int in, int64_t cin, int64_t cout, int k, int stride, int pad, bool bias) {
-    return m.AddNode(n, std::make_unique<Conv2d>(be, cin, cout, k, stride, pad, bias), {in});
+    return m.AddNode(n, std::make_unique<Conv2d>(be, cin, cout, k, stride, pad, bias, init), {in});
   }
   int BN(const std::string& n, int in, int64_t c, bool zero_gamma = false) {
     return m.AddNode(n, std::make_unique<BatchNorm>(be, c, 1e-5f, 0.1f, zero_gamma), {in});
@@ -32,11 +33,11 @@ struct ModelBuilder {
   int Gap(const std::string& n, int in) { return m.AddNode(n, std::make_unique<GlobalAvgPool>(be), {in}); }
   int Flat(const std::string& n, int in) { return m.AddNode(n, std::make_unique<Flatten>(be), {in}); }
   int Fc(const std::string& n, int in, int64_t i, int64_t o) {
-    return m.AddNode(n, std::make_unique<Linear>(be, i, o), {in});
+    return m.AddNode(n, std::make_unique<Linear>(be, i, o, true, 2.0, init), {in});
   }
   // the classifier: gain-1 init, as no ReLU follows
   int Logits(const std::string& n, int in, int64_t i, int64_t o) {
-    return m.AddNode(n, std::make_unique<Linear>(be, i, o, true, 1.0), {in});
+    return m.AddNode(n, std::make_unique<Linear>(be, i, o, true, 1.0, init), {in});
   }
   int Sum(const std::string& n, int a, int b) { return m.AddNode(n, std::make_unique<AddLayer>(be), {a, b}); }
 };

@@ -38,7 +38,7 @@ void CheckImage(const std::string& model, const Shape& s) {
 std::unique_ptr<Model> BuildResnet20(Backend& be, const ModelOptions& o) {
   CheckImage("resnet20", o.input_shape);
   auto m = std::make_unique<Model>(be, "resnet20", o.input_shape);
-  ModelBuilder b{*m, be};
+  ModelBuilder b{*m, be, o.init.value_or(WeightInit::kHeNormal)};
   int x = b.Relu("relu", b.BN("bn", b.Conv("conv", Model::kInput, o.input_shape[0], 16, 3, 1, 1, false), 16));
   int64_t cin = 16;
   const int64_t widths[3] = {16, 32, 64};
@@ -57,7 +57,7 @@ std::unique_ptr<Model> BuildResnet20(Backend& be, const ModelOptions& o) {
 std::unique_ptr<Model> BuildResnet50(Backend& be, const ModelOptions& o) {
   CheckImage("resnet50", o.input_shape);
   auto m = std::make_unique<Model>(be, "resnet50", o.input_shape);
-  ModelBuilder b{*m, be};
+  ModelBuilder b{*m, be, o.init.value_or(WeightInit::kHeNormal)};
   int x = b.Relu("relu", b.BN("bn", b.Conv("conv", Model::kInput, o.input_shape[0], 64, 7, 2, 3, false), 64));
   x = b.MaxPool2d("maxpool", x, 3, 2, 1);
   int64_t cin = 64;

@@ -6,7 +6,7 @@ namespace shoal {
 
 std::unique_ptr<Model> BuildMlp(Backend& be, const ModelOptions& o) {
   auto m = std::make_unique<Model>(be, "mlp", o.input_shape);
-  ModelBuilder b{*m, be};
+  ModelBuilder b{*m, be, o.init.value_or(WeightInit::kFanInUniform)};
   const int64_t in = NumElements(o.input_shape);
   int x = b.Flat("flatten", Model::kInput);
   x = b.Relu("relu1", b.Fc("fc1", x, in, 256));
@@ -20,7 +20,7 @@ std::unique_ptr<Model> BuildMlp(Backend& be, const ModelOptions& o) {
 std::unique_ptr<Model> BuildLenet(Backend& be, const ModelOptions& o) {
   SHOAL_CHECK(o.input_shape.size() == 3, "model lenet: input shape must be [C,H,W], got " + ShapeString(o.input_shape));
   auto m = std::make_unique<Model>(be, "lenet", o.input_shape);
-  ModelBuilder b{*m, be};
+  ModelBuilder b{*m, be, o.init.value_or(WeightInit::kFanInUniform)};
   int x = b.Conv("conv1", Model::kInput, o.input_shape[0], 32, 5, 1, 0, true);
   x = b.MaxPool2d("pool1", b.Relu("relu1", x), 2, 2);
   x = b.Conv("conv2", x, 32, 64, 5, 1, 0, true);
