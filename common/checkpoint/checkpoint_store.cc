@@ -60,16 +60,25 @@ CheckpointStart CheckpointStartFrom(bool resume, bool fresh) {
   return resume ? CheckpointStart::kResume : fresh ? CheckpointStart::kFresh : CheckpointStart::kNew;
 }
 
+namespace {
+
+// The database's options, the same for opening it and for deleting it.
+rocksdb::Options StoreOptions() {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  return o;
+}
+
+}  // namespace
+
 CheckpointStore::CheckpointStore(const std::string& path, const std::string& who, CheckpointStart start)
     : path_(path), who_(who) {
   SHOAL_CHECK(!path.empty(), who + ": checkpoints: [job] checkpoint_dir is not set");
-  rocksdb::Options o;
-  o.create_if_missing = true;
   std::error_code ec;  // RocksDB creates only the last folder
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   SHOAL_CHECK(!ec, who + ": checkpoints: cannot create the folder of " + path + ": " + ec.message());
   if (start == CheckpointStart::kFresh && std::filesystem::exists(path_))
-    Check(rocksdb::DestroyDB(path_, o), who + ": --fresh: cannot delete the checkpoints in " + path_);
+    Check(rocksdb::DestroyDB(path_, StoreOptions()), who + ": --fresh: cannot delete the checkpoints in " + path_);
   Open();
   if (start == CheckpointStart::kNew) {
     std::vector<uint64_t> held = Written();
@@ -87,10 +96,8 @@ CheckpointStore::CheckpointStore(const std::string& path, const std::string& who
 CheckpointStore::~CheckpointStore() = default;
 
 void CheckpointStore::Open() {
-  rocksdb::Options o;
-  o.create_if_missing = true;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(o, path_, &db);
+  rocksdb::Status s = rocksdb::DB::Open(StoreOptions(), path_, &db);
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
     throw Error(who_ + ": checkpoints: " + path_ + " is in use by another process (" + s.ToString() +
                 "); is another job, or another process of this one, using the same checkpoint_dir?");
