@@ -88,6 +88,7 @@ struct JobConfig {
   std::string model = "mlp";
   bool zero_gamma_init = true;
   double label_smoothing = 0.0;
+  std::string precision = "fp32";    // of convolutions and fully connected layers: fp32 | bf16 | fp16
   std::string weight_init = "auto";  // auto (the model's default) | he_normal | uniform
 
   // [data]

@@ -115,7 +115,11 @@ class Trainer {
   void LoadData() {
     const WorkerSpec& spec = cfg_.workers[size_t(rank_)];
     int threads = opts_.threads > 0 ? opts_.threads : int(cfg_.threads);
-    backend_ = MakeBackend(ParseDevice(spec.device), threads);
+    try {
+      backend_ = MakeBackend(ParseDevice(spec.device), threads, ParseDType(cfg_.precision));
+    } catch (const Error& e) {
+      throw Error(cfg_.path + ": worker " + std::to_string(rank_) + ": " + e.what());
+    }
 
     DatasetOptions dopt;
     dopt.seed = cfg_.seed;

@@ -19,6 +19,7 @@ DEFINE_string(model, "lenet", "mlp | lenet | resnet20 | resnet50");
 DEFINE_string(device, "cpu", "cpu | cuda:N");
 DEFINE_int32(threads, 2, "CPU threads (0 = all cores)");
 DEFINE_int32(batch, 64, "batch size");
+DEFINE_string(precision, "fp32", "fp32 | bf16: the arithmetic of convolutions and fully connected layers");
 DEFINE_int32(warmup, 5, "untimed steps first");
 DEFINE_double(seconds, 5.0, "time to measure for (at least 5 steps)");
 
@@ -32,7 +33,7 @@ Shape InputOf(const std::string& model) {
 }
 
 int Run() {
-  std::unique_ptr<Backend> be = MakeBackend(ParseDevice(FLAGS_device), FLAGS_threads);
+  std::unique_ptr<Backend> be = MakeBackend(ParseDevice(FLAGS_device), FLAGS_threads, ParseDType(FLAGS_precision));
   ModelOptions mo;
   mo.input_shape = InputOf(FLAGS_model);
   mo.num_classes = 10;
@@ -96,9 +97,9 @@ int Run() {
   const double mean = el / double(times.size());
   const double cpu_ms = 1000.0 * (cpu_s() - cpu0) / double(times.size());
   printf(
-      "{\"bench\":\"engine_cpp\",\"model\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,"
+      "{\"bench\":\"engine_cpp\",\"precision\":\"%s\",\"model\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,"
       "\"steps\":%zu,\"samples_per_s\":%.1f,\"mean_samples_per_s\":%.1f,\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f}\n",
-      FLAGS_model.c_str(), FLAGS_device.c_str(), be->Name().c_str(), FLAGS_threads, FLAGS_batch, times.size(),
+      FLAGS_precision.c_str(), FLAGS_model.c_str(), FLAGS_device.c_str(), be->Name().c_str(), FLAGS_threads, FLAGS_batch, times.size(),
       FLAGS_batch / median, FLAGS_batch / mean, 1000.0 * median, cpu_ms);
   return 0;
 }

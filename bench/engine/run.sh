@@ -5,13 +5,14 @@
 # (torch figures null when `import torch` fails).
 #
 # usage: bench/engine/run.sh [BAZEL_BIN] [--threads N] [--batch B] [--seconds S] [--rounds R] [--models "resnet20 lenet"]
+#        [--precision fp32|bf16]   (bf16: Shoal's [model] precision = "bf16" against PyTorch's CPU autocast)
 # (`./shoal bench engine` passes BAZEL_BIN after building; without it this script builds.)
 # Each round runs C++ then PyTorch; a side's figure is its best round (median step time
 # within a round), which keeps other tenants of a shared machine from deciding the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-threads=2 batch=64 seconds=5 rounds=3 models="resnet20 lenet"
+threads=2 batch=64 seconds=5 rounds=3 models="resnet20 lenet" precision=fp32
 bazel_bin=""
 if [ $# -gt 0 ] && [ -d "$1" ]; then bazel_bin="$1"; shift; fi
 while [ $# -gt 0 ]; do
@@ -21,6 +22,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --models) models="$2"; shift 2 ;;
+    --precision) precision="$2"; shift 2 ;;
     *) echo "bench/engine/run.sh: unknown argument '$1' (see the usage line in this script)" >&2; exit 2 ;;
   esac
 done
@@ -48,16 +50,19 @@ trap 'rm -f "$results"' EXIT
 for model in $models; do
   for ((r = 1; r <= rounds; r++)); do
     echo "round $r: $model C++ ..." >&2
-    "$bin" --model "$model" --threads "$threads" --batch "$batch" --seconds "$seconds" | tail -n 1 >>"$results"
+    "$bin" --model "$model" --threads "$threads" --batch "$batch" --seconds "$seconds" --precision "$precision" \
+      | tail -n 1 >>"$results"
     echo "round $r: $model PyTorch ..." >&2
     "$py" bench/engine/torch_engine.py --model "$model" --threads "$threads" --batch "$batch" --seconds "$seconds" \
+      --precision "$precision" \
       | tail -n 1 >>"$results" || true
   done
 done
 
-"$py" - "$results" "$models" "$threads" "$batch" <<'PY'
+"$py" - "$results" "$models" "$threads" "$batch" "$precision" <<'PY'
 import json, sys
 path, models, threads, batch = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+precision = sys.argv[5]
 best, cpu = {}, {}
 torch_error = None
 for line in open(path):
@@ -73,8 +78,8 @@ for line in open(path):
     if "cpu_ms_per_step" in r:
         cpu[key] = min(cpu.get(key, float("inf")), r["cpu_ms_per_step"])
 import os
-print("training samples/s (forward + backward + SGD momentum), CPU, OMP_WAIT_POLICY=%s, best of rounds"
-      % os.environ.get("OMP_WAIT_POLICY", ""))
+print("training samples/s (forward + backward + SGD momentum), CPU, %s, OMP_WAIT_POLICY=%s, best of rounds"
+      % (precision, os.environ.get("OMP_WAIT_POLICY", "")))
 print("(cpu ms/step: process CPU time per step, all threads, steadier than wall time on a shared machine)")
 print("%-10s %8s %6s %16s %16s %7s %18s %18s" % ("model", "threads", "batch", "shoal samples/s", "torch samples/s",
                                                 "ratio", "shoal cpu ms/step", "torch cpu ms/step"))
@@ -87,7 +92,7 @@ for m in models:
     print("%-10s %8d %6d %16s %16s %7s %18s %18s" % (m, threads, batch, "%.1f" % ours if ours else "-",
                                                    "%.1f" % theirs if theirs else "-", ratio if ratio else "-",
                                                    "%.2f" % oc if oc else "-", "%.2f" % tc if tc else "-"))
-    lines.append({"bench": "engine", "model": m, "threads": threads, "batch": batch, "samples_per_s": ours,
+    lines.append({"bench": "engine", "precision": precision, "model": m, "threads": threads, "batch": batch, "samples_per_s": ours,
                   "torch_samples_per_s": theirs, "ratio": ratio, "cpu_ms_per_step": oc, "torch_cpu_ms_per_step": tc})
 if torch_error:
     print("torch: " + torch_error)

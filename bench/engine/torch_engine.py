@@ -88,6 +88,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -101,7 +102,10 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        # bf16: autocast, PyTorch's mixed precision (bf16 convolutions and matmuls, fp32 weights)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
 
     for _ in range(a.warmup):
@@ -117,7 +121,7 @@ def main():
     el = time.perf_counter() - t0
     med = sorted(times)[len(times) // 2]
     cpu_ms = 1000 * (time.process_time() - cpu0) / len(times)
-    print(json.dumps({"bench": "engine_torch", "model": a.model, "torch": torch.__version__, "threads": a.threads,
+    print(json.dumps({"bench": "engine_torch", "precision": a.precision, "model": a.model, "torch": torch.__version__, "threads": a.threads,
                       "batch": a.batch, "steps": len(times), "samples_per_s": round(a.batch / med, 1),
                       "mean_samples_per_s": round(len(times) * a.batch / el, 1), "step_ms": round(1000 * med, 3), "cpu_ms_per_step": round(cpu_ms, 3)}))
 

@@ -100,6 +100,9 @@ TEST(Config, ErrorsNameFileKeyAndExpectation) {
   EXPECT_NE(ErrorOf(Replace(kGood, "workers = 4", "workers = [{device = \"tpu\"}]")).find("workers[0] device"),
             std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "workers = 4", "workers = 0")).find("[cluster] workers"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"lenet\"\nprecision = \"fp8\""))
+                .find("[model] precision: expected \"fp32\", \"bf16\" or \"fp16\", got \"fp8\""),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"lenet\"\ninit = \"xavier\""))
                 .find("[model] init: expected \"auto\", \"he_normal\" or \"uniform\", got \"xavier\""),
             std::string::npos);

@@ -31,6 +31,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string Name() const = 0;  // e.g. "cpu/oneDNN", "cuda:0/H100"
+  // The arithmetic of convolutions and fully connected layers: kF32, or kBF16/kF16 inputs
+  // with fp32 accumulation (mixed precision). Tensors between layers, weights and
+  // gradients stay fp32 either way: the optimizer updates fp32 master weights.
+  virtual DType compute_dtype() const { return DType::kF32; }
 
   // ---- memory
   virtual Tensor Empty(const Shape& shape, DType dtype = DType::kF32) = 0;
@@ -105,11 +109,13 @@ class Backend {
   virtual double SumSquares(const Tensor& x) = 0;
 };
 
-// The CPU backend (oneDNN); `threads` = 0 means all cores.
-std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
+// The CPU backend (oneDNN); `threads` = 0 means all cores. compute kBF16 needs a processor
+// with bf16 instructions (AVX512-BF16 or AMX-BF16): without, a clear shoal::Error; kF16 is
+// refused (CPUs have no fp16 arithmetic faster than fp32).
+std::unique_ptr<Backend> MakeCpuBackend(int threads = 0, DType compute = DType::kF32);
 // The CUDA backend on device `index`; throws shoal::Error with a clear message when no
 // CUDA device is present (never crashes).
 std::unique_ptr<Backend> MakeCudaBackend(int index);
-std::unique_ptr<Backend> MakeBackend(const Device& d, int threads = 0);
+std::unique_ptr<Backend> MakeBackend(const Device& d, int threads = 0, DType compute = DType::kF32);
 
 }  // namespace shoal

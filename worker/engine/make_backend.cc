@@ -5,8 +5,11 @@
 
 namespace shoal {
 
-std::unique_ptr<Backend> MakeBackend(const Device& d, int threads) {
-  if (d.is_cpu()) return MakeCpuBackend(threads);
+std::unique_ptr<Backend> MakeBackend(const Device& d, int threads, DType compute) {
+  if (d.is_cpu()) return MakeCpuBackend(threads, compute);
+  SHOAL_CHECK(compute == DType::kF32, std::string("[model] precision = \"") + DTypeName(compute) + "\" on " +
+                                          d.ToString() +
+                                          ": mixed precision on CUDA workers is not built yet; use \"fp32\" there");
   return MakeCudaBackend(d.index);
 }
 

@@ -27,7 +27,9 @@ struct CpuConvPlan {
   dnnl::memory::desc x_md, w_md, b_md, y_md;  // plain layouts
   dnnl::memory::dims strides, pad;
   Shape y_shape;
-  dnnl::memory::desc ax, aw, ay;  // what the primitives are asked for
+  // What the primitives are asked for: x, w and dy in the compute type (bf16 or f32), y,
+  // dx and dw in f32 (accumulated in f32 either way).
+  dnnl::memory::desc ax, aw, ay, ady, adx, adw;
 
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "worker/engine/cpu/conv_plan.h"
 #include "worker/engine/cpu/dnnl_util.h"
+#include "worker/engine/cpu/matmul_plan.h"
 
 namespace shoal {
 namespace {
@@ -41,13 +42,36 @@ void NCS(const Tensor& x, const char* op, int64_t* n, int64_t* c, int64_t* s) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : dnnl_(new Dnnl) {
+CpuBackend::CpuBackend(int threads, DType compute) : compute_(compute), dnnl_(new Dnnl) {
   SHOAL_CHECK(threads >= 0, "CpuBackend: threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
+  SHOAL_CHECK(compute != DType::kF16,
+              "[model] precision = \"fp16\" on a CPU worker: CPUs have no fp16 arithmetic faster than fp32; use "
+              "\"bf16\" (on processors with AVX512-BF16 or AMX) or \"fp32\"");
+  SHOAL_CHECK(compute != DType::kBF16 || CpuHasBf16(),
+              "[model] precision = \"bf16\" on a CPU worker: this processor has no bf16 instructions (oneDNN's "
+              "instruction set here: " +
+                  CpuIsaName() + "; bf16 needs AVX512-BF16 or AMX-BF16); use \"fp32\"");
   if (threads > 0) omp_set_num_threads(threads);
   threads_ = threads > 0 ? threads : omp_get_max_threads();
 }
 
 CpuBackend::~CpuBackend() = default;
+
+bool CpuHasBf16() { return __builtin_cpu_supports("avx512bf16") || CpuIsaName() == "avx512_core_amx"; }
+
+std::string CpuIsaName() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::sse41: return "sse41";
+    default: return "other";
+  }
+}
 
 void CpuBackend::PinThreads() const {
   // The OpenMP thread count is per calling thread: a backend built on one thread and
@@ -55,7 +79,10 @@ void CpuBackend::PinThreads() const {
   if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
 }
 
-std::string CpuBackend::Name() const { return "cpu/oneDNN x" + std::to_string(threads_) + " threads"; }
+std::string CpuBackend::Name() const {
+  return "cpu/oneDNN x" + std::to_string(threads_) + " threads" +
+         (compute_ == DType::kBF16 ? ", bf16 compute (" + CpuIsaName() + ")" : "");
+}
 
 Tensor CpuBackend::Empty(const Shape& shape, DType dtype) {
   for (int64_t d : shape) SHOAL_CHECK(d >= 0, "CpuBackend::Empty: negative dimension in shape " + ShapeString(shape));
@@ -402,14 +429,6 @@ void CpuBackend::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
 
 // ---------------------------------------------------------------- fully connected
 
-namespace {
-void Gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-          float beta, float* C, int64_t ldc) {
-  dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-  if (st != dnnl_success) throw Error("CpuBackend: dnnl_sgemm failed with status " + std::to_string(int(st)));
-}
-}  // namespace
-
 void CpuBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   PinThreads();
   CheckF32(x, "LinearForward", "x");
@@ -518,6 +537,8 @@ double CpuBackend::SumSquares(const Tensor& x) {
   return s;
 }
 
-std::unique_ptr<Backend> MakeCpuBackend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> MakeCpuBackend(int threads, DType compute) {
+  return std::make_unique<CpuBackend>(threads, compute);
+}
 
 }  // namespace shoal

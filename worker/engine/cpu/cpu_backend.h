@@ -4,8 +4,10 @@
 // memory-bound ops (batch norm, pooling, elementwise, loss) on plain OpenMP loops, which
 // share oneDNN's OpenMP thread pool.
 //
-// One backend serves one thread at a time (its primitive cache is unguarded). fp32 only:
-// fp16/bf16 tensors can be allocated, filled and copied, not computed on.
+// One backend serves one thread at a time (its primitive cache is unguarded). Tensors are
+// fp32 (fp16/bf16 tensors can be allocated, filled and copied, not computed on); with
+// compute bf16, convolutions and fully connected layers read bf16 copies of their inputs
+// and weights (converted on the way in) and accumulate and write fp32, on AVX512-BF16/AMX.
 #pragma once
 #include <map>
 #include <memory>
@@ -18,15 +20,21 @@ namespace shoal {
 
 struct CpuConvPlan;  // cpu_conv.cc
 
+// Whether this processor computes bf16 natively (AVX512-BF16 or AMX-BF16), and the
+// instruction set oneDNN's kernels use here ("avx512_core_amx", "avx2", ...).
+bool CpuHasBf16();
+std::string CpuIsaName();
+
 class CpuBackend final : public Backend {
  public:
   // threads = 0: all cores. The OpenMP thread count is process-wide.
-  explicit CpuBackend(int threads);
+  CpuBackend(int threads, DType compute = DType::kF32);
   ~CpuBackend() override;
 
   Device device() const override { return Device{DeviceKind::kCpu, 0}; }
   std::string Name() const override;
   int threads() const { return threads_; }
+  DType compute_dtype() const override { return compute_; }
 
   Tensor Empty(const Shape& shape, DType dtype = DType::kF32) override;
   void Fill(Tensor& t, float value) override;
@@ -80,10 +88,19 @@ class CpuBackend final : public Backend {
   void ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
                Tensor& dw, Tensor* db);
 
+  // C[M,N] (beta 0: =, beta 1: +=) op(A)[M,K] op(B)[K,N]: dnnl_sgemm in fp32, a cached
+  // oneDNN matmul on bf16 copies of A and B in bf16.
+  void Gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+            int64_t ldb, float beta, float* C, int64_t ldc);
+
   int threads_;
+  DType compute_;
   struct Dnnl;  // engine + stream, kept out of this header
   std::unique_ptr<Dnnl> dnnl_;
   std::map<ConvKey, std::unique_ptr<CpuConvPlan>> conv_plans_;
+  struct MatmulPlan;  // cpu_gemm.cc
+  using MatmulKey = std::tuple<char, char, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+  std::map<MatmulKey, std::unique_ptr<MatmulPlan>> matmul_plans_;
 };
 
 }  // namespace shoal

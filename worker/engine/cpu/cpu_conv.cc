@@ -40,7 +40,7 @@ void ConvArg::Out(dnnl::stream& s) {
 }
 
 namespace {
-memory::desc Any(const memory::dims& d) { return memory::desc(d, dt::f32, tag::any); }
+memory::desc Any(const memory::dims& d, dt type = dt::f32) { return memory::desc(d, type, tag::any); }
 
 // Scratchpads the plan owns: oneDNN's own are allocated per execution, which showed up as
 // page faults every step.
@@ -80,9 +80,13 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
   c.pad = {p.pad, p.pad};
   // Measured on this machine kind, 1 thread: blocked layouts with reorders at the
   // boundary beat plain-layout (gemm) kernels 1.5x on lenet and 2.5x on resnet20.
-  c.ax = Any(c.x_md.dims());
+  const dt in = compute_ == DType::kBF16 ? dt::bf16 : dt::f32;
+  c.ax = Any(c.x_md.dims(), in);
+  c.aw = Any(c.w_md.dims(), in);
+  c.ady = Any(c.y_md.dims(), in);
   c.ay = Any(c.y_md.dims());
-  c.aw = Any(c.w_md.dims());
+  c.adx = Any(c.x_md.dims());
+  c.adw = Any(c.w_md.dims());
 
   auto fd =
       has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
@@ -169,18 +173,18 @@ void CpuBackend::ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, 
     SHOAL_CHECK(dx->shape() == x.shape(), "CpuBackend::ConvBackward: dx " + ShapeString(dx->shape()) +
                                               " is not x's shape " + ShapeString(x.shape()));
   if (!c.has_bwd) {
-    dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, c.ax, c.aw, c.ay, c.strides, c.pad,
-                                             c.pad);
+    dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, c.adx, c.aw, c.ady, c.strides,
+                                             c.pad, c.pad);
     dnnl::convolution_backward_data::primitive_desc dpd(dd, UserScratchpad(), eng, c.fwd_pd);
     c.bwd_data = dnnl::convolution_backward_data(dpd);
     c.bd_scratch = memory(dpd.scratchpad_desc(), eng);
     c.bd_dx.Init(c.x_md, dpd.diff_src_desc(), eng);
     c.bd_w.Init(c.w_md, dpd.weights_desc(), eng);
     c.bd_dy.Init(c.y_md, dpd.diff_dst_desc(), eng);
-    auto wd = want_db ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax, c.aw,
-                                                                 c.b_md, c.ay, c.strides, c.pad, c.pad)
-                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax, c.aw, c.ay,
-                                                                 c.strides, c.pad, c.pad);
+    auto wd = want_db ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax, c.adw,
+                                                                 c.b_md, c.ady, c.strides, c.pad, c.pad)
+                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax, c.adw,
+                                                                 c.ady, c.strides, c.pad, c.pad);
     dnnl::convolution_backward_weights::primitive_desc wpd(wd, UserScratchpad(), eng, c.fwd_pd);
     c.bwd_weights = dnnl::convolution_backward_weights(wpd);
     c.bw_scratch = memory(wpd.scratchpad_desc(), eng);
