@@ -73,6 +73,17 @@ class Algorithm {
   // them (e.g. pull from servers, broadcast from rank 0, restore a checkpoint).
   virtual void Init(const std::vector<ParamView>& params) { (void)params; }
   virtual void Step(const std::vector<ParamView>& params, const StepInfo& info) = 0;
+  // Overlap with the backward pass. An algorithm that answers true gets BeginBackward
+  // before each step's backward pass and GradReady(params, i) as soon as params[i].g holds
+  // its final gradient (reverse layer order, on the trainer's thread), so it may start
+  // exchanging gradients before Step. Step must give the same bits whether or not any
+  // GradReady came (a caller may skip them).
+  virtual bool WantsGradReady() const { return false; }
+  virtual void BeginBackward(const std::vector<ParamView>& params) { (void)params; }
+  virtual void GradReady(const std::vector<ParamView>& params, size_t index) {
+    (void)params;
+    (void)index;
+  }
   // Training ended (normally or early): flush, final sync, leave the final weights in w.
   virtual void Finish(const std::vector<ParamView>& params) { (void)params; }
   // True when Finish replaced the weights (e.g. a final average): evaluate again.

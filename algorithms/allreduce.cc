@@ -1,9 +1,11 @@
 // "allreduce": synchronous data parallelism. Every step the workers average their
 // gradients (fused buckets over the ring, optional fp16/bf16 wire) and each applies the
 // same optimizer step (sgd, momentum, lars, lamb, still...) locally, so weights stay
-// identical on every worker, bit for bit.
+// identical on every worker, bit for bit. With [algorithm] overlap = true the buckets are
+// exchanged while the backward pass still runs (algorithms/collectives/bucket_scheduler.h),
+// with the same bits as without.
 #include "algorithms/algorithm.h"
-#include "algorithms/collectives/fusion.h"
+#include "algorithms/collectives/bucket_scheduler.h"
 
 namespace shoal {
 namespace {
@@ -13,19 +15,20 @@ class AllReduce : public Algorithm {
   explicit AllReduce(const AlgorithmEnv& env)
       : env_(env),
         updater_(env),
-        fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)),
-        wire_(ParseDType(env.config->algorithm_opts.GetString("wire_dtype", "fp32"))) {
-    comm_ = env.make_communicator("allreduce");
-  }
+        comm_(env.make_communicator("allreduce")),
+        buckets_(*comm_, env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32),
+                 ParseDType(env.config->algorithm_opts.GetString("wire_dtype", "fp32")),
+                 env.config->algorithm_opts.GetBool("overlap", false)) {}
   std::string Name() const override { return "allreduce"; }
 
   void Init(const std::vector<ParamView>& params) override {
     for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);  // one start point for all
   }
+  bool WantsGradReady() const override { return buckets_.overlap(); }
+  void BeginBackward(const std::vector<ParamView>& params) override { buckets_.Begin(params); }
+  void GradReady(const std::vector<ParamView>& params, size_t index) override { buckets_.Ready(params, index); }
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
-    fusion_.Pack(params);
-    fusion_.Run(*comm_, wire_);
-    fusion_.UnpackInto(params);
+    buckets_.Finish(params);
     updater_.Apply(params, info.step);
   }
   bool AgreeToStop(bool mine) override {
@@ -44,9 +47,8 @@ class AllReduce : public Algorithm {
  private:
   AlgorithmEnv env_;
   LocalUpdater updater_;
-  FusedAllReduce fusion_;
-  DType wire_;
   std::unique_ptr<Communicator> comm_;
+  BucketScheduler buckets_;  // after comm_: its thread stops before the communicator goes
 };
 
 const bool kRegistered = RegisterAlgorithm(

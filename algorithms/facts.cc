@@ -19,7 +19,7 @@ const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
   // [algorithm] keys, extra [optimizer] keys, algorithms it may choose.
   static const std::vector<AlgorithmFacts> kFacts = {
       {"adpsgd", false, true, D::kNone, U::kNone, comm({"gossip_timeout_ms"})},
-      {"allreduce", false, true, D::kNone, U::kNone, comm({"bucket_bytes", "wire_dtype"})},
+      {"allreduce", false, true, D::kNone, U::kNone, comm({"bucket_bytes", "overlap", "wire_dtype"})},
       {"auto",
        false,
        true,

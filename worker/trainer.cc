@@ -47,14 +47,19 @@ class HostParams {
     }
   }
   const std::vector<ParamView>& views() const { return views_; }
-  // Device -> host before the algorithm runs.
-  void PullWeightsAndGrads() {
+  // Device -> host before the algorithm runs (the gradients too unless GradToHost already
+  // brought each of them over during the backward pass).
+  void PullWeightsAndGrads(bool grads = true) {
     if (host_) return;
-    auto ps = model_.parameters();
+    auto& ps = model_.parameters();
     for (size_t i = 0; i < ps.size(); ++i) {
       backend_.CopyToHost(ps[i].value, views_[i].w);
-      backend_.CopyToHost(ps[i].grad, views_[i].g);
+      if (grads) backend_.CopyToHost(ps[i].grad, views_[i].g);
     }
+  }
+  // One final gradient, device -> host (waits for the backward kernels that produce it).
+  void GradToHost(size_t i) {
+    if (!host_) backend_.CopyToHost(model_.parameters()[i].grad, views_[i].g);
   }
   // Host -> device after it.
   void PushWeights() {
@@ -192,6 +197,16 @@ class Trainer {
     };
     env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume, on_member_failure);
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
+    // Overlap: each node's gradients go to the algorithm as soon as the backward pass has
+    // finished them (the engine only calls back; it knows nothing of algorithms).
+    overlap_ = algo_->WantsGradReady();
+    if (overlap_)
+      model_->set_grad_ready_hook([this](size_t first, size_t last) {
+        for (size_t i = first; i < last; ++i) {
+          params_->GradToHost(i);
+          algo_->GradReady(params_->views(), i);
+        }
+      });
     // Jobs without servers keep their checkpoints on the workers, each its own.
     if (!FactsOf(cfg_.algorithm).needs_servers && !cfg_.checkpoint_dir.empty())
       checkpoints_ = std::make_unique<WorkerCheckpoints>(cfg_, rank_, world_, env_.store.get(), start);
@@ -308,11 +323,12 @@ class Trainer {
     if (!x_.defined() || x_.shape() != shape) x_ = backend_->Empty(shape);
     backend_->CopyFromHost(x_, batch_.images.data());
     model_->ZeroGrad();
+    if (overlap_) algo_->BeginBackward(params_->views());
     float loss = model_->TrainStep(x_, batch_.labels.data()).loss;
     if (!std::isfinite(loss))
       throw Error("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step_) +
                   " (lower [optimizer] lr?)");
-    params_->PullWeightsAndGrads();
+    params_->PullWeightsAndGrads(/*grads=*/!overlap_);
     double compute = Since(t1);
     compute_s_ += compute;
     const double slowdown = cfg_.workers[size_t(rank_)].slowdown;
@@ -433,6 +449,7 @@ class Trainer {
   MetricsWriter metrics_;
   AlgorithmEnv env_;
   std::unique_ptr<Algorithm> algo_;
+  bool overlap_ = false;  // the algorithm takes gradients during the backward pass
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
   int64_t resumed_step_ = 0;
   bool evaluated_ = false;

@@ -48,6 +48,7 @@ struct NcclComm::Impl {
   std::vector<uint8_t> host;  // fp16/bf16 wire encoding
   int timeout_ms = 0;
   int rank = 0;
+  int device = 0;
   bool aborted = false;
 
   // NCCL calls in non-blocking mode may return ncclInProgress: wait, bounded, for the
@@ -97,9 +98,12 @@ struct NcclComm::Impl {
     }
     return dev;
   }
+  // Before every call: the communicator is usable and this thread is on its device (the
+  // CUDA device is per thread, and an overlapped all-reduce runs on its own thread).
   void Usable() {
     if (!comm)
       throw Error("nccl rank " + std::to_string(rank) + ": the communicator was aborted by an earlier failure");
+    CheckCuda(cudaSetDevice(device), "nccl: cudaSetDevice(" + std::to_string(device) + ")");
   }
 };
 
@@ -114,6 +118,7 @@ NcclComm::NcclComm(int rank, int size, Store& store, const NcclOptions& opts)
               "nccl: cuda:" + std::to_string(opts.device) + " does not exist (" + std::to_string(n) + " device(s))");
   impl_->timeout_ms = opts.timeout_ms;
   impl_->rank = rank;
+  impl_->device = opts.device;
   CheckCuda(cudaSetDevice(opts.device), "nccl: cudaSetDevice(" + std::to_string(opts.device) + ")");
   CheckCuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "nccl: stream");
   ncclUniqueId id;

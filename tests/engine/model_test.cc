@@ -248,6 +248,39 @@ TEST(Model, GradientsAccumulateAcrossStepsUntilZeroed) {
   EXPECT_GT(norm, 0.0);
 }
 
+// The overlap hook: every parameter announced exactly once per Backward, whole nodes in
+// reverse parameter order, and each gradient already final when announced (it equals what
+// the pass leaves at its end). resnet20 has residual joins, so later layers feed earlier
+// gradients through two paths.
+TEST(Model, GradReadyHookAnnouncesEachFinalGradientInReverseOrder) {
+  auto be = MakeCpuBackend(1);
+  ModelOptions mo;
+  mo.input_shape = {3, 8, 8};
+  auto m = MakeModel("resnet20", *be, mo);
+  m->InitParameters(3);
+  std::mt19937_64 rng(4);
+  Tensor x = Random(*be, {2, 3, 8, 8}, rng);
+  const int32_t labels[2] = {1, 7};
+  auto& ps = m->parameters();
+  std::vector<std::pair<size_t, size_t>> calls;
+  std::vector<std::vector<float>> at_hook(ps.size());
+  m->set_grad_ready_hook([&](size_t first, size_t last) {
+    calls.emplace_back(first, last);
+    for (size_t i = first; i < last; ++i) at_hook[i] = Host(*be, ps[i].grad);
+  });
+  m->ZeroGrad();
+  m->TrainStep(x, labels);
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.front().second, ps.size());
+  EXPECT_EQ(calls.back().first, 0u);
+  for (size_t k = 1; k < calls.size(); ++k) EXPECT_EQ(calls[k].second, calls[k - 1].first) << k;
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(at_hook[i], Host(*be, ps[i].grad)) << ps[i].name;
+  m->set_grad_ready_hook(nullptr);
+  calls.clear();
+  m->TrainStep(x, labels);
+  EXPECT_TRUE(calls.empty());
+}
+
 TEST(Model, Resnet50TrainStepOnSmallImages) {
   auto be = MakeCpuBackend(1);
   ModelOptions mo;

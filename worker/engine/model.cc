@@ -33,6 +33,7 @@ int Model::AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::v
   } catch (const Error& e) {
     throw Error("Model " + name_ + ", node " + name + ": " + e.what());
   }
+  const size_t param_begin = params_.size();
   for (Parameter p : layer->params()) {
     p.name = name + "." + p.name;
     params_.push_back(std::move(p));
@@ -41,7 +42,7 @@ int Model::AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::v
     b.name = name + "." + b.name;
     buffers_.push_back(std::move(b));
   }
-  nodes_.push_back(Node{name, std::move(layer), std::move(inputs), out});
+  nodes_.push_back(Node{name, std::move(layer), std::move(inputs), out, param_begin, params_.size()});
   return int(nodes_.size()) - 1;
 }
 
@@ -101,7 +102,10 @@ void Model::Backward(const Tensor& dlogits) {
   grads_.back() = dlogits;
   for (size_t i = nodes_.size() - 1; i >= 1; --i) {
     Node& n = nodes_[i];
-    if (!grads_[i].defined()) continue;  // feeds nothing that reaches the output
+    if (!grads_[i].defined()) {  // feeds nothing that reaches the output: its gradients stay zero
+      if (grad_ready_ && n.param_end > n.param_begin) grad_ready_(n.param_begin, n.param_end);
+      continue;
+    }
     bool need_dx = false;
     for (int id : n.inputs) need_dx |= id != kInput;
     std::vector<Tensor>& dx = dx_[i];
@@ -110,6 +114,8 @@ void Model::Backward(const Tensor& dlogits) {
     for (size_t j = 0; j < n.inputs.size(); ++j)
       if (n.inputs[j] != kInput) Accumulate(n.inputs[j], dx[j]);
     grads_[i] = Tensor();  // drop the handle: the buffer may be reused by its owner
+    // A node's parameters belong to it alone, so their gradients are final now.
+    if (grad_ready_ && n.param_end > n.param_begin) grad_ready_(n.param_begin, n.param_end);
   }
 }
 

@@ -16,12 +16,16 @@
 //     optimizer(p.value, p.grad, p.no_weight_decay);
 // or by hand: Forward(x, true) -> Backend::SoftmaxCrossEntropy -> Backward(dlogits).
 // Evaluation: Forward(x, /*train=*/false) (batch norm uses its running statistics).
+// Overlap: set_grad_ready_hook(f) makes Backward call f(first, last) as soon as the
+// gradients of parameters()[first, last) are final for this pass (one call per node, in
+// reverse graph order), so a caller can start exchanging them while the rest runs.
 //
 // Parameter and gradient tensors never move: pointers into them (p.value.data<float>())
 // stay valid for the model's lifetime. parameters() is in a stable order (graph order,
 // then the layer's own order) that is the same on every worker and backend; the flat
 // host views below use that order.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +88,11 @@ class Model {
   StepResult TrainStep(const Tensor& x, const int32_t* labels);
   StepResult EvalStep(const Tensor& x, const int32_t* labels);  // forward only, eval mode
   void ZeroGrad();
+  // Called from Backward, on its thread, once per node with parameters (nodes without any
+  // too): the range [first, last) of parameters() whose gradients no later part of this
+  // Backward touches. Empty = none.
+  using GradReadyHook = std::function<void(size_t first, size_t last)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
   void InitParameters(uint64_t seed);
   void set_label_smoothing(float s) { loss_.set_smoothing(s); }
 
@@ -111,7 +120,8 @@ class Model {
     std::string name;
     std::unique_ptr<Layer> layer;
     std::vector<int> inputs;
-    Shape shape1;  // output shape at batch 1
+    Shape shape1;                           // output shape at batch 1
+    size_t param_begin = 0, param_end = 0;  // its parameters in params_
   };
   const Tensor& Output(int id) const;
   void Accumulate(int id, const Tensor& g);
@@ -130,6 +140,7 @@ class Model {
   bool have_train_forward_ = false;
   bool training_ = true;
   SoftmaxCrossEntropyLoss loss_;
+  GradReadyHook grad_ready_;
 };
 
 // The zoo: "mlp" (784-256-256-10), "lenet", "resnet20" (CIFAR), "resnet50" (ImageNet).

@@ -1,0 +1,177 @@
+#include "algorithms/collectives/bucket_scheduler.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace shoal {
+
+std::vector<GradBucket> PlanGradBuckets(const std::vector<int64_t>& sizes, int64_t bucket_elems) {
+  std::vector<GradBucket> out;
+  GradBucket cur;
+  int64_t offset = 0;
+  for (size_t k = sizes.size(); k-- > 0;) {
+    if (cur.n > 0 && sizes[k] > 0 && cur.n + sizes[k] > bucket_elems) {
+      offset += cur.n;
+      out.push_back(std::move(cur));
+      cur = GradBucket();
+      cur.offset = offset;
+    }
+    cur.tensors.push_back(k);
+    cur.n += sizes[k];
+  }
+  if (!cur.tensors.empty()) out.push_back(std::move(cur));
+  return out;
+}
+
+BucketScheduler::BucketScheduler(Communicator& comm, int64_t bucket_bytes, DType wire, bool overlap)
+    : comm_(comm), bucket_elems_(std::max<int64_t>(1, bucket_bytes / 4)), wire_(wire), overlap_(overlap) {}
+
+BucketScheduler::~BucketScheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  // A bucket in flight (the step was abandoned by an exception) ends within the
+  // communicator's timeout; no new one starts.
+  if (thread_.joinable()) thread_.join();
+}
+
+void BucketScheduler::Plan(const std::vector<ParamView>& params) {
+  std::vector<int64_t> sizes;
+  for (auto& p : params) sizes.push_back(p.n);
+  buckets_ = PlanGradBuckets(sizes, bucket_elems_);
+  bucket_of_.assign(params.size(), 0);
+  offset_of_.assign(params.size(), 0);
+  int64_t total = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    int64_t off = buckets_[b].offset;
+    for (size_t t : buckets_[b].tensors) {
+      bucket_of_[t] = b;
+      offset_of_[t] = off;
+      off += params[t].n;
+    }
+    total += buckets_[b].n;
+  }
+  buf_.assign(size_t(total), 0.f);
+}
+
+void BucketScheduler::Begin(const std::vector<ParamView>& params) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool same = bucket_of_.size() == params.size();
+  for (size_t b = 0; same && b < buckets_.size(); ++b) {
+    int64_t n = 0;
+    for (size_t t : buckets_[b].tensors) n += params[t].n;
+    same = n == buckets_[b].n;
+  }
+  if (!same) Plan(params);
+  packed_.assign(params.size(), 0);
+  missing_.clear();
+  for (auto& b : buckets_) missing_.push_back(b.tensors.size());
+  launches_.clear();
+  ready_calls_ = 0;
+  next_launch_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    launched_ = reduced_ = 0;
+  }
+  in_step_ = true;
+}
+
+void BucketScheduler::Pack(const std::vector<ParamView>& params, size_t index) {
+  if (packed_[index]) return;
+  const ParamView& p = params[index];
+  if (p.n > 0) memcpy(buf_.data() + offset_of_[index], p.g, size_t(p.n) * 4);
+  packed_[index] = 1;
+  --missing_[bucket_of_[index]];
+}
+
+void BucketScheduler::Ready(const std::vector<ParamView>& params, size_t index) {
+  SHOAL_CHECK(in_step_, "bucket scheduler: gradient ready outside a step (Begin first)");
+  SHOAL_CHECK(index < packed_.size() && params.size() == packed_.size(),
+              "bucket scheduler: tensor " + std::to_string(index) + " outside the " + std::to_string(packed_.size()) +
+                  " planned");
+  if (packed_[index]) return;
+  Pack(params, index);
+  ++ready_calls_;
+  if (overlap_ && missing_[bucket_of_[index]] == 0) LaunchCompleted(ready_calls_);
+}
+
+void BucketScheduler::LaunchCompleted(int64_t after) {
+  size_t from = next_launch_;
+  while (next_launch_ < buckets_.size() && missing_[next_launch_] == 0) {
+    launches_.push_back(Launch{next_launch_, after});
+    ++next_launch_;
+  }
+  if (next_launch_ == from) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    launched_ = next_launch_;
+  }
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  cv_.notify_all();
+}
+
+void BucketScheduler::Reduce(size_t b) {
+  const GradBucket& g = buckets_[b];
+  comm_.AllReduce(buf_.data() + g.offset, g.n, ReduceOp::kMean, wire_);
+}
+
+void BucketScheduler::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || (!error_ && reduced_ < launched_); });
+    if (stop_) return;
+    const size_t b = reduced_;
+    lock.unlock();
+    std::exception_ptr err;
+    try {
+      Reduce(b);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    lock.lock();
+    if (err)
+      error_ = err;
+    else
+      ++reduced_;
+    cv_.notify_all();
+  }
+}
+
+void BucketScheduler::Finish(const std::vector<ParamView>& params) {
+  if (!in_step_) Begin(params);  // no Ready calls this step (the caller skipped them)
+  SHOAL_CHECK(params.size() == packed_.size(), "bucket scheduler: " + std::to_string(params.size()) +
+                                                   " tensors at Finish, " + std::to_string(packed_.size()) +
+                                                   " at Begin");
+  in_step_ = false;
+  // What no Ready announced, in the order the backward pass would have.
+  for (size_t k = params.size(); k-- > 0;) Pack(params, k);
+  if (overlap_) {
+    LaunchCompleted(-1);
+    std::unique_lock<std::mutex> lock(mu_);
+    // Bounded: each collective fails by itself past the communicator's timeout.
+    cv_.wait(lock, [&] { return error_ || reduced_ == buckets_.size(); });
+    if (error_) std::rethrow_exception(error_);
+  } else {
+    for (; next_launch_ < buckets_.size(); ++next_launch_) {
+      launches_.push_back(Launch{next_launch_, -1});
+      try {
+        Reduce(next_launch_);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        error_ = std::current_exception();
+        throw;
+      }
+    }
+  }
+  for (size_t k = 0; k < params.size(); ++k)
+    if (params[k].n > 0) memcpy(params[k].g, buf_.data() + offset_of_[k], size_t(params[k].n) * 4);
+}
+
+}  // namespace shoal
