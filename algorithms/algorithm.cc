@@ -29,6 +29,23 @@ std::unique_ptr<Algorithm> MakeAlgorithm(const std::string& name, const Algorith
   return it->second(env);
 }
 
+bool BalanceOn(const AlgorithmEnv& env) {
+  if (env.balance >= 0) return env.balance > 0;
+  return env.config && env.config->algorithm_opts.GetBool("balance", false);
+}
+
+double GradientWeight(const StepInfo& info, int world) {
+  if (info.samples <= 0 || info.global_samples <= 0 || info.samples * world == info.global_samples) return 1.0;
+  return double(world) * double(info.samples) / double(info.global_samples);
+}
+
+void ScaleGradients(const std::vector<ParamView>& params, double weight) {
+  if (weight == 1.0) return;
+  const float f = float(weight);
+  for (auto& p : params)
+    for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;
+}
+
 void LocalUpdater::Apply(const std::vector<ParamView>& params, int64_t step) {
   if (states_.size() != params.size()) states_.resize(params.size());
   StepContext ctx;

@@ -33,6 +33,10 @@ struct StepInfo {
   int64_t step = 0;  // global step, 0-based
   int64_t epoch = 0;
   double loss = 0;
+  // Samples this worker's gradient is the mean over, and the step's global batch; 0 when
+  // unknown (all equal). With balanced batches they differ per worker (GradientWeight).
+  int64_t samples = 0;
+  int64_t global_samples = 0;
 };
 
 class Client;  // the parameter-server client (common/ps/client.h)
@@ -53,6 +57,9 @@ struct AlgorithmEnv {
   std::shared_ptr<LrSchedule> schedule;
   MetricsWriter* metrics = nullptr;
   bool resume = false;  // continue from the job's newest complete checkpoint
+  // Batch balancing (algorithms/balance.h): -1 = as [algorithm] balance says; 0 or 1 =
+  // decided by the code that builds the algorithm (auto's choice). Read it with BalanceOn.
+  int balance = -1;
   // A Communicator among the job's workers; `name` keeps the rendezvous keys of two
   // communicators of one job apart (one per use: "allreduce", "adpsgd", ...).
   std::function<std::unique_ptr<Communicator>(const std::string& name)> make_communicator;
@@ -110,7 +117,19 @@ class Algorithm {
   // Rank 0 of a collective job stops everyone at the target: all ranks must agree when to
   // stop, so algorithms that synchronize decide it together.
   virtual bool AgreeToStop(bool mine) { return mine; }
+  // True when the trainer should balance the workers' batches (algorithms/balance.h): the
+  // algorithm weights each gradient by StepInfo::samples. May turn true after a step
+  // (auto's hand-over), on every rank at the same step.
+  virtual bool BalancesBatches() const { return false; }
 };
+
+// Whether this env's algorithm balances batches ([algorithm] balance, or env.balance).
+bool BalanceOn(const AlgorithmEnv& env);
+// The factor that makes a mean over workers of this worker's gradient the mean over the
+// global batch: world x samples / global_samples (1 when the batches are equal or unknown).
+double GradientWeight(const StepInfo& info, int world);
+// Multiplies every gradient by `weight` (nothing for 1).
+void ScaleGradients(const std::vector<ParamView>& params, double weight);
 
 using AlgorithmFactory = std::function<std::unique_ptr<Algorithm>(const AlgorithmEnv&)>;
 

@@ -24,10 +24,13 @@ class AllReduce : public Algorithm {
   void Init(const std::vector<ParamView>& params) override {
     for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);  // one start point for all
   }
-  bool WantsGradReady() const override { return buckets_.overlap(); }
+  // Balanced batches weight each gradient by this step's sample count before the exchange;
+  // buckets sent during the backward pass would go unweighted, so balancing turns overlap off.
+  bool WantsGradReady() const override { return buckets_.overlap() && !balance_; }
   void BeginBackward(const std::vector<ParamView>& params) override { buckets_.Begin(params); }
   void GradReady(const std::vector<ParamView>& params, size_t index) override { buckets_.Ready(params, index); }
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    ScaleGradients(params, GradientWeight(info, comm_->size()));  // uneven batches: the global mean
     buckets_.Finish(params);
     updater_.Apply(params, info.step);
   }
@@ -37,6 +40,7 @@ class AllReduce : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  bool BalancesBatches() const override { return balance_; }
   void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
     updater_.Save(params, "opt/", out);
   }
@@ -46,6 +50,7 @@ class AllReduce : public Algorithm {
 
  private:
   AlgorithmEnv env_;
+  bool balance_ = BalanceOn(env_);
   LocalUpdater updater_;
   std::unique_ptr<Communicator> comm_;
   BucketScheduler buckets_;  // after comm_: its thread stops before the communicator goes

@@ -3,14 +3,21 @@
 // between two Step calls) and the exchange, agrees on the figures over the ring (every
 // worker decides the same), then hands over to:
 //   dgc       when the exchange costs > dgc_ratio x compute (very slow links),
-//   adpsgd    when workers are uneven (slowest compute > uneven_ratio x fastest): nobody
-//             waits for the slowest,
+//   uneven workers (slowest compute > uneven_ratio x fastest):
+//     balanced allreduce (batches split by throughput, so nobody waits and the update is
+//               still exact), or balanced bmuf when the exchange also costs > bmuf_ratio x
+//               the balanced compute,
+//     adpsgd    when balancing cannot help: [algorithm] balance = false, or the slowest
+//               worker's share of the global batch would be under one sample,
 //   bmuf      when it costs > bmuf_ratio x compute (slow links): 1/block_steps the traffic,
 //   allreduce otherwise (fast links, equal workers).
+// The "auto" metrics event carries the figures behind the choice: measured compute and
+// exchange, each candidate's estimated seconds per global step, and the reason.
 // Weights are identical on every worker at the hand-over (synchronous probe), which is the
 // start point every algorithm's Init expects.
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/collectives/fusion.h"
@@ -31,6 +38,8 @@ class Auto : public Algorithm {
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
     bmuf_ratio_ = a.GetDouble("bmuf_ratio", 1.0, 0, 1e6);
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);
+    may_balance_ = a.GetBool("balance", true);
+    block_steps_ = a.GetInt("block_steps", 8, 1, 1 << 30);
     comm_ = env.make_communicator("auto");
   }
   std::string Name() const override { return chosen_ ? "auto:" + chosen_->Name() : "auto"; }
@@ -69,6 +78,7 @@ class Auto : public Algorithm {
   // otherwise midway), and the chosen algorithm's state; while probing, the probe's.
   void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
     out->Put("auto/choice", chosen_ ? chosen_->Name() : std::string());
+    out->PutInt("auto/balance", balanced_ ? 1 : 0);
     if (chosen_) return chosen_->SaveState(params, out);
     updater_.Save(params, "opt/", out);
     out->PutInt("auto/probed", probed_);
@@ -79,7 +89,8 @@ class Auto : public Algorithm {
     const std::string choice = in.Get("auto/choice");
     if (!choice.empty()) {
       probed_ = probe_steps_;
-      chosen_ = MakeAlgorithm(choice, env_);
+      balanced_ = in.Has("auto/balance") && in.GetInt("auto/balance") != 0;
+      chosen_ = MakeChosen(choice);
       chosen_->Init(params);       // wires its communicator; sets weights to rank 0's
       RestoreWeights(in, params);  // each worker's own again
       chosen_->LoadState(params, in);
@@ -91,50 +102,99 @@ class Auto : public Algorithm {
     comm_s_ = in.GetDouble("auto/comm_s");
     last_step_end_ = Clock::now();
   }
+  bool BalancesBatches() const override { return chosen_ && chosen_->BalancesBatches(); }
   void AddMetrics(JsonObject* out) const override {
     out->Add("auto_choice", chosen_ ? chosen_->Name() : std::string("probing"));
     if (chosen_) chosen_->AddMetrics(out);
   }
 
  private:
+  // The chosen algorithm, balancing batches when Decide said so (else as the job says).
+  std::unique_ptr<Algorithm> MakeChosen(const std::string& choice) {
+    AlgorithmEnv e = env_;
+    if (balanced_) e.balance = 1;
+    return MakeAlgorithm(choice, e);
+  }
+
   void Decide(const std::vector<ParamView>& params) {
     int64_t n = probed_ - 1;  // the first step has no compute interval before it
     double mine_compute = compute_s_ / double(n), mine_comm = comm_s_ / double(n);
-    // [max compute, -min compute, max comm] over all workers, with one all-gather.
-    std::vector<double> all(size_t(comm_->size()) * 2);
+    // [compute, comm] of every worker, with one all-gather: every worker decides the same.
+    const int W = comm_->size();
+    std::vector<double> all(size_t(W) * 2);
     double me[2] = {mine_compute, mine_comm};
     comm_->AllGather(me, sizeof me, all.data());
-    double cmax = 0, cmin = 1e300, comm = 0;
-    for (int r = 0; r < comm_->size(); ++r) {
-      cmax = std::max(cmax, all[size_t(2 * r)]);
-      cmin = std::min(cmin, all[size_t(2 * r)]);
+    double cmax = 0, cmin = 1e300, comm = 0, inv_sum = 0;
+    for (int r = 0; r < W; ++r) {
+      const double c = all[size_t(2 * r)];
+      cmax = std::max(cmax, c);
+      cmin = std::min(cmin, c);
       comm = std::max(comm, all[size_t(2 * r + 1)]);
+      inv_sum += c > 0 ? 1.0 / c : 0;
     }
     // Exchange time beyond what waiting for the slowest explains.
     double exchange = std::max(0.0, comm - (cmax - cmin));
-    std::string choice = "allreduce";
-    if (comm_->size() > 1) {
+    // Balanced compute per global step: the batch split by throughput (samples/s = b/c_r)
+    // takes W b / sum(b/c_r), the harmonic mean of the per-worker step times.
+    const double hmean = inv_sum > 0 ? double(W) / inv_sum : cmax;
+    const int64_t global = env_.config->batch_size * W;
+    // The slowest worker's share of the global batch once balanced.
+    const double slowest_share = inv_sum > 0 && cmax > 0 ? double(global) * (1.0 / cmax) / inv_sum : 0;
+    const bool uneven = W > 1 && cmin > 0 && cmax / cmin > uneven_ratio_;
+    const bool can_balance = may_balance_ && slowest_share >= 1.0;
+    // Estimated seconds per global step: what the choice weighs (adpsgd gossips one model
+    // with one peer, about half a ring all-reduce's bytes; bmuf exchanges 1/block_steps).
+    const double est_allreduce = cmax + exchange, est_balanced = hmean + exchange;
+    const double est_bmuf = (can_balance && uneven ? hmean : cmax) + exchange / double(block_steps_);
+    const double est_adpsgd = hmean + exchange / 2;
+    std::string choice = "allreduce", reason = "fast links, even workers";
+    balanced_ = false;
+    if (W > 1) {
       // Links first: a slow exchange dwarfs compute jitter between workers.
-      if (exchange > dgc_ratio_ * cmax)
+      if (exchange > dgc_ratio_ * cmax) {
         choice = "dgc";
-      else if (cmin > 0 && cmax / cmin > uneven_ratio_)
+        reason = "exchange > dgc_ratio x compute";
+      } else if (uneven && can_balance) {
+        balanced_ = true;
+        if (exchange > bmuf_ratio_ * hmean) {
+          choice = "bmuf";
+          reason = "uneven workers: balanced batches; exchange > bmuf_ratio x balanced compute";
+        } else {
+          reason = "uneven workers: balanced batches remove the wait for the slowest";
+        }
+      } else if (uneven) {
         choice = "adpsgd";
-      else if (exchange > bmuf_ratio_ * cmax)
+        reason = may_balance_ ? "uneven workers; the slowest's balanced share is under one sample"
+                              : "uneven workers; balance = false";
+      } else if (exchange > bmuf_ratio_ * cmax) {
         choice = "bmuf";
+        reason = "exchange > bmuf_ratio x compute";
+      }
     }
-    if (choice == "dgc" && env_.config->optimizer != "momentum" && env_.config->optimizer != "sgd") choice = "bmuf";
+    if (choice == "dgc" && env_.config->optimizer != "momentum" && env_.config->optimizer != "sgd") {
+      choice = "bmuf";
+      reason += " (dgc needs momentum or sgd: bmuf)";
+    }
     if (env_.rank == 0)
-      printf("auto: compute %.1f-%.1f ms/step, exchange %.1f ms/step over %d workers -> %s\n", cmin * 1e3, cmax * 1e3,
-             exchange * 1e3, comm_->size(), choice.c_str());
+      printf("auto: compute %.1f-%.1f ms/step, exchange %.1f ms/step over %d workers -> %s%s (%s)\n", cmin * 1e3,
+             cmax * 1e3, exchange * 1e3, W, choice.c_str(), balanced_ ? ", balanced" : "", reason.c_str());
     if (env_.metrics)
       env_.metrics->Write("auto", probed_,
                           JsonObject()
                               .Add("rank", env_.rank)
                               .Add("choice", choice)
+                              .Add("balance", balanced_)
+                              .Add("reason", reason)
                               .Add("compute_min_s", cmin)
                               .Add("compute_max_s", cmax)
-                              .Add("exchange_s", exchange));
-    chosen_ = MakeAlgorithm(choice, env_);
+                              .Add("compute_balanced_s", hmean)
+                              .Add("exchange_s", exchange)
+                              .Add("slowest_share", slowest_share)
+                              .Add("est_allreduce_s", est_allreduce)
+                              .Add("est_balanced_allreduce_s", est_balanced)
+                              .Add("est_bmuf_s", est_bmuf)
+                              .Add("est_adpsgd_s", est_adpsgd));
+    chosen_ = MakeChosen(choice);
     chosen_->Init(params);
   }
 
@@ -145,6 +205,8 @@ class Auto : public Algorithm {
   std::unique_ptr<Algorithm> chosen_;
   int64_t probe_steps_ = 20, probed_ = 0;
   double uneven_ratio_, bmuf_ratio_, dgc_ratio_;
+  bool may_balance_ = true, balanced_ = false;
+  int64_t block_steps_ = 8;
   double compute_s_ = 0, comm_s_ = 0;
   Clock::time_point last_step_end_;
 };

@@ -40,6 +40,7 @@ class Bmuf : public Algorithm {
 
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
     if (info.step < warmup_steps_) {  // synchronous SGD
+      ScaleGradients(params, GradientWeight(info, comm_->size()));
       fusion_.Pack(params);
       fusion_.Run(*comm_, DType::kF32);
       fusion_.UnpackInto(params);
@@ -48,7 +49,9 @@ class Bmuf : public Algorithm {
       start_ = global_;
       return;
     }
-    updater_.Apply(params, info.step);
+    updater_.Apply(params, info.step);  // local steps: each worker's own batch mean
+    block_samples_ += info.samples;
+    block_global_ += info.global_samples;
     if (++in_block_ == block_steps_) SyncBlock(params);
   }
 
@@ -62,6 +65,7 @@ class Bmuf : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  bool BalancesBatches() const override { return balance_; }
   void AddMetrics(JsonObject* out) const override { out->Add("blocks", blocks_); }
   // Each worker's own weights (mid-block they differ) are the trainer's; here the block's
   // start, the global model, the block momentum and where in the block it is.
@@ -72,6 +76,8 @@ class Bmuf : public Algorithm {
     out->PutFloats("bmuf/momentum", v_);
     out->PutInt("bmuf/in_block", in_block_);
     out->PutInt("bmuf/blocks", blocks_);
+    out->PutInt("bmuf/block_samples", block_samples_);
+    out->PutInt("bmuf/block_global", block_global_);
   }
   void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
     updater_.Load(params, "opt/", in);
@@ -80,6 +86,10 @@ class Bmuf : public Algorithm {
     v_ = in.GetFloatVector("bmuf/momentum", size_t(total_));
     in_block_ = in.GetInt("bmuf/in_block");
     blocks_ = in.GetInt("bmuf/blocks");
+    if (in.Has("bmuf/block_samples")) {
+      block_samples_ = in.GetInt("bmuf/block_samples");
+      block_global_ = in.GetInt("bmuf/block_global");
+    }
     SHOAL_CHECK(in_block_ >= 0 && in_block_ < block_steps_,
                 "checkpoint: bmuf is " + std::to_string(in_block_) + " steps into a block of " +
                     std::to_string(block_steps_) + " (was block_steps changed?)");
@@ -99,6 +109,13 @@ class Bmuf : public Algorithm {
       for (int64_t i = 0; i < p.n; ++i) delta[size_t(off + i)] = start_[size_t(off + i)] - p.w[i];
       off += p.n;
     }
+    // Uneven batches: each delta counts by the samples it saw in the block.
+    StepInfo block;
+    block.samples = block_samples_;
+    block.global_samples = block_global_;
+    const float weight = float(GradientWeight(block, comm_->size()));
+    if (weight != 1.f)
+      for (auto& d : delta) d *= weight;
     comm_->AllReduce(delta.data(), total_, ReduceOp::kMean);
     ApplyBlockMomentum(bp_, delta.data(), total_, global_.data(), v_.data(), start_.data());
     off = 0;
@@ -107,15 +124,18 @@ class Bmuf : public Algorithm {
       off += p.n;
     }
     in_block_ = 0;
+    block_samples_ = block_global_ = 0;
     ++blocks_;
   }
 
   AlgorithmEnv env_;
+  bool balance_ = BalanceOn(env_);
   LocalUpdater updater_;
   FusedAllReduce fusion_;
   std::unique_ptr<Communicator> comm_;
   BlockMomentumParams bp_;
   int64_t block_steps_ = 8, warmup_steps_ = 0, in_block_ = 0, blocks_ = 0, total_ = 0;
+  int64_t block_samples_ = 0, block_global_ = 0;  // this block's samples: mine, everyone's
   std::vector<float> global_, start_, v_;
 };
 

@@ -45,6 +45,7 @@ class Dgc : public Algorithm {
   }
 
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    ScaleGradients(params, GradientWeight(info, comm_->size()));  // uneven batches: the global mean
     float lr = float(env_.schedule->At(info.step));
     double epoch = double(info.step) / double(std::max<int64_t>(1, env_.steps_per_epoch));
     const int N = comm_->size();
@@ -90,6 +91,7 @@ class Dgc : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  bool BalancesBatches() const override { return balance_; }
   void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
     comp_->Save(params, sparse_, "dgc/", out);
     for (size_t d = 0; d < dense_.size(); ++d)
@@ -114,6 +116,7 @@ class Dgc : public Algorithm {
 
  private:
   AlgorithmEnv env_;
+  bool balance_ = BalanceOn(env_);
   DgcOptions opts_;
   std::unique_ptr<DgcCompressor> comp_;
   std::unique_ptr<Communicator> comm_;

@@ -27,7 +27,8 @@ class DoubleBuffer : public Algorithm {
     for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
   }
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
-    bool have_stale = Wait();  // the exchange of step t-1 has finished
+    ScaleGradients(params, GradientWeight(info, comm_->size()));  // uneven batches: the global mean
+    bool have_stale = Wait();                                     // the exchange of step t-1 has finished
     if (have_stale) {
       stale_.swap(fusion_.buffer());
     }
@@ -54,6 +55,7 @@ class DoubleBuffer : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  bool BalancesBatches() const override { return balance_; }
   // The exchange in flight is settled and its result kept: it is the update of the next
   // step, so a resume applies it exactly where the run would have.
   void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
@@ -93,6 +95,7 @@ class DoubleBuffer : public Algorithm {
   }
 
   AlgorithmEnv env_;
+  bool balance_ = BalanceOn(env_);
   LocalUpdater updater_;
   FusedAllReduce fusion_;
   DType wire_;

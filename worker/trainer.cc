@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/balance.h"
 #include "algorithms/env.h"
 #include "algorithms/worker_checkpoints.h"
 #include "common/error.h"
@@ -150,6 +151,9 @@ class Trainer {
     lo.shuffle = true;
     lo.drop_last = true;
     lo.augment = cfg_.augment;
+    // Balanced batches slice each step's global batch (the layout must be fixed before the
+    // first step: auto may turn balancing on after its probe).
+    lo.global_slices = MayBalance();
     train_ = std::make_unique<DataLoader>(train_set_, lo);
     if (train_->batches_per_epoch() < 1)
       throw Error(cfg_.path + ": [data] batch_size: " + std::to_string(cfg_.batch_size) + " x " +
@@ -161,6 +165,7 @@ class Trainer {
     to.shuffle = false;
     to.drop_last = false;
     to.augment = false;
+    to.global_slices = false;
     to.batch_size = std::max<int64_t>(cfg_.batch_size, 256);
     test_ = std::make_unique<DataLoader>(test_set, to);
   }
@@ -217,7 +222,9 @@ class Trainer {
       RestoreWeights(st, params_->views());
       algo_->LoadState(params_->views(), st);
       resumed_step_ = st.record.step;
+      StartBalancing(&st);
     }
+    StartBalancing(nullptr);
     params_->PushWeights();
     printf("worker %d/%d: %s on %s, %s, %lld samples, %lld steps/epoch, algorithm %s, optimizer %s\n", rank_, world_,
            cfg_.model.c_str(), backend_->Name().c_str(), cfg_.data_format.c_str(), (long long)train_set_->size(),
@@ -333,15 +340,24 @@ class Trainer {
     compute_s_ += compute;
     const double slowdown = cfg_.workers[size_t(rank_)].slowdown;
     if (slowdown > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowdown * compute));
+    const double busy = Since(t1);  // what this worker's throughput is measured on
     auto t2 = Clock::now();
     StepInfo info;
     info.step = step_;
     info.epoch = epoch;
     info.loss = loss;
+    info.samples = batch_.n;
+    info.global_samples = balancer_ ? balancer_->global() : 0;
     algo_->Step(params_->views(), info);
     params_->PushWeights();
     comm_s_ += Since(t2);
     ++step_;
+    if (balancer_) {
+      balancer_->Observe(batch_.n, busy);
+      if (balancer_->MaybeRebalance(step_)) ApplyShare();
+    } else {
+      StartBalancing(nullptr);  // auto may have handed over to a balanced algorithm
+    }
     samples_ += batch_.n;
     window_samples_ += batch_.n;
     loss_sum_ += loss;
@@ -377,6 +393,35 @@ class Trainer {
     metrics_.Write("warning", step_, JsonObject().Add("rank", rank_).Add("kind", "dead_network").Add("message", msg));
   }
 
+  // Whether this job may balance batches: [algorithm] balance, or an algorithm that may
+  // choose a balanced one (auto) unless balance = false.
+  bool MayBalance() const {
+    const auto keys = KnownAlgorithmKeys(cfg_.algorithm);
+    if (std::find(keys.begin(), keys.end(), "balance") == keys.end()) return false;
+    return cfg_.algorithm_opts.GetBool("balance", !FactsOf(cfg_.algorithm).may_choose.empty());
+  }
+
+  // Starts the balancer once the algorithm balances batches (at Init, at a resume, or at
+  // auto's hand-over: the same step on every rank, as making its communicator needs);
+  // `resumed` restores the checkpoint's split.
+  void StartBalancing(const CheckpointState* resumed) {
+    if (balancer_ || !algo_->BalancesBatches()) return;
+    SHOAL_CHECK(train_->options().global_slices,
+                cfg_.path + ": [algorithm] balance: the data loader was not set up for balanced batches");
+    balancer_ = std::make_unique<Balancer>(env_);
+    if (resumed) balancer_->Load(*resumed);
+    ApplyShare();
+  }
+
+  // This worker's slice of the global batch from the next step on.
+  void ApplyShare() {
+    train_->SetShare(balancer_->offset(), balancer_->mine());
+    if (rank_ != 0) return;
+    std::string sizes;
+    for (int64_t v : balancer_->sizes()) sizes += (sizes.empty() ? "" : ",") + std::to_string(v);
+    metrics_.Write("balance", step_, JsonObject().Add("rank", rank_).Add("sizes", sizes));
+  }
+
   // This worker's weights, its algorithm's state and the data position, committed once
   // every worker has written the same step.
   void SaveCheckpoint() {
@@ -388,6 +433,7 @@ class Trainer {
     st.record.batch = step_ % env_.steps_per_epoch;
     SaveWeights(params_->views(), &st);
     algo_->SaveState(params_->views(), &st);
+    if (balancer_) balancer_->Save(&st);
     uint64_t bytes = 0;
     for (auto& [k, v] : st.entries) bytes += v.size();
     checkpoints_->Save(std::move(st));
@@ -401,6 +447,7 @@ class Trainer {
     double sps = double(window_samples_) / std::max(1e-9, Since(t_window_));
     JsonObject f;
     f.Add("rank", rank_).Add("epoch", epoch).Add("loss", loss_sum_ / double(loss_n_)).Add("samples_per_s", sps);
+    f.Add("batch_size", batch_.n);
     f.Add("lr", env_.schedule->At(step_ - 1))
         .Add("compute_s", compute_s_)
         .Add("comm_s", comm_s_)
@@ -451,6 +498,7 @@ class Trainer {
   std::unique_ptr<Algorithm> algo_;
   bool overlap_ = false;  // the algorithm takes gradients during the backward pass
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
+  std::unique_ptr<Balancer> balancer_;  // while the algorithm balances batches
   int64_t resumed_step_ = 0;
   bool evaluated_ = false;
   double epoch_loss_sum_ = 0;  // this epoch's training losses, for WarnIfDead

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -93,6 +94,65 @@ TEST(DataLoader, DropLastGivesEveryRankTheSameFullBatches) {
     for (auto& b : batches) EXPECT_EQ(b.size(), 5u * 16);
     for (int64_t i : l.EpochIndices(0)) EXPECT_TRUE(all.insert(i).second) << "sample " << i << " on two ranks";
   }
+}
+
+// Balanced batches: whatever uneven shares the ranks switch to mid-epoch (prefetched
+// batches of the old share dropped), each step's slices tile the global batch and every
+// sample is used exactly once per epoch.
+TEST(DataLoader, UnevenSharesUseEverySampleOncePerEpoch) {
+  const int64_t N = 103;  // 8 steps of 12, 7 samples left over (drop_last)
+  auto d = Tagged(N);
+  const int W = 3;
+  // Shares per step (offset, count) for each rank, switching at steps 3 and 6.
+  auto share = [](int64_t step, int r) -> std::pair<int64_t, int64_t> {
+    const std::vector<std::vector<int64_t>> sizes = {{4, 4, 4}, {2, 7, 3}, {1, 1, 10}};
+    const auto& s = sizes[size_t(step < 3 ? 0 : step < 6 ? 1 : 2)];
+    int64_t off = 0;
+    for (int k = 0; k < r; ++k) off += s[size_t(k)];
+    return {off, s[size_t(r)]};
+  };
+  for (int prefetch : {0, 2}) {
+    for (int64_t epoch : {0, 1}) {
+      std::map<int, int> used;  // sample tag -> times seen
+      int64_t total = 0;
+      for (int r = 0; r < W; ++r) {
+        DataLoaderOptions o;
+        o.batch_size = 4;
+        o.rank = r;
+        o.world_size = W;
+        o.seed = 7;
+        o.prefetch = prefetch;
+        o.global_slices = true;
+        DataLoader l(d, o);
+        EXPECT_EQ(l.batches_per_epoch(), 8);
+        EXPECT_EQ(int64_t(l.EpochIndices(epoch).size()), N);
+        l.StartEpoch(epoch);
+        Batch b;
+        for (int64_t step = 0; step < 8; ++step) {
+          auto [off, n] = share(step, r);
+          l.SetShare(off, n);
+          ASSERT_TRUE(l.Next(&b));
+          ASSERT_EQ(b.n, n) << "rank " << r << " step " << step;
+          for (int64_t j = 0; j < b.n; ++j) ++used[int(b.images[size_t(j * 16)])];
+          total += b.n;
+        }
+        EXPECT_FALSE(l.Next(&b));
+      }
+      EXPECT_EQ(total, 96);
+      EXPECT_EQ(used.size(), 96u) << "a sample was used twice";
+      for (auto& [tag, times] : used) EXPECT_EQ(times, 1) << "sample " << tag;
+    }
+  }
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.world_size = 3;
+  o.global_slices = true;
+  DataLoader l(d, o);
+  EXPECT_THROW(l.SetShare(10, 3), Error);  // past the global batch of 12
+  EXPECT_THROW(l.SetShare(0, 0), Error);
+  o.global_slices = false;
+  DataLoader strided(d, o);
+  EXPECT_THROW(strided.SetShare(0, 4), Error);
 }
 
 TEST(DataLoader, ReshufflesEachEpochTheSameWayForEverySeedHolder) {

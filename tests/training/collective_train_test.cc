@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -89,25 +90,71 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
   EXPECT_EQ(o.hashes.size(), 1u);
 }
 
-// "auto" measures, then picks: an uneven worker -> adpsgd, slow links -> dgc.
+// "auto" measures, then picks: an uneven worker -> balanced allreduce (adpsgd when balancing
+// is off), slow links -> dgc; the auto event carries the figures it weighed.
 TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
-  auto choice = [](const std::string& name, const std::string& workers) {
+  auto decide = [](const std::string& name, const std::string& workers, const std::string& keys = "") {
     std::string dir = FreshDir(name);
     std::string job =
-        FmnistJob(name, dir + "/out", 4, "mlp", 6000, 1, std::string("[algorithm]\nname = \"auto\"\n\n") + kMomentum);
+        FmnistJob(name, dir + "/out", 4, "mlp", 6000, 1, "[algorithm]\nname = \"auto\"\n" + keys + "\n" + kMomentum);
     job.replace(job.find("workers = 4"), 11, "workers = " + workers);
     JobRun r = RunJob(dir, job, 300);
     EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
     EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.70) << r.done_line;
     std::set<std::string> picks;
-    for (auto& e : Events(r, "auto")) picks.insert(JsonField(e, "choice").value_or("?"));
+    auto events = Events(r, "auto");
+    for (auto& e : events)
+      picks.insert(JsonField(e, "choice").value_or("?") + (JsonField(e, "balance") == "true" ? "+balance" : ""));
     EXPECT_EQ(picks.size(), 1u) << "every worker must decide the same";
+    // Why it chose: the figures it weighed, as plain fields.
+    for (const char* k : {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share",
+                          "est_allreduce_s", "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s"})
+      EXPECT_TRUE(!events.empty() && JsonNumber(events[0], k).has_value()) << k;
     return picks.empty() ? std::string("none") : *picks.begin();
   };
-  EXPECT_EQ(choice("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]"), "adpsgd");
-  EXPECT_EQ(choice("auto_slow_links",
+  // The mlp's exchange is about its balanced compute, so bmuf_ratio is set out of reach
+  // (else balanced bmuf is as right a choice); without balancing: adpsgd.
+  EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\n"), "allreduce+balance");
+  EXPECT_EQ(decide("auto_uneven_unbalanced", "[{slowdown = 4.0}, {}, {}, {}]", "balance = false\n"), "adpsgd");
+  EXPECT_EQ(decide("auto_slow_links",
                    "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]"),
             "dgc");
+}
+
+// [algorithm] balance = true with one slowed worker: its batch shrinks, the others' grow,
+// every step still uses the global batch of 4 x 32, and the job reaches its target with
+// identical weights everywhere. (Asserts on the batch sizes in metrics, not on timings.)
+TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
+  std::string dir = FreshDir("balanced");
+  std::string job = FmnistJob("balanced", dir + "/out", 4, "mlp", 6000, 2,
+                              std::string("[algorithm]\nname = \"allreduce\"\nbalance = true\n\n") + kMomentum);
+  job.replace(job.find("workers = 4"), 11, "workers = [{}, {}, {slowdown = 3.0}, {}]");
+  JobRun r = RunJob(dir, job, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.78) << r.done_line;
+  std::set<std::string> hashes;
+  for (auto& e : Events(r, "end")) hashes.insert(JsonField(e, "weights_hash").value_or("?"));
+  EXPECT_EQ(hashes.size(), 1u);
+  // step -> rank -> batch_size, from every worker's train records.
+  std::map<int64_t, std::map<int, int64_t>> batch;
+  for (auto& e : Events(r, "train"))
+    batch[int64_t(JsonNumber(e, "step").value_or(-1))][int(JsonNumber(e, "rank").value_or(-1))] =
+        int64_t(JsonNumber(e, "batch_size").value_or(-1));
+  ASSERT_GE(batch.size(), 3u);
+  for (auto& [step, by_rank] : batch) {
+    ASSERT_EQ(by_rank.size(), 4u) << "step " << step;
+    int64_t sum = 0;
+    for (auto& [rank, n] : by_rank) sum += n;
+    EXPECT_EQ(sum, 128) << "step " << step << ": the global batch changed";
+  }
+  // From the second record on (the first rebalances come at steps 5, 10, ...), the slowed
+  // worker takes less than its equal share and less than every other worker.
+  for (auto it = std::next(batch.begin()); it != batch.end(); ++it) {
+    const auto& b = it->second;
+    EXPECT_LT(b.at(2), 32) << "step " << it->first;
+    for (int r : {0, 1, 3}) EXPECT_LT(b.at(2), b.at(r)) << "step " << it->first << " rank " << r;
+  }
+  EXPECT_GE(Events(r, "balance").size(), 2u);
 }
 
 TEST(CollectiveTraining, DoubleBufferReachesTarget) {

@@ -27,7 +27,14 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   total_ = dataset_->size();
   if (opt_.max_samples > 0) total_ = std::min(total_, opt_.max_samples);
   const int64_t W = opt_.world_size, r = opt_.rank;
-  if (opt_.drop_last) {
+  if (opt_.global_slices) {
+    SHOAL_CHECK(opt_.drop_last, where + "global_slices needs drop_last");
+    SHOAL_CHECK(opt_.batch_size <= (int64_t(1) << 40) / W, where + "batch_size x world_size overflows");
+    batches_ = total_ / (opt_.batch_size * W);
+    shard_size_ = batches_ * opt_.batch_size;  // nominal: the shares decide
+    share_offset_ = r * opt_.batch_size;
+    share_count_ = opt_.batch_size;
+  } else if (opt_.drop_last) {
     shard_size_ = total_ / W;
     batches_ = shard_size_ / opt_.batch_size;
   } else {
@@ -62,6 +69,7 @@ std::vector<int64_t> DataLoader::EpochIndices(int64_t epoch) const {
     Rng rng(MixSeed(opt_.seed, uint64_t(epoch) + 1));
     for (int64_t i = total_ - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[rng.Below(uint64_t(i) + 1)]);
   }
+  if (opt_.global_slices) return perm;
   std::vector<int64_t> mine(static_cast<size_t>(shard_size_));
   for (int64_t k = 0; k < shard_size_; ++k) mine[size_t(k)] = perm[size_t(opt_.rank + k * opt_.world_size)];
   return mine;
@@ -97,6 +105,37 @@ void DataLoader::Seek(Position p) {
   Restart(p.epoch, p.batch);
 }
 
+void DataLoader::SetShare(int64_t offset, int64_t count) {
+  const int64_t B = opt_.batch_size * opt_.world_size;
+  SHOAL_CHECK(opt_.global_slices, "DataLoader(" + dataset_->source() + "): SetShare needs global_slices");
+  SHOAL_CHECK(offset >= 0 && count >= 1 && offset + count <= B,
+              "DataLoader(" + dataset_->source() + "): share [" + std::to_string(offset) + ", " +
+                  std::to_string(offset + count) + ") is outside the global batch of " + std::to_string(B));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (offset == share_offset_ && count == share_count_) return;
+    share_offset_ = offset;
+    share_count_ = count;
+    ++generation_;  // batches built with the old share are dropped
+    while (!ready_.empty()) {
+      free_.push_back(std::move(ready_.front()));
+      ready_.pop_front();
+    }
+    produce_next_ = consume_next_;
+  }
+  cv_.notify_all();
+}
+
+int64_t DataLoader::share_count() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return opt_.global_slices ? share_count_ : opt_.batch_size;
+}
+
+int64_t DataLoader::StartOf(int64_t index) const {
+  if (opt_.global_slices) return index * opt_.batch_size * opt_.world_size + share_offset_;
+  return index * opt_.batch_size;
+}
+
 Position DataLoader::position() const {
   std::lock_guard<std::mutex> lk(mu_);
   Position p;
@@ -113,9 +152,9 @@ bool DataLoader::Next(Batch* out) {
     const int64_t index = consume_next_++;
     produce_next_ = consume_next_;
     auto indices = indices_;
-    const int64_t epoch = epoch_;
+    const int64_t epoch = epoch_, start = StartOf(index), count = opt_.global_slices ? share_count_ : opt_.batch_size;
     lk.unlock();
-    Build(*indices, epoch, index, out);
+    Build(*indices, epoch, index, start, count, out);
     return true;
   }
   cv_.wait(lk, [&] { return !ready_.empty() || error_ != nullptr; });
@@ -139,7 +178,8 @@ void DataLoader::ProducerLoop() {
     });
     if (stop_) return;
     const uint64_t gen = generation_;
-    const int64_t index = produce_next_++, epoch = epoch_;
+    const int64_t index = produce_next_++, epoch = epoch_, start = StartOf(index);
+    const int64_t count = opt_.global_slices ? share_count_ : opt_.batch_size;
     auto indices = indices_;
     Batch b;
     if (!free_.empty()) {
@@ -149,7 +189,7 @@ void DataLoader::ProducerLoop() {
     lk.unlock();
     std::exception_ptr err;
     try {
-      Build(*indices, epoch, index, &b);
+      Build(*indices, epoch, index, start, count, &b);
     } catch (...) {
       err = std::current_exception();
     }
@@ -166,9 +206,9 @@ void DataLoader::ProducerLoop() {
   }
 }
 
-void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, Batch* b) const {
-  const int64_t start = index * opt_.batch_size;
-  const int64_t n = std::min(opt_.batch_size, int64_t(indices.size()) - start);
+void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t count,
+                       Batch* b) const {
+  const int64_t n = std::min(count, int64_t(indices.size()) - start);
   const int64_t numel = dataset_->sample_numel();
   b->n = n;
   b->epoch = epoch;

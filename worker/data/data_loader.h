@@ -16,6 +16,12 @@
 // batches, so all ranks step the same number of times; without it (evaluation) the shards
 // cover every sample and the last batch may be partial.
 //
+// Balanced (uneven) splits, `global_slices`: step s of an epoch uses the global batch
+// permutation[s*B, (s+1)*B) with B = batch_size x world_size, and this rank takes the
+// slice [offset, offset+count) of it (SetShare; by default the equal share rank*batch_size,
+// batch_size). Whatever shares the ranks hold at each step (they must tile [0, B)), every
+// sample is used once per epoch, floor(N/B) steps like the strided layout.
+//
 // Resume: position() is the next batch Next() will return; Seek(position) on a fresh
 // loader with the same options reproduces the exact batches from there on (augmentation
 // is drawn per (seed, epoch, sample), not from a running stream).
@@ -47,13 +53,14 @@ struct DataLoaderOptions {
   int rank = 0;
   int world_size = 1;
   uint64_t seed = 0;
-  bool shuffle = true;      // false: samples in file order (still sharded by rank)
-  bool drop_last = true;    // training: equal full batches on every rank; false: full pass
-  int64_t max_samples = 0;  // 0 = all; otherwise only the first max_samples samples
-  bool augment = false;     // random crop with 4-pixel zero padding + horizontal flip
-  int prefetch = 2;         // batches built ahead on a background thread; 0 = in Next()
-  int build_threads = 0;    // threads that fill one batch; 0 = auto (several only for
-                            // big batches, e.g. ImageNet-sized, on machines with spare cores)
+  bool shuffle = true;         // false: samples in file order (still sharded by rank)
+  bool drop_last = true;       // training: equal full batches on every rank; false: full pass
+  int64_t max_samples = 0;     // 0 = all; otherwise only the first max_samples samples
+  bool augment = false;        // random crop with 4-pixel zero padding + horizontal flip
+  int prefetch = 2;            // batches built ahead on a background thread; 0 = in Next()
+  int build_threads = 0;       // threads that fill one batch; 0 = auto (several only for
+                               // big batches, e.g. ImageNet-sized, on machines with spare cores)
+  bool global_slices = false;  // per-step slices of the global batch (balanced splits; drop_last only)
 };
 
 struct Position {
@@ -77,17 +84,26 @@ class DataLoader {
   Position position() const;
   void Seek(Position p);
 
+  // global_slices only: from the next batch Next() returns on, this rank takes samples
+  // [offset, offset+count) of each step's global batch. Drops anything prefetched.
+  void SetShare(int64_t offset, int64_t count);
+  int64_t share_count() const;
+
   int64_t batches_per_epoch() const { return batches_; }
   int64_t samples_per_epoch() const { return shard_size_; }  // this rank's
   const Dataset& dataset() const { return *dataset_; }
   const DataLoaderOptions& options() const { return opt_; }
-  // This rank's sample indices for `epoch`, in the order its batches use them.
+  // This rank's sample indices for `epoch`, in the order its batches use them (with
+  // global_slices: the whole epoch's permutation, which the shares slice).
   std::vector<int64_t> EpochIndices(int64_t epoch) const;
 
  private:
   void Restart(int64_t epoch, int64_t batch);
   void ProducerLoop();
-  void Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, Batch* b) const;
+  void Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t n,
+             Batch* b) const;
+  // Where batch `index` starts in the epoch's indices and how many it takes (under mu_).
+  int64_t StartOf(int64_t index) const;
   void WriteSample(int64_t i, int64_t epoch, float* out) const;
   int BuildThreads(int64_t n) const;
 
@@ -106,6 +122,7 @@ class DataLoader {
   uint64_t generation_ = 0;  // bumped on every restart so stale prefetched batches are dropped
   int64_t epoch_ = 0;
   std::shared_ptr<const std::vector<int64_t>> indices_;
+  int64_t share_offset_ = 0, share_count_ = 0;  // global_slices: this rank's slice of a step
   int64_t produce_next_ = 0;
   int64_t consume_next_ = 0;
   std::deque<Batch> ready_;
