@@ -222,6 +222,7 @@ class Trainer {
       RestoreWeights(st, params_->views());
       algo_->LoadState(params_->views(), st);
       resumed_step_ = st.record.step;
+      step_ = resumed_step_;  // the balance record names the step it applies from
       StartBalancing(&st);
     }
     StartBalancing(nullptr);

@@ -94,6 +94,44 @@ TEST(Recovery, DgcRestartsWithItsAccumulatorsExactly) {
   RestartsExactly("dgc", "[algorithm]\nname = \"dgc\"\nsparsity_warmup_epochs = 1\nmin_compress_elements = 256\n\n");
 }
 
+// Balanced batches: the split is measured (timings), so no two runs share it bit for bit,
+// but a resumed run continues with the checkpoint's split: the shares in effect at the
+// checkpoint's step are the ones the restarted workers start from.
+TEST(Recovery, BalancedAllReduceResumesWithItsSplit) {
+  std::string d = FreshDir("balanced");
+  std::string job = Job("balanced", d, "[algorithm]\nname = \"allreduce\"\nbalance = true\n\n", 2, 20, 1);
+  job.replace(job.find("workers = 2"), 11, "workers = [{slowdown = 3.0}, {}]");
+  bool killed = false;
+  std::thread killer([&] { killed = KillWhenLogged(d, "--rank 1", "checkpoint", 1); });
+  JobRun run = RunJob(d, job, 300);
+  killer.join();
+  ASSERT_TRUE(killed);
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  auto restarts = Events(run, "restart");
+  ASSERT_EQ(restarts.size(), 1u);
+  const double from = JsonNumber(restarts[0], "from_checkpoint").value_or(0);
+  // The balance records before the restart (metrics.jsonl is in order) and after it.
+  std::string before, after;
+  bool restarted = false;
+  for (auto& e : run.metrics) {
+    const std::string ev = JsonField(e, "event").value_or("");
+    if (ev == "restart") restarted = true;
+    if (ev != "balance") continue;
+    const double step = JsonNumber(e, "step").value_or(-1);
+    if (!restarted && step <= from) before = JsonField(e, "sizes").value_or("");
+    if (restarted && after.empty()) {
+      EXPECT_EQ(step, from) << e;
+      after = JsonField(e, "sizes").value_or("?");
+    }
+  }
+  EXPECT_FALSE(before.empty());
+  EXPECT_NE(before, "32,32") << "the slowed worker's share never shrank before the checkpoint";
+  EXPECT_EQ(after, before) << "the resumed workers did not start from the checkpoint's split";
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+  EXPECT_EQ(Hashes(run).size(), 1u);
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
 // Asynchronous algorithms are not bit-reproducible; each worker gets its own model back,
 // auto keeps the choice it made before the failure.
 TEST(Recovery, AdpsgdAndAutoRestartFromTheirCheckpoints) {
