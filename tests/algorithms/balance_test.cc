@@ -153,6 +153,17 @@ TEST(BalancedStep, EqualsTheUnbalancedStepOnTheSameSamples) {
   }
 }
 
+TEST(BalancedStep, BalancingTurnsAllReduceOverlapOff) {
+  // Overlapped buckets would leave before the sample-count weight is applied.
+  JobConfig cfg = Job("allreduce", "overlap = true\n");
+  FakeCluster cluster(3);
+  RunRankThreads(3, [&](int rank) {
+    auto algo = MakeAlgorithm(cfg.algorithm, cluster.EnvFor(cfg, rank, 100));
+    EXPECT_TRUE(algo->BalancesBatches());
+    EXPECT_FALSE(algo->WantsGradReady());
+  });
+}
+
 TEST(BalancedStep, TheBalanceKeyIsAcceptedOnlyWhereItIsRead) {
   for (const char* a : {"allreduce", "double_buffer", "dgc", "bmuf", "auto"}) {
     auto keys = KnownAlgorithmKeys(a);
