@@ -286,7 +286,7 @@ TEST(ServerOutOfMemory, ARequestBeyondTheShardsMemoryIsRefusedAndTheShardKeepsSe
   ASSERT_EQ(prlimit(server.pid(), RLIMIT_AS, &lim, nullptr), 0);
 
   ClientOptions o;
-  o.timeout_ms = 10000;
+  o.timeout_ms = 30000;  // a loaded machine copies and syncs 256 MiB slowly
   Client c(cfg, o);
   c.Register({{"big", DType::kF32, {kBig / 4}}, {"small", DType::kF32, {4}}});
   {
