@@ -1,5 +1,7 @@
 #include "common/config.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -466,9 +468,9 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   JobConfig c;
   c.path = file;
 
-  SectionReader job(
-      file, root, "job",
-      {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights", "max_restarts"});
+  SectionReader job(file, root, "job",
+                    {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights",
+                     "max_restarts", "status_port", "status_bind", "straggler_ratio"});
   c.name = job.String("name", "", true);
   if (c.name.empty() || c.name.find_first_of("/\\ \t\n\"") != std::string::npos)
     job.Fail("name", "expected a non-empty name without slashes, spaces or quotes, got \"" + c.name + "\"");
@@ -478,6 +480,13 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.checkpoint_every_steps = job.Int("checkpoint_every_steps", 0, 0, INT64_MAX);
   c.max_restarts = job.Int("max_restarts", 0, 0, 1000);
   c.export_weights = job.String("export_weights", "");
+  c.status_port = job.Int("status_port", 0, 0, 65535);
+  c.status_bind = job.String("status_bind", "127.0.0.1");
+  in_addr bind_addr{};
+  if (inet_pton(AF_INET, c.status_bind.c_str(), &bind_addr) != 1)
+    job.Fail("status_bind", "expected an IPv4 address (\"127.0.0.1\": loopback, \"0.0.0.0\": every interface), got \"" +
+                                c.status_bind + "\"");
+  c.straggler_ratio = job.Double("straggler_ratio", 1.5, 1.05, 1000);
 
   SectionReader cl(file, root, "cluster",
                    {"servers", "workers", "heartbeat_ms", "heartbeat_timeout_ms", "coordinator"});

@@ -43,7 +43,7 @@ class ConfigSection {
 struct WorkerSpec {
   std::string host = "127.0.0.1";
   std::string device = "cpu";  // "cpu" | "cuda:N"
-  double slowdown = 0;         // sleep slowdown x compute time per step
+  double slowdown = 0;         // sleep slowdown x compute time per step (counted as compute)
   double bandwidth_mbps = 0;   // 0 = unlimited; token bucket on sends
 };
 
@@ -62,7 +62,14 @@ struct JobConfig {
   int64_t checkpoint_every_steps = 0;  // 0 = only at the end
   // `shoal run` restarts a failed job from its newest complete checkpoint this many times.
   int64_t max_restarts = 0;
-  std::string export_weights;          // rank 0 writes the final weights here (raw fp32)
+  std::string export_weights;  // rank 0 writes the final weights here (raw fp32)
+  // `shoal run`'s live status page: the port (0 = one the kernel picks) and the IPv4
+  // address it binds (loopback unless the job opens it deliberately).
+  int64_t status_port = 0;
+  std::string status_bind = "127.0.0.1";
+  // A worker whose time per step (outside the exchange) exceeds the other workers' median
+  // by this factor is named a straggler.
+  double straggler_ratio = 1.5;
 
   // [cluster]
   std::vector<std::string> servers;  // "host:port"; shard k listens on servers[k]

@@ -337,11 +337,13 @@ class Trainer {
       throw Error("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step_) +
                   " (lower [optimizer] lr?)");
     params_->PullWeightsAndGrads(/*grads=*/!overlap_);
-    double compute = Since(t1);
-    compute_s_ += compute;
+    // A slowed worker stands for a slower device: its extra time counts as compute, so
+    // its compute_s (and the launcher's straggler figures) show what such a device would.
     const double slowdown = cfg_.workers[size_t(rank_)].slowdown;
+    const double compute = Since(t1);
     if (slowdown > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowdown * compute));
     const double busy = Since(t1);  // what this worker's throughput is measured on
+    compute_s_ += busy;
     auto t2 = Clock::now();
     StepInfo info;
     info.step = step_;

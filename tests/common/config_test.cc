@@ -78,6 +78,28 @@ TEST(Config, WorkerTables) {
   EXPECT_EQ(c.workers[1].host, "10.0.0.2");
 }
 
+TEST(Config, StatusPageKeys) {
+  JobConfig d = ParseJobConfig(kGood, "job.toml");
+  EXPECT_EQ(d.status_port, 0);  // a free port, picked when the job starts
+  EXPECT_EQ(d.status_bind, "127.0.0.1");
+  EXPECT_DOUBLE_EQ(d.straggler_ratio, 1.5);
+  JobConfig c = ParseJobConfig(
+      Replace(kGood, "seed = 7", "seed = 7\nstatus_port = 8123\nstatus_bind = \"0.0.0.0\"\nstraggler_ratio = 2.5"),
+      "job.toml");
+  EXPECT_EQ(c.status_port, 8123);
+  EXPECT_EQ(c.status_bind, "0.0.0.0");
+  EXPECT_DOUBLE_EQ(c.straggler_ratio, 2.5);
+  EXPECT_EQ(ErrorOf(Replace(kGood, "seed = 7", "seed = 7\nstatus_port = 70000")),
+            "job.toml: [job] status_port: expected an integer in [0, 65535], got 70000");
+  EXPECT_EQ(ErrorOf(Replace(kGood, "seed = 7", "seed = 7\nstatus_port = \"8080\"")),
+            "job.toml: [job] status_port: expected an integer in [0, 65535], got string \"8080\"");
+  EXPECT_NE(ErrorOf(Replace(kGood, "seed = 7", "seed = 7\nstatus_bind = \"localhost:80\""))
+                .find("job.toml: [job] status_bind: expected an IPv4 address"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf(Replace(kGood, "seed = 7", "seed = 7\nstraggler_ratio = 1.0")),
+            "job.toml: [job] straggler_ratio: expected a number in [1.05, 1000], got 1");
+}
+
 TEST(Config, ErrorsNameFileKeyAndExpectation) {
   EXPECT_EQ(ErrorOf(Replace(kGood, "batch_size = 64", "batch_size = -3")),
             "job.toml: [data] batch_size: expected an integer in [1, 1048576], got -3");

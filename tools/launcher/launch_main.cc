@@ -1,5 +1,6 @@
 // shoal-launch (behind `./shoal run JOB.toml`): starts every server and worker of a job on
-// this machine, shows one live progress line, stops everything when the job ends, when a
+// this machine, shows one live progress line (and one line per evaluation), names the
+// stragglers, serves the live status page, stops everything when the job ends, when a
 // process fails (saying which, why, and its last log lines) or on Ctrl-C, and prints the
 // done JSON line last on stdout. With [job] max_restarts, a failed job starts again from
 // its newest complete checkpoint (or from the start when it has none yet).
@@ -32,6 +33,9 @@
 #include "common/metrics.h"
 #include "tools/launcher/plot.h"
 #include "tools/launcher/process_group.h"
+#include "tools/launcher/status_page.h"
+#include "tools/launcher/status_server.h"
+#include "tools/launcher/status_tracker.h"
 
 DEFINE_string(bin_dir, "bazel-bin", "where shoal-server and shoal-worker were built");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
@@ -101,19 +105,10 @@ class MetricsFollower {
   std::streamoff offset_ = 0;
 };
 
-struct Progress {
-  double epoch = 0, step = 0, loss = NAN, acc = NAN, sps = 0, staleness = NAN;
-  std::map<int, double> worker_sps;
-  std::map<int, std::string> end_lines;
-  PlotSeries loss_plot{"loss", {}}, acc_plot{"test accuracy", {}};
-  double max_acc = NAN;
-};
-
-std::string Fmt(const char* f, double v) {
-  if (std::isnan(v)) return "-";
-  char b[64];
-  snprintf(b, sizeof b, f, v);
-  return b;
+// "worker 3" -> 3; -1 for anything else.
+int WorkerRank(const std::string& name) {
+  if (name.rfind("worker ", 0) != 0) return -1;
+  return atoi(name.c_str() + 7);
 }
 
 // One `shoal run`, in the order Run() calls the phases. A phase that fails prints its one
@@ -179,6 +174,13 @@ class Launch {
       return 2;
     }
     follow_ = std::make_unique<MetricsFollower>(metrics_path_, /*from_end=*/FLAGS_resume);
+    tracker_ = std::make_unique<StatusTracker>(cfg_);
+    try {
+      status_ = std::make_unique<StatusServer>(cfg_.status_bind, int(cfg_.status_port), StatusPageHtml());
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s: [job] status_port / status_bind: %s\n", job_path_.c_str(), e.what());
+      return 2;
+    }
     start_ = UnixNow();
     setenv("SHOAL_JOB_START", std::to_string(start_).c_str(), 1);
     // oneDNN's OpenMP threads otherwise spin while idle, and several processes of one job
@@ -248,6 +250,7 @@ class Launch {
             cfg_.world_size(),
             facts_.needs_servers ? (", " + std::to_string(cfg_.servers.size()) + " server(s)").c_str() : "",
             log_dir_.c_str());
+    fprintf(stderr, "shoal: status page: %s (JSON: %sstatus.json)\n", status_->url().c_str(), status_->url().c_str());
     return 0;
   }
 
@@ -262,14 +265,21 @@ class Launch {
       if (g_stop_signal) {
         fprintf(stderr, "\nshoal: %s received, stopping every process\n", strsignal(g_stop_signal));
         group_.StopAll();
+        Publish("stopped", true);
         return 130;
       }
       ReadMetrics();
-      if (int rc = CheckProcesses(tolerant)) return rc;
+      if (int rc = CheckProcesses(tolerant)) {
+        Publish("failed", true);
+        return rc;
+      }
       if (workers_done_ + workers_failed_ == cfg_.world_size()) break;
       PrintProgress();
+      Publish("running", false);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    ReadMetrics();
+    PrintEvalLines(/*force=*/true);
     if (tty_) fprintf(stderr, "\n");
     group_.StopAll();
     return 0;
@@ -290,7 +300,9 @@ class Launch {
     group_.StopAll();
     group_.ForgetEnded();
     workers_done_ = workers_failed_ = 0;
-    p_.end_lines.clear();
+    end_lines_.clear();
+    tracker_->Restarted();
+    Publish("restarting", true);
     const bool resume = last_checkpoint_ > 0 || FLAGS_resume;
     std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
                                                   std::to_string(last_checkpoint_step_) + ")"
@@ -313,7 +325,7 @@ class Launch {
   int Report() {
     // Accuracy from rank 0's end record, totals over workers.
     double acc = NAN, steps = 0, sps = 0, bytes = 0;
-    for (auto& [r, line] : p_.end_lines) {
+    for (auto& [r, line] : end_lines_) {
       if (r == 0 || std::isnan(acc)) acc = JsonNumber(line, "test_accuracy").value_or(NAN);
       steps = std::max(steps, JsonNumber(line, "steps").value_or(0));
       sps += JsonNumber(line, "samples_per_s").value_or(0);
@@ -332,8 +344,10 @@ class Launch {
     if (workers_failed_) fields.Add("workers_failed", workers_failed_);
     if (restarts_) fields.Add("restarts", restarts_);
     metrics_.Write("done", int64_t(steps), fields);
+    Publish("done", true);
     try {
-      WritePlotPng(cfg_.output_dir + "/plot.png", {p_.loss_plot, p_.acc_plot});
+      WritePlotPng(cfg_.output_dir + "/plot.png",
+                   {{"loss", tracker_->loss_curve()}, {"test accuracy", tracker_->accuracy_curve()}});
     } catch (const Error& e) {
       fprintf(stderr, "shoal: %s\n", e.what());
     }
@@ -350,23 +364,12 @@ class Launch {
  private:
   void ReadMetrics() {
     for (auto& line : follow_->NewLines()) {
+      tracker_->Consume(line);
       auto ev = JsonField(line, "event");
       if (!ev) continue;
       int rank = int(JsonNumber(line, "rank").value_or(0));
-      if (*ev == "train") {
-        p_.epoch = JsonNumber(line, "epoch").value_or(p_.epoch);
-        p_.step = std::max(p_.step, JsonNumber(line, "step").value_or(0));
-        p_.loss = JsonNumber(line, "loss").value_or(p_.loss);
-        if (rank == 0) p_.loss_plot.points.emplace_back(JsonNumber(line, "wall_s").value_or(0), p_.loss);
-        p_.worker_sps[rank] = JsonNumber(line, "samples_per_s").value_or(0);
-        p_.staleness = JsonNumber(line, "staleness").value_or(p_.staleness);
-      } else if (*ev == "eval") {
-        p_.acc = JsonNumber(line, "test_accuracy").value_or(p_.acc);
-        if (rank == 0) p_.acc_plot.points.emplace_back(JsonNumber(line, "wall_s").value_or(0), p_.acc);
-        if (!std::isnan(p_.acc) && (std::isnan(p_.max_acc) || p_.acc > p_.max_acc)) p_.max_acc = p_.acc;
-        if (!tty_) last_print_ = 0;  // print every evaluation when not on a terminal
-      } else if (*ev == "end") {
-        p_.end_lines[rank] = line;
+      if (*ev == "end") {
+        end_lines_[rank] = line;
       } else if (*ev == "checkpoint") {
         last_checkpoint_ = uint64_t(JsonNumber(line, "id").value_or(double(last_checkpoint_)));
         last_checkpoint_step_ = int64_t(JsonNumber(line, "step").value_or(0));
@@ -381,6 +384,37 @@ class Launch {
                 JsonNumber(line, "batch").value_or(0));
       }
     }
+    // Stragglers: named on the console and as events in metrics.jsonl.
+    for (const StragglerChange& c : tracker_->TakeStragglerChanges()) {
+      fprintf(stderr, "%sshoal: %s\n", tty_ ? "\r\033[K" : "", c.Describe().c_str());
+      metrics_.Write(c.straggler ? "straggler" : "straggler_end", c.step,
+                     JsonObject()
+                         .Add("rank", c.rank)
+                         .Add("host", c.host)
+                         .Add("device", c.device)
+                         .Add("slower", c.slower)
+                         .Add("since_step", c.since_step)
+                         .Add("since_wall_s", c.since_wall_s));
+      last_print_ = 0;
+    }
+    PrintEvalLines(false);
+  }
+
+  // One line per evaluated step, once every live worker has reported it.
+  void PrintEvalLines(bool force) {
+    while (auto line = tracker_->TakeEvalLine(UnixNow() - start_, force)) {
+      fprintf(stderr, "%s%s\n", tty_ ? "\r\033[K" : "", line->c_str());
+      printed_step_ = tracker_->step();
+      last_print_ = UnixNow();
+    }
+  }
+
+  // The status page's data, at most four times a second unless `now`.
+  void Publish(const char* state, bool now) {
+    const double t = UnixNow();
+    if (!now && t - last_publish_ < 0.25) return;
+    status_->Publish(tracker_->Json(t - start_, state, restarts_));
+    last_publish_ = t;
   }
 
   // Reaps ended children; returns 1 once a death ends the job (everything stopped).
@@ -388,6 +422,7 @@ class Launch {
     std::vector<Child*> failed;
     for (Child* c : group_.Reap()) {
       bool is_worker = c->name.rfind("worker", 0) == 0;
+      if (is_worker) tracker_->WorkerGone(WorkerRank(c->name), c->exit_code != 0);
       if (is_worker && c->exit_code == 0)
         ++workers_done_;
       else if (!is_worker && c->exit_code == 0 && c->term_signal == 0)
@@ -418,7 +453,7 @@ class Launch {
     for (Child* c : failed) {
       fprintf(stderr, "shoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
               c->log_path.c_str(), TailLines(c->log_path, 8).c_str());
-      metrics_.Write("process_failed", int64_t(p_.step),
+      metrics_.Write("process_failed", int64_t(tracker_->step()),
                      JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
     }
     if (fatal) {
@@ -429,19 +464,18 @@ class Launch {
     return 0;
   }
 
+  // On a terminal, one line rewritten twice a second; in a log, a line every 15 s, and only
+  // when the job got further than the last line printed.
   void PrintProgress() {
     double now = UnixNow();
     if (now - last_print_ <= (tty_ ? 0.5 : 15.0)) return;
-    double sps = 0;
-    for (auto& [r, s] : p_.worker_sps) sps += s;
-    std::string line = "epoch " + Fmt("%.0f", p_.epoch) + " step " + Fmt("%.0f", p_.step) + " loss " +
-                       Fmt("%.4f", p_.loss) + " test_acc " + Fmt("%.4f", p_.acc) + " samples/s " + Fmt("%.0f", sps) +
-                       (std::isnan(p_.staleness) ? "" : " staleness " + Fmt("%.1f", p_.staleness)) + " [" +
-                       Fmt("%.0f", now - start_) + " s]";
+    if (!tty_ && tracker_->step() <= printed_step_) return;
+    std::string line = tracker_->ProgressLine(now - start_);
     if (tty_)
       fprintf(stderr, "\r\033[K%s", line.c_str());
     else
       fprintf(stderr, "%s\n", line.c_str());
+    printed_step_ = tracker_->step();
     last_print_ = now;
   }
 
@@ -451,9 +485,11 @@ class Launch {
   std::string metrics_path_, log_dir_;
   MetricsWriter metrics_;
   std::unique_ptr<MetricsFollower> follow_;
-  double start_ = 0, last_print_ = 0;
+  double start_ = 0, last_print_ = 0, last_publish_ = 0, printed_step_ = 0;
   ProcessGroup group_;
-  Progress p_;
+  std::unique_ptr<StatusTracker> tracker_;
+  std::unique_ptr<StatusServer> status_;
+  std::map<int, std::string> end_lines_;
   bool tty_ = false;
   int workers_done_ = 0, workers_failed_ = 0;
   int restarts_ = 0;

@@ -1,0 +1,136 @@
+// StatusTracker from synthetic metrics lines: stragglers named and cleared on the numbers
+// alone, one progress line per evaluated step, status.json's rows.
+#include "tools/launcher/status_tracker.h"
+
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "common/json_fields.h"
+#include "common/metrics.h"
+
+namespace shoal {
+namespace {
+
+JobConfig Job(int workers) {
+  return ParseJobConfig("[job]\nname = \"t\"\n[cluster]\nworkers = " + std::to_string(workers) +
+                            "\n[data]\nformat = \"synthetic\"\nbatch_size = 16\n[algorithm]\nname = \"allreduce\"\n",
+                        "job.toml");
+}
+
+// Rank `rank`'s train event at `step`, having spent `own_ms` per step outside the exchange
+// and `comm_ms` in it since step 0 (cumulative counters, as the trainer writes them).
+std::string Train(int rank, int64_t step, double own_ms, double comm_ms) {
+  double own = own_ms * 1e-3 * double(step), comm = comm_ms * 1e-3 * double(step);
+  JsonObject f;
+  f.Add("event", "train").Add("step", step).Add("wall_s", own + comm).Add("rank", rank).Add("epoch", 0);
+  f.Add("loss", 1.0).Add("samples_per_s", 100.0).Add("compute_s", 0.9 * own).Add("wait_s", 0.1 * own);
+  f.Add("comm_s", comm).Add("bytes_sent", step * 1000);
+  return f.str();
+}
+
+std::string Eval(int rank, int64_t step, double acc) {
+  return JsonObject()
+      .Add("event", "eval")
+      .Add("step", step)
+      .Add("wall_s", 1.0)
+      .Add("rank", rank)
+      .Add("epoch", 1)
+      .Add("test_accuracy", acc)
+      .str();
+}
+
+TEST(StatusTracker, NamesTheSlowWorkerOnlyAndClearsItWhenItCatchesUp) {
+  StatusTracker t(Job(3));
+  // A synchronous job: everyone's step takes 40 ms; rank 1 computes 40 ms, the others 10 ms
+  // and wait 30 ms in the exchange.
+  for (int64_t step = 10; step <= 50; step += 10) {
+    t.Consume(Train(0, step, 10, 30));
+    t.Consume(Train(1, step, 40, 0.5));
+    t.Consume(Train(2, step, 10, 30));
+  }
+  auto changes = t.TakeStragglerChanges();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rank, 1);
+  EXPECT_TRUE(changes[0].straggler);
+  EXPECT_NEAR(changes[0].slower, 4.0, 0.01);
+  EXPECT_EQ(changes[0].since_step, 10);  // the first slow window began there
+  EXPECT_EQ(changes[0].host, "127.0.0.1");
+  std::string json = t.Json(5, "running", 0);
+  EXPECT_NE(json.find("\"rank\":1,\"host\":\"127.0.0.1\",\"device\":\"cpu\",\"batch_size\":16"), std::string::npos);
+  EXPECT_NE(json.find("\"straggler\":true,\"straggler_since_step\":10"), std::string::npos) << json;
+
+  // Rank 1 catches up (cumulative counters: the new windows are 10 ms per step).
+  double own1 = 40e-3 * 50, comm1 = 0.5e-3 * 50, own = 10e-3 * 50, comm = 30e-3 * 50;
+  for (int64_t step = 60; step <= 120; step += 10) {
+    own1 += 0.1, own += 0.1, comm += 0.005, comm1 += 0.005;
+    for (int r : {0, 1, 2}) {
+      double o = r == 1 ? own1 : own, c = r == 1 ? comm1 : comm;
+      t.Consume(JsonObject()
+                    .Add("event", "train")
+                    .Add("step", step)
+                    .Add("wall_s", o + c)
+                    .Add("rank", r)
+                    .Add("compute_s", o)
+                    .Add("wait_s", 0.0)
+                    .Add("comm_s", c)
+                    .str());
+    }
+  }
+  changes = t.TakeStragglerChanges();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rank, 1);
+  EXPECT_FALSE(changes[0].straggler);
+  EXPECT_NE(t.Json(9, "running", 0).find("\"straggler\":false"), std::string::npos);
+}
+
+TEST(StatusTracker, OneWorkerOrEqualWorkersHaveNoStraggler) {
+  StatusTracker one(Job(1));
+  for (int64_t step = 10; step <= 50; step += 10) one.Consume(Train(0, step, 50, 0));
+  EXPECT_TRUE(one.TakeStragglerChanges().empty());
+  StatusTracker two(Job(2));
+  for (int64_t step = 10; step <= 50; step += 10) {
+    two.Consume(Train(0, step, 10, 5));
+    two.Consume(Train(1, step, 12, 3));
+  }
+  EXPECT_TRUE(two.TakeStragglerChanges().empty());
+}
+
+TEST(StatusTracker, OneProgressLinePerEvaluatedStep) {
+  StatusTracker t(Job(3));
+  t.Consume(Eval(1, 100, 0.81));
+  t.Consume(Eval(0, 100, 0.82));
+  EXPECT_FALSE(t.TakeEvalLine(1.0).has_value());  // rank 2 has not evaluated step 100 yet
+  t.Consume(Eval(2, 100, 0.80));
+  auto line = t.TakeEvalLine(1.0);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_NE(line->find("epoch 1 step 100 "), std::string::npos) << *line;
+  EXPECT_NE(line->find("test_acc 0.8200 (workers 0.8000-0.8200)"), std::string::npos) << *line;
+  EXPECT_FALSE(t.TakeEvalLine(1.0).has_value());
+  // A late duplicate of a printed step prints nothing; a worker that died is not awaited.
+  t.Consume(Eval(2, 100, 0.80));
+  EXPECT_FALSE(t.TakeEvalLine(2.0).has_value());
+  t.WorkerGone(2, /*failed=*/true);
+  t.Consume(Eval(0, 200, 0.85));
+  t.Consume(Eval(1, 200, 0.85));
+  line = t.TakeEvalLine(3.0);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_NE(line->find("step 200 loss - test_acc 0.8500 samples/s"), std::string::npos) << *line;
+  // A worker that never reports does not hold the line back for ever.
+  t.Consume(Eval(0, 300, 0.86));
+  EXPECT_FALSE(t.TakeEvalLine(4.0).has_value());
+  EXPECT_TRUE(t.TakeEvalLine(20.0).has_value());
+  EXPECT_EQ(t.accuracy_curve().size(), 3u);
+}
+
+TEST(StatusTracker, StrayLinesAreIgnored) {
+  StatusTracker t(Job(2));
+  for (const char* l : {"", "{", "not json", "{\"event\":\"train\",\"rank\":99,\"step\":5}",
+                        "{\"event\":\"train\",\"rank\":-1}", "{\"event\":\"auto\",\"choice\":\"bmuf\""})
+    t.Consume(l);
+  std::string json = t.Json(0, "running", 0);
+  EXPECT_NE(json.find("\"auto\":null"), std::string::npos);
+  EXPECT_EQ(JsonField(json, "step").value_or(""), "0");
+}
+
+}  // namespace
+}  // namespace shoal

@@ -1,0 +1,111 @@
+// What `shoal run` knows about its job, built only from the events the job's processes
+// append to metrics.jsonl, so it works the same for every kind of job (collective or
+// parameter-server): the progress line, one row per worker (throughput and where its time
+// goes), the loss and accuracy curves, and the stragglers.
+//
+// A straggler is a worker whose time per step outside the exchange (compute plus waiting
+// for data, from the cumulative compute_s / wait_s of its train events), or whose wall time
+// per step, exceeds the median of the other workers' by [job] straggler_ratio, in two
+// windows (train events) in a row, both smoothed over windows; it stops being one after two
+// windows below halfway between 1 and the ratio.
+// Outside the exchange, because in a synchronous job everyone's step takes as long as the
+// slowest's: the fast workers spend the difference waiting inside the exchange.
+//
+// Not thread-safe: the launcher's loop owns it; the status server gets Json() snapshots.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+
+namespace shoal {
+
+// A worker became a straggler (or stopped being one).
+struct StragglerChange {
+  int rank = 0;
+  std::string host, device;
+  bool straggler = true;
+  double slower = 0;             // its time per step / the other workers' median
+  int64_t since_step = 0;        // the step where the slow (or recovered) stretch began
+  double since_wall_s = 0;       // seconds since the job started, at since_step
+  int64_t step = 0;              // the step at which it was decided
+  std::string Describe() const;  // one console line
+};
+
+class StatusTracker {
+ public:
+  explicit StatusTracker(const JobConfig& cfg);
+
+  // One metrics.jsonl line (any event; unknown or malformed lines are ignored).
+  void Consume(const std::string& line);
+  // A worker whose process ended (`failed`: not by finishing): no evaluation is awaited
+  // from it any more, and a failed one's throughput no longer counts.
+  void WorkerGone(int rank, bool failed);
+  // Forget the per-process baselines (a restart starts every counter again).
+  void Restarted();
+
+  // Straggler changes since the last call, oldest first.
+  std::vector<StragglerChange> TakeStragglerChanges();
+  // The progress line for an evaluation once every live worker reported it (or a later
+  // evaluation began, or `force`): one line per evaluated step value, never one per worker.
+  std::optional<std::string> TakeEvalLine(double now_s, bool force = false);
+  // The current progress line ("epoch 2 step 700 loss ... [12 s]").
+  std::string ProgressLine(double now_s) const;
+  double step() const { return step_; }
+
+  // The status page's data (see README "Status page"); `state` is running | restarting |
+  // done | failed | stopped.
+  std::string Json(double now_s, const std::string& state, int restarts) const;
+
+  // Series for plot.png.
+  const std::vector<std::pair<double, double>>& loss_curve() const { return loss_curve_; }
+  const std::vector<std::pair<double, double>>& accuracy_curve() const { return acc_curve_; }
+
+ private:
+  struct Worker {
+    int64_t batch_size = 0;
+    double samples_per_s = 0, loss = NAN, step = 0, bytes_sent = 0;
+    bool ended = false, gone = false, failed = false;
+    // The previous train event's cumulative counters: the window's start.
+    bool have_base = false;
+    int64_t base_step = 0;
+    double base_busy = 0, base_comm = 0, base_compute = 0, base_wait = 0, base_wall = 0;
+    // The last window, per step (seconds); own = compute + wait (outside the exchange).
+    bool measured = false;
+    double compute = 0, exchange = 0, wait = 0, own = 0, wall = 0;
+    double slower = 0;
+    int slow_windows = 0, fast_windows = 0;
+    int64_t streak_step = 0;
+    double streak_wall = 0;
+    bool straggler = false;
+    int64_t straggler_since_step = 0;
+    double straggler_since_wall = 0;
+  };
+
+  void OnTrain(int rank, const std::string& line);
+  void OnEval(int rank, const std::string& line);
+  void Judge(int rank, int64_t step);
+  void FlushEval(int64_t step);
+  Worker& At(int rank);
+
+  const JobConfig cfg_;
+  std::map<int, Worker> workers_;
+  double epoch_ = 0, step_ = 0, loss_ = NAN, acc_ = NAN, staleness_ = NAN;
+  std::vector<std::pair<double, double>> loss_curve_, acc_curve_;
+  std::map<int64_t, std::map<int, double>> pending_evals_;  // step -> rank -> accuracy
+  std::map<int64_t, double> pending_eval_wall_, pending_eval_epoch_;
+  double pending_since_ = 0;
+  std::vector<std::string> eval_lines_;
+  int64_t last_eval_step_printed_ = -1;
+  std::vector<StragglerChange> changes_, straggler_log_;
+  std::string auto_event_;  // the last `auto` event, verbatim (its fields shown as they are)
+  int64_t checkpoint_id_ = 0, checkpoint_step_ = 0;
+  double checkpoint_wall_ = NAN;
+};
+
+}  // namespace shoal
