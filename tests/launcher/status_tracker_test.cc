@@ -42,8 +42,9 @@ std::string Eval(int rank, int64_t step, double acc) {
 TEST(StatusTracker, NamesTheSlowWorkerOnlyAndClearsItWhenItCatchesUp) {
   StatusTracker t(Job(3));
   // A synchronous job: everyone's step takes 40 ms; rank 1 computes 40 ms, the others 10 ms
-  // and wait 30 ms in the exchange.
-  for (int64_t step = 10; step <= 50; step += 10) {
+  // and wait 30 ms in the exchange. Windows span two events (0.4 s each, under 0.5 s), and
+  // nobody is judged before every worker has one.
+  for (int64_t step = 10; step <= 70; step += 10) {
     t.Consume(Train(0, step, 10, 30));
     t.Consume(Train(1, step, 40, 0.5));
     t.Consume(Train(2, step, 10, 30));
@@ -53,16 +54,16 @@ TEST(StatusTracker, NamesTheSlowWorkerOnlyAndClearsItWhenItCatchesUp) {
   EXPECT_EQ(changes[0].rank, 1);
   EXPECT_TRUE(changes[0].straggler);
   EXPECT_NEAR(changes[0].slower, 4.0, 0.01);
-  EXPECT_EQ(changes[0].since_step, 10);  // the first slow window began there
+  EXPECT_EQ(changes[0].since_step, 30);  // the first judged slow window began there
   EXPECT_EQ(changes[0].host, "127.0.0.1");
   std::string json = t.Json(5, "running", 0);
   EXPECT_NE(json.find("\"rank\":1,\"host\":\"127.0.0.1\",\"device\":\"cpu\",\"batch_size\":16"), std::string::npos);
-  EXPECT_NE(json.find("\"straggler\":true,\"straggler_since_step\":10"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"straggler\":true,\"straggler_since_step\":30"), std::string::npos) << json;
 
-  // Rank 1 catches up (cumulative counters: the new windows are 10 ms per step).
-  double own1 = 40e-3 * 50, comm1 = 0.5e-3 * 50, own = 10e-3 * 50, comm = 30e-3 * 50;
-  for (int64_t step = 60; step <= 120; step += 10) {
-    own1 += 0.1, own += 0.1, comm += 0.005, comm1 += 0.005;
+  // Rank 1 catches up (cumulative counters: from now on everyone needs 100 ms per step).
+  double own1 = 40e-3 * 70, comm1 = 0.5e-3 * 70, own = 10e-3 * 70, comm = 30e-3 * 70;
+  for (int64_t step = 80; step <= 140; step += 10) {
+    own1 += 1.0, own += 1.0, comm += 0.05, comm1 += 0.05;
     for (int r : {0, 1, 2}) {
       double o = r == 1 ? own1 : own, c = r == 1 ? comm1 : comm;
       t.Consume(JsonObject()
@@ -85,10 +86,10 @@ TEST(StatusTracker, NamesTheSlowWorkerOnlyAndClearsItWhenItCatchesUp) {
 
 TEST(StatusTracker, OneWorkerOrEqualWorkersHaveNoStraggler) {
   StatusTracker one(Job(1));
-  for (int64_t step = 10; step <= 50; step += 10) one.Consume(Train(0, step, 50, 0));
+  for (int64_t step = 10; step <= 400; step += 10) one.Consume(Train(0, step, 50, 0));
   EXPECT_TRUE(one.TakeStragglerChanges().empty());
   StatusTracker two(Job(2));
-  for (int64_t step = 10; step <= 50; step += 10) {
+  for (int64_t step = 10; step <= 400; step += 10) {
     two.Consume(Train(0, step, 10, 5));
     two.Consume(Train(1, step, 12, 3));
   }

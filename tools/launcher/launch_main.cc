@@ -182,6 +182,7 @@ class Launch {
       return 2;
     }
     start_ = UnixNow();
+    last_print_ = start_;  // the first line once there is progress to show
     setenv("SHOAL_JOB_START", std::to_string(start_).c_str(), 1);
     // oneDNN's OpenMP threads otherwise spin while idle, and several processes of one job
     // share the cores: spinning collapses throughput (measured: resnet20 22-145 vs ~245
@@ -395,7 +396,6 @@ class Launch {
                          .Add("slower", c.slower)
                          .Add("since_step", c.since_step)
                          .Add("since_wall_s", c.since_wall_s));
-      last_print_ = 0;
     }
     PrintEvalLines(false);
   }
@@ -464,8 +464,8 @@ class Launch {
     return 0;
   }
 
-  // On a terminal, one line rewritten twice a second; in a log, a line every 15 s, and only
-  // when the job got further than the last line printed.
+  // On a terminal, one line rewritten twice a second; in a log, a line 15 s after the last
+  // one (an evaluation's line included), and only when the job got further than it.
   void PrintProgress() {
     double now = UnixNow();
     if (now - last_print_ <= (tty_ ? 0.5 : 15.0)) return;

@@ -12,6 +12,10 @@ namespace {
 // At most this many points per curve: older points are thinned (every other one dropped),
 // so a long job's status stays small and its curves keep their whole span.
 constexpr size_t kMaxCurvePoints = 2000;
+// A window shorter than this (wall time) is extended to the next train event instead of
+// judged: a few steps of a few milliseconds on shared cores say more about the neighbours
+// than about the worker.
+constexpr double kMinWindowS = 0.5;
 // A pending evaluation is printed anyway after this long (a worker that never evaluates
 // that step must not hold the line back forever).
 constexpr double kEvalWaitS = 10;
@@ -118,7 +122,9 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
   const double busy = compute + wait;
   // Counters only grow within one process: a smaller step or counter is a new process
   // (restart, resume), whose first event is only the next window's start.
-  if (w.have_base && int64_t(step) > w.base_step && busy >= w.base_busy && comm >= w.base_comm) {
+  const bool fresh_process = !w.have_base || int64_t(step) <= w.base_step || busy < w.base_busy || comm < w.base_comm;
+  if (!fresh_process && wall - w.base_wall < kMinWindowS) return;  // the window goes on
+  if (!fresh_process) {
     const double n = double(int64_t(step) - w.base_step);
     w.compute = (compute - w.base_compute) / n;
     w.wait = (wait - w.base_wait) / n;
@@ -142,10 +148,16 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
 
 // Compares `rank`'s last window with the other live workers' last windows.
 void StatusTracker::Judge(int rank, int64_t window_start) {
+  // "Slower than the rest" needs the rest: no judgement before every worker that has not
+  // failed has a window (one starting late would otherwise leave a lone reference).
+  for (int r = 0; r < cfg_.world_size(); ++r)
+    if (!At(r).measured && !At(r).failed) return;
   Worker& w = At(rank);
   std::vector<double> own, wall;
+  // Workers that finished still show how fast a step goes (an asynchronous job's fast
+  // workers end first); failed ones do not.
   for (auto& [r, o] : workers_)
-    if (r != rank && o.measured && !o.gone && !o.ended) {
+    if (r != rank && o.measured && !o.failed) {
       own.push_back(o.own);
       wall.push_back(o.wall);
     }

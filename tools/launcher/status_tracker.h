@@ -5,9 +5,10 @@
 //
 // A straggler is a worker whose time per step outside the exchange (compute plus waiting
 // for data, from the cumulative compute_s / wait_s of its train events), or whose wall time
-// per step, exceeds the median of the other workers' by [job] straggler_ratio, in two
-// windows (train events) in a row, both smoothed over windows; it stops being one after two
-// windows below halfway between 1 and the ratio.
+// per step, exceeds the median of the other workers' (running or finished, not failed) by
+// [job] straggler_ratio in two windows in a row; a window spans train events over at least
+// 0.5 s, and the figures are smoothed over windows. It stops being one after two windows
+// below halfway between 1 and the ratio.
 // Outside the exchange, because in a synchronous job everyone's step takes as long as the
 // slowest's: the fast workers spend the difference waiting inside the exchange.
 //
