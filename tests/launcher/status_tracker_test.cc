@@ -123,6 +123,23 @@ TEST(StatusTracker, OneProgressLinePerEvaluatedStep) {
   EXPECT_EQ(t.accuracy_curve().size(), 3u);
 }
 
+TEST(StatusTracker, LogLinesBetweenEvaluationsNeverShowAnEvaluatedStep) {
+  StatusTracker t(Job(2));
+  for (int r : {0, 1}) t.Consume(Train(r, 16, 10, 1));
+  EXPECT_EQ(t.SettledStep(), -1);  // nobody went past a step yet
+  for (int r : {0, 1}) t.Consume(Train(r, 20, 10, 1));
+  EXPECT_EQ(t.SettledStep(), 16);
+  // Step 20 ends an epoch: its evaluation follows its train event, so 20 is no log line's.
+  t.Consume(Eval(0, 20, 0.5));
+  t.Consume(Train(0, 24, 10, 1));
+  EXPECT_EQ(t.SettledStep(), 16);  // rank 0 evaluated at 20; rank 1 has not gone past it
+  t.Consume(Eval(1, 20, 0.5));
+  ASSERT_TRUE(t.TakeEvalLine(1.0).has_value());
+  t.Consume(Train(0, 28, 10, 1));
+  EXPECT_EQ(t.SettledStep(), 24);
+  EXPECT_NE(t.ProgressLine(3.0, 24).find(" step 24 "), std::string::npos);
+}
+
 TEST(StatusTracker, StrayLinesAreIgnored) {
   StatusTracker t(Job(2));
   for (const char* l : {"", "{", "not json", "{\"event\":\"train\",\"rank\":99,\"step\":5}",

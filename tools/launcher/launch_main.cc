@@ -466,16 +466,21 @@ class Launch {
 
   // On a terminal, one line rewritten twice a second; in a log, a line 15 s after the last
   // one (an evaluation's line included), and only when the job got further than it.
+  // (An evaluation's line follows the train event of its step, so a log line that showed
+  // the newest step could name the same step as the evaluation's line right after it.)
   void PrintProgress() {
     double now = UnixNow();
     if (now - last_print_ <= (tty_ ? 0.5 : 15.0)) return;
-    if (!tty_ && tracker_->step() <= printed_step_) return;
-    std::string line = tracker_->ProgressLine(now - start_);
-    if (tty_)
-      fprintf(stderr, "\r\033[K%s", line.c_str());
-    else
-      fprintf(stderr, "%s\n", line.c_str());
-    printed_step_ = tracker_->step();
+    if (tty_) {
+      fprintf(stderr, "\r\033[K%s", tracker_->ProgressLine(now - start_).c_str());
+      last_print_ = now;
+      return;
+    }
+    // A log keeps its lines: never a step that an evaluation's line will show again.
+    const double step = double(tracker_->SettledStep());
+    if (step <= printed_step_) return;
+    fprintf(stderr, "%s\n", tracker_->ProgressLine(now - start_, step).c_str());
+    printed_step_ = step;
     last_print_ = now;
   }
 

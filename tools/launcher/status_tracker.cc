@@ -114,6 +114,8 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
   w.bytes_sent = JsonNumber(line, "bytes_sent").value_or(w.bytes_sent);
   w.batch_size = int64_t(JsonNumber(line, "batch_size").value_or(double(w.batch_size)));
   w.step = step;
+  w.prev_train_step = w.last_train_step;
+  w.last_train_step = int64_t(step);
   w.gone = w.ended = w.failed = false;
   if (rank == 0) AddPoint(&loss_curve_, wall, JsonNumber(line, "loss").value_or(NAN));
 
@@ -132,10 +134,16 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
     // Smoothed over windows (half weight to the newest): one noisy window on a shared
     // machine must not name or clear a straggler by itself.
     const double own = (busy - w.base_busy) / n, per_step = (wall - w.base_wall) / n;
-    w.own = w.measured ? 0.5 * (w.own + own) : own;
-    w.wall = w.measured ? 0.5 * (w.wall + per_step) : per_step;
-    w.measured = true;
-    Judge(rank, w.base_step);
+    // A window holding this worker's evaluation (after the train event of its step), the
+    // agreement to stop and a new epoch's first batch is not judged: the workers' windows
+    // begin at different steps, so only some of them would carry that time.
+    const bool evaluated = w.last_eval_step >= w.base_step && w.last_eval_step < int64_t(step);
+    if (!evaluated) {
+      w.own = w.measured ? 0.5 * (w.own + own) : own;
+      w.wall = w.measured ? 0.5 * (w.wall + per_step) : per_step;
+      w.measured = true;
+      Judge(rank, w.base_step);
+    }
   }
   w.have_base = true;
   w.base_step = int64_t(step);
@@ -199,6 +207,7 @@ void StatusTracker::OnEval(int rank, const std::string& line) {
     return;
   }
   const int64_t step = int64_t(JsonNumber(line, "step").value_or(0));
+  At(rank).last_eval_step = step;
   if (step <= last_eval_step_printed_) return;      // a restarted worker re-evaluating: already shown
   if (pending_evals_.empty()) pending_since_ = -1;  // set by the next TakeEvalLine
   pending_evals_[step][rank] = acc;
@@ -267,11 +276,21 @@ std::optional<std::string> StatusTracker::TakeEvalLine(double now_s, bool force)
   return line;
 }
 
-std::string StatusTracker::ProgressLine(double now_s) const {
+int64_t StatusTracker::SettledStep() const {
+  int64_t settled = -1;
+  for (auto& [r, w] : workers_)
+    if (w.prev_train_step >= 0 && w.last_train_step > w.prev_train_step && w.last_eval_step != w.prev_train_step)
+      settled = std::max(settled, w.prev_train_step);
+  // Another worker may still evaluate there (asynchronous jobs), or already did.
+  if (settled <= last_eval_step_printed_ || pending_evals_.count(settled)) return -1;
+  return settled;
+}
+
+std::string StatusTracker::ProgressLine(double now_s, double step) const {
   double sps = 0;
   for (auto& [r, w] : workers_) sps += w.failed ? 0 : w.samples_per_s;
-  return "epoch " + Fmt("%.0f", epoch_) + " step " + Fmt("%.0f", step_) + " loss " + Fmt("%.4f", loss_) + " test_acc " +
-         Fmt("%.4f", acc_) + " samples/s " + Fmt("%.0f", sps) +
+  return "epoch " + Fmt("%.0f", epoch_) + " step " + Fmt("%.0f", step >= 0 ? step : step_) + " loss " +
+         Fmt("%.4f", loss_) + " test_acc " + Fmt("%.4f", acc_) + " samples/s " + Fmt("%.0f", sps) +
          (std::isnan(staleness_) ? "" : " staleness " + Fmt("%.1f", staleness_)) + " [" + Fmt("%.0f", now_s) + " s]";
 }
 

@@ -55,9 +55,14 @@ class StatusTracker {
   // The progress line for an evaluation once every live worker reported it (or a later
   // evaluation began, or `force`): one line per evaluated step value, never one per worker.
   std::optional<std::string> TakeEvalLine(double now_s, bool force = false);
-  // The current progress line ("epoch 2 step 700 loss ... [12 s]").
-  std::string ProgressLine(double now_s) const;
+  // The current progress line ("epoch 2 step 700 loss ... [12 s]") at `step` (default: the
+  // newest step any worker logged).
+  std::string ProgressLine(double now_s, double step = -1) const;
   double step() const { return step_; }
+  // The newest step a log may show between evaluations without ever naming a step that an
+  // evaluation line will name too: one some worker has logged and gone past without
+  // evaluating there; -1 when there is none.
+  int64_t SettledStep() const;
 
   // The status page's data (see README "Status page"); `state` is running | restarting |
   // done | failed | stopped.
@@ -70,6 +75,7 @@ class StatusTracker {
  private:
   struct Worker {
     int64_t batch_size = 0;
+    int64_t last_train_step = -1, prev_train_step = -1, last_eval_step = -1;
     double samples_per_s = 0, loss = NAN, step = 0, bytes_sent = 0;
     bool ended = false, gone = false, failed = false;
     // The previous train event's cumulative counters: the window's start.
