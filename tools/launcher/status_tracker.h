@@ -7,8 +7,9 @@
 // for data, from the cumulative compute_s / wait_s of its train events), or whose wall time
 // per step, exceeds the median of the other workers' (running or finished, not failed) by
 // [job] straggler_ratio in two windows in a row; a window spans train events over at least
-// 0.5 s, and the figures are smoothed over windows. It stops being one after two windows
-// below halfway between 1 and the ratio.
+// 0.5 s (one holding the worker's evaluation is skipped), and the figures are smoothed over
+// windows; nobody is judged before every worker has a window. It stops being one after two
+// windows below halfway between 1 and the ratio.
 // Outside the exchange, because in a synchronous job everyone's step takes as long as the
 // slowest's: the fast workers spend the difference waiting inside the exchange.
 //
