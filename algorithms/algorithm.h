@@ -72,6 +72,15 @@ struct AlgorithmEnv {
   std::shared_ptr<void> coordinator;
 };
 
+// Thrown by Step or AgreeToStop when the job went back to an earlier step (ps_sync after a
+// shard was restarted alone: every shard restored the checkpoint at `step`, and the weights
+// in the params are that checkpoint's). The trainer continues from `step`'s data position
+// in the same process.
+struct RewindTo {
+  int64_t step = 0;
+  std::string why;
+};
+
 class Algorithm {
  public:
   virtual ~Algorithm() = default;

@@ -135,11 +135,26 @@ void Coordinator::OnCheckpoint(const InMessage& m) {
       std::vector<uint64_t> here = checkpointer_->Written();
       SHOAL_CHECK(std::find(here.begin(), here.end(), rec.id) != here.end(),
                   "commit of checkpoint " + std::to_string(rec.id) + ", which shard 0 never wrote");
+      // A commit begun before a shard was restarted alone would name a checkpoint the
+      // restarted shard may not have loaded: refused, and the worker recovers instead.
+      SHOAL_CHECK(h.getGeneration() == generation_, "commit of checkpoint " + std::to_string(rec.id) +
+                                                        " from before the restart (generation " +
+                                                        std::to_string(h.getGeneration()) + ", now " +
+                                                        std::to_string(generation_) + ": " + last_restart_ + ")");
       checkpointer_->Commit(rec);
       LOG(INFO) << "coordinator: checkpoint " << rec.id << " complete (step " << rec.step << ", epoch " << rec.epoch
                 << ", batch " << rec.batch << ")";
     } else {
       rec = checkpointer_->Committed();
+      if (h.getRejoin() && h.getRole() == msg::Role::SERVER) {
+        // A shard restarted alone: it loads `rec`, and every worker must learn that the
+        // shards no longer hold what they pushed since.
+        ++generation_;
+        last_restart_ = "server shard " + std::to_string(h.getRank()) + " restarted from checkpoint " +
+                        std::to_string(rec.id) + " (step " + std::to_string(rec.step) + ")";
+        LOG(WARNING) << "coordinator: " << last_restart_ << "; recovery generation " << generation_;
+        FailBarriers(last_restart_);
+      }
     }
   } catch (const Error& e) {
     ReplyError(m.identity, h.getRequestId(), std::string("coordinator: ") + e.what());
@@ -151,6 +166,8 @@ void Coordinator::OnCheckpoint(const InMessage& m) {
   r.setRequestId(h.getRequestId());
   r.setRole(msg::Role::SERVER);
   r.setRank(0);
+  r.setGeneration(generation_);
+  if (generation_ > 0) r.setMessage(last_restart_);
   ToWire(rec, r.initCheckpoint());
   reply_(m.identity, out);
 }
@@ -225,6 +242,12 @@ void Coordinator::OnBarrier(const InMessage& m) {
                  "coordinator: barrier '" + name + "' cannot complete: " + Name(kv.first) + " stopped answering");
       return;
     }
+  }
+  if (h.getGeneration() != generation_) {
+    ReplyError(m.identity, h.getRequestId(),
+               "coordinator: barrier '" + name + "' of recovery generation " + std::to_string(h.getGeneration()) +
+                   " refused: generation " + std::to_string(generation_) + " began when " + last_restart_);
+    return;
   }
   BarrierState& b = barriers_[name];
   b.waiting[h.getRank()] = m.identity;

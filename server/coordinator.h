@@ -50,6 +50,10 @@ class Coordinator {
   size_t placed_tensors() const { return placement_.size(); }
   // Every registered tensor and its shard; empty until the first worker registered a list.
   const std::vector<TensorPlacement>& placement() const { return placement_; }
+  // Goes up by one each time a shard restarted alone asks what to resume (resumeQuery with
+  // `rejoin`): barriers and commits of an older generation are refused from then on, so
+  // every worker notices and recovers (algorithms/ps: re-pull; ps_sync rolls back).
+  uint32_t generation() const { return generation_; }
 
  private:
   RendezvousService rendezvous_;  // the job's key-value rendezvous (ring endpoints, NCCL ids)
@@ -81,6 +85,8 @@ class Coordinator {
   Checkpointer* checkpointer_ = nullptr;
   std::set<int> left_;  // workers that said they finished (their silence is no death)
   std::set<int> told_;  // server shards told the job is over
+  uint32_t generation_ = 0;
+  std::string last_restart_;  // "server shard 1 restarted from checkpoint 40", for answers
 };
 
 }  // namespace shoal

@@ -16,6 +16,9 @@ DEFINE_string(config, "", "job file (TOML)");
 DEFINE_int32(shard, 0, "which [cluster] servers entry this process serves");
 DEFINE_string(bind, "", "endpoint to bind instead of servers[shard], e.g. tcp://0.0.0.0:7701");
 DEFINE_bool(resume, false, "load the job's newest complete checkpoint before serving");
+DEFINE_bool(rejoin, false,
+            "with --resume: this shard was restarted alone while the job runs (shoal run does this); the workers "
+            "re-pull from the checkpoint it restores");
 DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
 
 namespace {
@@ -44,7 +47,7 @@ int main(int argc, char** argv) {
     // The parameter-server algorithms run the job's optimizer here, on whole tensors; the
     // workers' plan (at registration) says how.
     server->kv().SetUpdateRule(shoal::MakeServerUpdateRule(cfg));
-    server->OpenCheckpoints(shoal::CheckpointStartFrom(FLAGS_resume, FLAGS_fresh));
+    server->OpenCheckpoints(shoal::CheckpointStartFrom(FLAGS_resume, FLAGS_fresh), FLAGS_rejoin);
   } catch (const std::exception& e) {
     fprintf(stderr, "shoal-server: %s\n", e.what());
     return 2;

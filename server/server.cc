@@ -65,8 +65,10 @@ Server::~Server() {
   transport_.reset();
 }
 
-void Server::OpenCheckpoints(CheckpointStart start) {
+void Server::OpenCheckpoints(CheckpointStart start, bool rejoin) {
   const bool resume = start == CheckpointStart::kResume;
+  SHOAL_CHECK(!rejoin || (resume && shard_ > 0),
+              who_ + ": --rejoin needs --resume and a shard other than 0 (shard 0 hosts the coordinator)");
   if (cfg_.checkpoint_dir.empty()) {
     SHOAL_CHECK(!resume, cfg_.path + ": [job] checkpoint_dir: not set, so there is no checkpoint to resume from");
     return;
@@ -83,7 +85,10 @@ void Server::OpenCheckpoints(CheckpointStart start) {
     o.rank = shard_;
     o.heartbeat = false;
     o.timeout_ms = int(std::max<int64_t>(30000, cfg_.heartbeat_timeout_ms * 4));
-    rec = Client(cfg_, o).NewestCheckpoint();
+    o.rejoin = rejoin;
+    Client c(cfg_, o);
+    rec = c.NewestCheckpoint();
+    generation_ = c.generation();
   }
   SHOAL_CHECK(rec.id > 0, who_ + ": --resume: no complete checkpoint in " + cfg_.checkpoint_dir);
   SHOAL_CHECK(rec.shards == cfg_.servers.size(), who_ + ": --resume: checkpoint " + std::to_string(rec.id) +
@@ -92,12 +97,39 @@ void Server::OpenCheckpoints(CheckpointStart start) {
   checkpointer_->Load(rec.id, &kv_);
   resumed_step_ = rec.step;
   LOG(INFO) << who_ << ": resumed checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size() << " tensors, "
-            << kv_.bytes() << " bytes) from " << checkpointer_->path();
+            << kv_.bytes() << " bytes) from " << checkpointer_->path()
+            << (rejoin ? ", rejoining the running job as recovery generation " + std::to_string(generation_) : "");
+}
+
+void Server::CheckGeneration(InMessage& m, const char* request) const {
+  uint32_t g = m.header().getGeneration();
+  SHOAL_CHECK(g >= generation_, std::string(request) + " of recovery generation " + std::to_string(g) +
+                                    " refused: this shard serves generation " + std::to_string(generation_) +
+                                    " (a shard was restarted alone since; pull again)");
+}
+
+void Server::HandleReload(InMessage& m) {
+  auto h = m.header();
+  SHOAL_CHECK(checkpointer_, "reload requested but this job keeps no checkpoints ([job] checkpoint_dir is not set)");
+  SHOAL_CHECK(h.getGeneration() >= generation_, "reload of an old recovery generation " +
+                                                    std::to_string(h.getGeneration()) + " (serving " +
+                                                    std::to_string(generation_) + ")");
+  CheckpointRecord rec = FromWire(h.getCheckpoint());
+  if (write_) FinishCheckpointWrite(/*wait=*/true);
+  checkpointer_->Load(rec.id, &kv_);
+  generation_ = h.getGeneration();
+  LOG(WARNING) << who_ << ": reloaded checkpoint " << rec.id << " (step " << rec.step
+               << ") after a shard was restarted alone; serving recovery generation " << generation_;
+  OutMessage out;
+  auto r = ReplyHeader(out, msg::Kind::CHECKPOINT_ACK, h.getRequestId());
+  ToWire(rec, r.initCheckpoint());
+  transport_->Send(out, &m.identity);
 }
 
 void Server::HandleCheckpoint(InMessage& m) {
   auto h = m.header();
   SHOAL_CHECK(checkpointer_, "checkpoint requested but this job keeps none ([job] checkpoint_dir is not set)");
+  CheckGeneration(m, "checkpoint");
   CheckpointRecord rec = FromWire(h.getCheckpoint());
   SHOAL_CHECK(rec.id > 0 && rec.shards == cfg_.servers.size(), "checkpoint request with id " + std::to_string(rec.id) +
                                                                    " for " + std::to_string(rec.shards) + " shards");
@@ -261,6 +293,8 @@ void Server::HandleMessage(InMessage& m) {
       return HandleCheckpoint(m);
     case msg::Kind::PLAN:
       return HandlePlan(m);
+    case msg::Kind::RELOAD:
+      return HandleReload(m);
     case msg::Kind::REGISTER:
     case msg::Kind::BARRIER:
     case msg::Kind::HEARTBEAT:
@@ -273,6 +307,7 @@ void Server::HandleMessage(InMessage& m) {
 }
 
 void Server::HandlePush(InMessage& m) {
+  CheckGeneration(m, "push");
   m.ValidateTensors();
   auto h = m.header();
   auto metas = h.getTensors();
@@ -309,6 +344,7 @@ void Server::HandlePush(InMessage& m) {
 }
 
 void Server::HandlePull(InMessage& m) {
+  CheckGeneration(m, "pull");
   std::vector<std::string> names;
   std::set<std::string> seen;
   for (auto n : m.header().getNames()) {

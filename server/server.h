@@ -33,8 +33,10 @@ class Server {
   // job's newest complete checkpoint first (shard 0 reads it from its own record, other
   // shards ask the coordinator); otherwise start clean (kNew refuses a directory holding
   // checkpoints, kFresh deletes them). Call before Run, after the update rule is set (it
-  // decodes the optimizer state).
-  void OpenCheckpoints(CheckpointStart start);
+  // decodes the optimizer state). `rejoin` (shards > 0, with kResume): this shard was
+  // restarted alone while the job runs; the coordinator starts a new recovery generation,
+  // which this shard serves from the start.
+  void OpenCheckpoints(CheckpointStart start, bool rejoin = false);
   // The step the shard resumed at (0 for a fresh start).
   int64_t resumed_step() const { return resumed_step_; }
   // Serves until `stop` becomes true.
@@ -54,6 +56,12 @@ class Server {
   // `wait`: block until then.
   void FinishCheckpointWrite(bool wait);
   void HandlePlan(InMessage& m);
+  // ps_sync after a shard was restarted alone: every shard goes back to the checkpoint it
+  // restored, so all hold the same step again.
+  void HandleReload(InMessage& m);
+  // Refuses a data request of an earlier recovery generation: it was sent before a shard
+  // was restarted alone, against state that no longer exists.
+  void CheckGeneration(InMessage& m, const char* request) const;
   // The header of an answer from this shard: kind, the request it answers, role and rank.
   msg::Header::Builder ReplyHeader(OutMessage& out, msg::Kind kind, uint64_t request_id) const;
   void SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names);
@@ -88,6 +96,7 @@ class Server {
   };
   std::unique_ptr<WriteInFlight> write_;
   int64_t resumed_step_ = 0;
+  uint32_t generation_ = 0;             // the recovery generation served (see msg::Header.generation)
   std::unique_ptr<TrainingPlan> plan_;  // the first worker's; later ones must agree
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<HeartbeatSender> heartbeat_;

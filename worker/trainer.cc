@@ -247,6 +247,25 @@ class Trainer {
                      JsonObject().Add("rank", rank_).Add("epoch", first_epoch).Add("batch", first_batch));
     }
     t_start_ = Clock::now();
+    while (true) {
+      try {
+        return EpochsFrom(step_);
+      } catch (const RewindTo& r) {
+        // The algorithm went back (ps_sync after a shard was restarted alone): its weights
+        // are the checkpoint's, so go on from that checkpoint's data position.
+        params_->PushWeights();
+        printf("worker %d: rewound from step %lld to step %lld: %s\n", rank_, (long long)step_, (long long)r.step,
+               r.why.c_str());
+        fflush(stdout);
+        metrics_.Write("rewind", r.step, JsonObject().Add("rank", rank_).Add("from_step", step_).Add("why", r.why));
+        step_ = r.step;
+      }
+    }
+  }
+
+  // The epochs from step `from` on (its epoch and batch within it).
+  void EpochsFrom(int64_t from) {
+    const int64_t first_epoch = from / env_.steps_per_epoch, first_batch = from % env_.steps_per_epoch;
     bool stop = cfg_.max_steps > 0 && step_ >= cfg_.max_steps;
     for (int64_t epoch = first_epoch; epoch < cfg_.epochs && !stop; ++epoch) {
       if (epoch == first_epoch && first_batch > 0)

@@ -6,6 +6,13 @@
 //             waits (clocks kept on the servers as tiny control tensors).
 //   ps_sync:  the shards sum all workers' gradients of a step and apply the mean once;
 //             workers meet at a barrier before pulling, so every step is synchronous.
+// A shard restarted alone (shoal run, [job] max_restarts) restores the newest committed
+// checkpoint; the coordinator starts a new recovery generation, and each worker notices
+// (a request that goes unanswered for a heartbeat period, or one refused as stale) and
+// recovers in its process: the asynchronous modes re-pull and go on (the restarted shard's
+// updates since the checkpoint are lost, counted in a `shard_restart` event); ps_sync
+// rolls every shard and every worker back to that checkpoint, exactly (Recover).
+#include <exception>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +44,8 @@ class ParameterServer : public Algorithm {
     o.timeout_ms = int(a.GetInt("timeout_ms", 60000, 100, 86400000));
     wait_timeout_ms_ = o.timeout_ms;
     checkpoints_ = !env.config->checkpoint_dir.empty();
+    // Without checkpoints a restarted shard has nothing to restore: no point watching.
+    o.watch_restarts = checkpoints_;
     client_ = env.make_ps_client(o);
   }
   std::string Name() const override {
@@ -44,7 +53,7 @@ class ParameterServer : public Algorithm {
   }
 
   void Init(const std::vector<ParamView>& params) override {
-    std::vector<TensorSpec> specs;
+    std::vector<TensorSpec>& specs = specs_;
     for (auto& p : params) {
       // The real shape: the server's optimizer exempts rank-1 tensors (bias, BN) from decay.
       specs.push_back({p.name, DType::kF32, Shape(p)});
@@ -53,7 +62,7 @@ class ParameterServer : public Algorithm {
     for (int r = 0; r < env_.world; ++r) specs.push_back({ClockName(r), DType::kF32, {1}});
     specs.push_back({kStopName, DType::kF32, {1}});
     // The shards learn the schedule and their update rule from this plan, never from data.
-    TrainingPlan plan;
+    TrainingPlan& plan = plan_;
     plan.steps_per_epoch = env_.steps_per_epoch;
     plan.total_steps = env_.total_steps;
     plan.workers = env_.world;
@@ -76,6 +85,9 @@ class ParameterServer : public Algorithm {
       SHOAL_CHECK(rec.id > 0, "--resume: the coordinator has no complete checkpoint in " + env_.config->checkpoint_dir);
       resumed_step_ = rec.step;
       last_step_ = rec.step;
+      epoch_ = rec.step / env_.steps_per_epoch;
+      // A worker restarted alone joins the generation the job is in now.
+      client_->SetGeneration(client_->latest_generation());
     } else if (env_.rank == 0) {
       // Rank 0 seeds the servers with the initial weights (every worker built the same).
       std::vector<TensorRef> refs;
@@ -86,11 +98,21 @@ class ParameterServer : public Algorithm {
       refs.push_back({kStopName, DType::kF32, {1}, &zero_.back(), 4, nullptr});
       client_->Wait(client_->Push(refs, msg::PushOp::ASSIGN));
     }
-    client_->Barrier("init");
+    // Resumed asynchronous workers need no meeting (nobody seeds): one restarted alone while
+    // the others train would wait there for ever.
+    if (!env_.resume || mode_ == Mode::kSync) client_->Barrier("init");
     PullWeights(params);
   }
 
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    try {
+      StepOnce(params, info);
+    } catch (const Error& e) {
+      Recover(params, AwaitRestart(e));
+    }
+  }
+
+  void StepOnce(const std::vector<ParamView>& params, const StepInfo& info) {
     std::vector<TensorRef> grads;
     for (auto& p : params) grads.push_back({p.name, DType::kF32, Shape(p), p.g, size_t(p.n) * 4, nullptr});
     if (mode_ == Mode::kSsp) {
@@ -121,6 +143,14 @@ class ParameterServer : public Algorithm {
 
   bool AgreeToStop(bool mine) override {
     if (mode_ != Mode::kSync) return mine;  // asynchronous workers stop on their own
+    try {
+      return AgreeToStopOnce(mine);
+    } catch (const Error& e) {
+      Recover(*params_, AwaitRestart(e));  // ps_sync: throws RewindTo
+      throw;
+    }
+  }
+  bool AgreeToStopOnce(bool mine) {
     // Synchronous: rank 0's evaluation decides for everyone.
     ++epoch_;
     if (env_.rank == 0) {
@@ -140,9 +170,71 @@ class ParameterServer : public Algorithm {
   }
 
  private:
+  // The ShardRestarted behind a failed request: `e` itself, or the coordinator's next
+  // generation if it comes within 2 x heartbeat_timeout_ms (a refused barrier can arrive
+  // before the restarted shard has asked what to restore). Anything else is rethrown: it
+  // is not a failure this worker can ride out.
+  ShardRestarted AwaitRestart(const Error& e) {
+    if (auto* r = dynamic_cast<const ShardRestarted*>(&e)) return *r;
+    std::exception_ptr original = std::current_exception();
+    if (!checkpoints_) std::rethrow_exception(original);
+    auto deadline = std::chrono::steady_clock::now() + 2 * std::chrono::milliseconds(env_.config->heartbeat_timeout_ms);
+    do {
+      try {
+        client_->CheckRestarts();
+      } catch (const ShardRestarted& r) {
+        return r;
+      } catch (const Error&) {
+        std::rethrow_exception(original);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(env_.config->heartbeat_ms));
+    } while (std::chrono::steady_clock::now() < deadline);
+    std::rethrow_exception(original);
+  }
+
+  // A shard was restarted alone and restored checkpoint r.from. Every worker registers
+  // again (the new shard learns the training plan) and joins the new generation. The
+  // asynchronous modes pull and go on, counting the updates the restarted shard lost.
+  // ps_sync must stay exact, so it rolls back: rank 0 has every shard reload r.from (all
+  // hold it: a commit follows every shard's synced write), everyone meets, pulls those
+  // weights and throws RewindTo so the trainer continues from r.from's data position.
+  void Recover(const std::vector<ParamView>& params, const ShardRestarted& r) {
+    const int64_t ckpt = int64_t(r.from.id);
+    fprintf(stderr, "worker %d: %s; recovering\n", env_.rank, r.what());
+    client_->SetGeneration(r.generation);
+    client_->Register(specs_, &plan_);
+    JsonObject ev;
+    ev.Add("rank", env_.rank)
+        .Add("generation", int64_t(r.generation))
+        .Add("from_checkpoint", ckpt)
+        .Add("why", r.what());
+    if (mode_ == Mode::kSync) {
+      if (env_.rank == 0) client_->Reload(r.from);
+      client_->Barrier("recovered");
+      PullWeights(params);
+      ev.Add("rewound_steps", last_step_ - r.from.step);
+      last_step_ = r.from.step;
+      epoch_ = r.from.step / env_.steps_per_epoch;
+      if (env_.metrics) env_.metrics->Write("shard_restart", r.from.step, ev);
+      throw RewindTo{r.from.step, r.what()};
+    }
+    std::vector<uint64_t> before = versions_;
+    PullWeights(params);
+    uint64_t lost = 0;
+    for (size_t i = 0; i < before.size() && i < versions_.size(); ++i)
+      if (before[i] > versions_[i]) lost = std::max(lost, before[i] - versions_[i]);
+    ev.Add("lost_updates", int64_t(lost));
+    fprintf(stderr, "worker %d: re-pulled the model; the restarted shard lost %llu update(s) since checkpoint %lld\n",
+            env_.rank, (unsigned long long)lost, (long long)ckpt);
+    if (env_.metrics) env_.metrics->Write("shard_restart", last_step_, ev);
+  }
+
   void PullWeights(const std::vector<ParamView>& params) {
+    params_ = &params;
     std::vector<PulledTensor> out;
     client_->Wait(client_->Pull(names_, &out));
+    versions_.clear();
+    for (auto& t : out) versions_.push_back(t.version);
     for (size_t i = 0; i < params.size(); ++i) {
       SHOAL_CHECK(out[i].size() == size_t(params[i].n) * 4, "pulled '" + params[i].name + "' has " +
                                                                 std::to_string(out[i].size()) + " bytes, expected " +
@@ -237,7 +329,11 @@ class ParameterServer : public Algorithm {
   int wait_timeout_ms_ = 60000;
   std::unique_ptr<Client> client_;
   std::vector<std::string> names_;
-  std::set<int> dead_;  // workers the coordinator saw stop (ps_ssp ignores their clocks)
+  std::vector<TensorSpec> specs_;  // registered again after a shard restart
+  TrainingPlan plan_;
+  std::vector<uint64_t> versions_;                  // of each tensor at the last pull
+  const std::vector<ParamView>* params_ = nullptr;  // the trainer's, as last pulled into
+  std::set<int> dead_;                              // workers the coordinator saw stop (ps_ssp ignores their clocks)
   std::chrono::steady_clock::time_point next_members_{};
   std::vector<float> zero_;
   float clock_ = 0, stop_flag_ = 0;

@@ -38,6 +38,8 @@ enum Kind {
   heartbeatAck @28;  # rank 0's coordinator (jobs without servers) -> worker: it is alive
   memberDead @29;    # rank 0's coordinator -> worker, answering its heartbeat: `message` names who stopped answering
   members @30;       # worker -> coordinator: who is alive now (ps_ssp leaves dead ranks' clocks out); answered by clusterMap
+  reload @31;        # worker rank 0 -> every shard after a shard was restarted alone (ps_sync): load `checkpoint.id`
+                     # and serve `generation` from now on; answered by checkpointAck
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }
@@ -122,4 +124,7 @@ struct Header {
   key @12 :Text;                   # storeSet, storeGet
   value @13 :Data;                 # storeSet, storeValue
   found @14 :Bool;                 # storeValue
+  generation @15 :UInt32;          # which recovery the sender is in: it goes up by one each time a shard is
+                                   # restarted alone; data requests, barriers and commits of an older one are refused
+  rejoin @16 :Bool;                # resumeQuery from a shard restarted alone while the job runs
 }

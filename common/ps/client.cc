@@ -1,5 +1,6 @@
 #include "common/ps/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <glog/logging.h>
 #include <thread>
@@ -66,6 +67,7 @@ void Client::Header(msg::Header::Builder h, msg::Kind kind, uint64_t id) {
   h.setRequestId(id);
   h.setRole(opts_.role);
   h.setRank(opts_.rank);
+  h.setGeneration(generation_);
 }
 
 InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what) {
@@ -268,11 +270,22 @@ void Client::Wait(int ts) {
   // Answers often are already queued (a pull answered right behind its push): read them
   // before paying for a poll.
   std::vector<char> ready(sockets.size(), 1);
+  const int slice_ms = opts_.watch_restarts ? int(std::max<int64_t>(10, cfg_.heartbeat_ms)) : 1 << 30;
   while (!it->second.waiting.empty()) {
     bool any = false;
     for (char r : ready) any = any || r;
     int left = RemainingMs(deadline);
-    if (left == 0 || (!any && !WaitAny(sockets, left, &ready))) {
+    if (left > 0 && !any && !WaitAny(sockets, std::min(left, slice_ms), &ready)) {
+      // Silence for a heartbeat period: perhaps the shard died and was restarted alone.
+      if (opts_.watch_restarts) try {
+          CheckRestarts();
+        } catch (const ShardRestarted&) {
+          pending_.erase(it);
+          throw;
+        }
+      continue;
+    }
+    if (left == 0) {
       std::string who;
       for (int s : it->second.waiting)
         who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")";
@@ -359,12 +372,29 @@ CheckpointRecord Client::NewestCheckpoint() {
   OutMessage m;
   uint64_t id = next_id_++;
   Header(m.header(), msg::Kind::RESUME_QUERY, id);
+  m.header().setRejoin(opts_.rejoin);
   InMessage r = Control(m, id, "resume query");
   SHOAL_CHECK(r.header().getKind() == msg::Kind::CHECKPOINT_ACK,
               "resume query: the coordinator answered with message kind " + std::to_string(int(r.header().getKind())));
   CheckpointRecord rec = FromWire(r.header().getCheckpoint());
   committed_ = std::max(committed_, rec.id);
+  latest_generation_ = r.header().getGeneration();
+  last_restart_ = r.header().getMessage();
+  // A shard restarted alone starts in the generation its own query began.
+  if (opts_.rejoin) generation_ = latest_generation_;
   return rec;
+}
+
+void Client::CheckRestarts() {
+  CheckpointRecord rec = NewestCheckpoint();
+  if (latest_generation_ > generation_)
+    throw ShardRestarted(latest_generation_, rec,
+                         last_restart_ + " (recovery generation " + std::to_string(latest_generation_) + ")");
+}
+
+void Client::Reload(const CheckpointRecord& rec) {
+  AskEveryShard(msg::Kind::RELOAD, msg::Kind::CHECKPOINT_ACK,
+                [&](msg::Header::Builder h) { ToWire(rec, h.initCheckpoint()); });
 }
 
 }  // namespace shoal

@@ -17,6 +17,7 @@
 #include "common/checkpoint_record.h"
 #include "common/config.h"
 #include "common/dtype.h"
+#include "common/error.h"
 #include "common/training_plan.h"
 #include "common/transport/heartbeat.h"
 #include "common/transport/transport.h"
@@ -70,6 +71,21 @@ struct ClientOptions {
   int rank = 0;
   int timeout_ms = 30000;  // bound on every wait for a server's answer
   bool heartbeat = true;
+  // Wait() asks the coordinator, each heartbeat period it waits in vain, whether a shard
+  // was restarted alone, and then throws ShardRestarted instead of waiting out timeout_ms
+  // for an answer the dead shard will never send.
+  bool watch_restarts = false;
+  bool rejoin = false;  // a shard restarted alone: its resume query starts a new generation
+};
+
+// A shard was restarted alone (recovery generation `generation`): it restored checkpoint
+// `from`; requests of the generation before are lost or refused.
+class ShardRestarted : public Error {
+ public:
+  ShardRestarted(uint32_t generation, const CheckpointRecord& from, const std::string& what)
+      : Error(what), generation(generation), from(from) {}
+  uint32_t generation;
+  CheckpointRecord from;
 };
 
 class Client {
@@ -107,8 +123,20 @@ class Client {
   // state is the one to resume from. The shards keep the last checkpoint this client
   // committed (or found at resume) until this one is committed.
   void Checkpoint(const CheckpointRecord& rec);
-  // The newest complete checkpoint the coordinator knows (id 0: none).
+  // The newest complete checkpoint the coordinator knows (id 0: none); also learns the
+  // coordinator's recovery generation (see latest_generation()).
   CheckpointRecord NewestCheckpoint();
+  // Throws ShardRestarted when the coordinator's recovery generation is newer than this
+  // client's (one round trip to the coordinator).
+  void CheckRestarts();
+  // Every shard loads checkpoint `rec.id` and serves this client's generation from then on
+  // (ps_sync's rollback after a shard was restarted alone).
+  void Reload(const CheckpointRecord& rec);
+  // The recovery generation this client's requests carry; SetGeneration once recovered.
+  uint32_t generation() const { return generation_; }
+  // The coordinator's generation as of the last NewestCheckpoint / CheckRestarts.
+  uint32_t latest_generation() const { return latest_generation_; }
+  void SetGeneration(uint32_t g) { generation_ = g; }
 
   const ClusterInfo& cluster() const { return cluster_; }
   uint64_t bytes_sent() const;
@@ -142,6 +170,8 @@ class Client {
   std::map<uint64_t, Request> pending_;
   uint64_t next_id_ = 1;
   uint64_t committed_ = 0;  // the newest checkpoint known complete
+  uint32_t generation_ = 0, latest_generation_ = 0;
+  std::string last_restart_;  // the coordinator's words for the newest restart
 };
 
 }  // namespace shoal

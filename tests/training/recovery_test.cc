@@ -3,9 +3,13 @@
 // after a checkpoint makes `shoal run` ([job] max_restarts) start the job again from it,
 // and the synchronous algorithms then end bit-identical to a run that was never
 // interrupted. A new run refuses an earlier run's checkpoints unless told --resume or
-// --fresh. Soak: processes of a PS job and of an all-reduce job killed again and again.
+// --fresh. In PS jobs a dead shard other than 0 (and an asynchronous job's dead worker) is
+// started again alone while the rest ride it out. Soak: processes of a PS job and of an
+// all-reduce job killed again and again.
 #include <atomic>
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include <random>
 #include <set>
@@ -161,6 +165,88 @@ TEST(Recovery, AdpsgdAndAutoRestartFromTheirCheckpoints) {
   }
 }
 
+// How many times `needle` occurs in the job's log of `process` ("worker-0", "server-1"):
+// each process start writes its start line once, and a restart appends to the same log.
+int CountInLog(const std::string& dir, const std::string& process, const std::string& needle) {
+  std::ifstream in(dir + "/out/logs/" + process + ".log");
+  std::string l;
+  int n = 0;
+  while (std::getline(in, l)) n += l.find(needle) != std::string::npos;
+  return n;
+}
+
+// ps_sync, 2 shards: shard 1 SIGKILLed after a committed checkpoint is started again alone
+// from it; every shard reloads that checkpoint, the workers (never restarted) roll back to
+// its step and data position, and the job ends with the same weights as one never
+// interrupted.
+TEST(Recovery, PsSyncShardRestartsAloneAndWorkersRollBackExactly) {
+  const std::string section = "[algorithm]\nname = \"ps_sync\"\n\n";
+  std::string a = FreshDir("ps_sync_whole");
+  JobRun whole = RunJob(a, Job("ps_sync", a, section, 2, 20, 0), 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  std::set<std::string> want = Hashes(whole);
+  ASSERT_EQ(want.size(), 1u);
+
+  std::string b = FreshDir("ps_sync_shard");
+  bool killed = false;
+  std::thread killer([&] { killed = KillWhenLogged(b, "--shard 1", "checkpoint", 1); });
+  JobRun run = RunJob(b, Job("ps_sync", b, section, 2, 20, 1), 300);
+  killer.join();
+  ASSERT_TRUE(killed) << "no checkpoint was logged";
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("shard 1 restarted alone; workers re-pull from checkpoint"), std::string::npos)
+      << run.stderr_text;
+  auto restarts = Events(run, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << run.stderr_text;
+  EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "server 1") << restarts[0];
+  const double from = JsonNumber(restarts[0], "from_checkpoint").value_or(0);
+  EXPECT_GE(from, 20) << restarts[0];
+  auto rewinds = Events(run, "rewind");
+  ASSERT_EQ(rewinds.size(), 2u) << "one rewind per worker";
+  for (auto& r : rewinds) EXPECT_EQ(JsonNumber(r, "step").value_or(-1), from) << r;
+  // No worker and no other shard was restarted: one start line each in their logs.
+  for (std::string w : {"worker-0", "worker-1"})
+    EXPECT_EQ(CountInLog(b, w, "worker " + w.substr(7) + "/2: mlp"), 1) << w;
+  EXPECT_EQ(CountInLog(b, "server-0", "listening on"), 1);
+  EXPECT_EQ(CountInLog(b, "server-1", "listening on"), 2);
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+  EXPECT_EQ(Hashes(run), want) << "the rolled-back run did not continue exactly";
+  EXPECT_EQ(ProcessesOf(b), 0);
+}
+
+// ps_async and ps_ssp: a worker SIGKILLed after a checkpoint is started again alone
+// (--resume) while the other goes on; a shard killed later is restarted alone too, and the
+// workers re-pull.
+TEST(Recovery, AsyncPsWorkerAndShardRestartAlone) {
+  for (std::string algo : {"ps_async", "ps_ssp"}) {
+    std::string d = FreshDir(algo + "_alone");
+    bool worker_killed = false, shard_killed = false;
+    std::thread killer([&] {
+      worker_killed = KillWhenLogged(d, "--rank 1", "checkpoint", 1);
+      if (worker_killed) shard_killed = KillWhenLogged(d, "--shard 1", "resume", 1);
+    });
+    JobRun run = RunJob(d, Job(algo, d, "[algorithm]\nname = \"" + algo + "\"\n\n", 3, 20, 2), 300);
+    killer.join();
+    ASSERT_TRUE(worker_killed && shard_killed) << algo << run.stderr_text;
+    ASSERT_EQ(run.exit_code, 0) << algo << run.stderr_text;
+    auto restarts = Events(run, "restart");
+    ASSERT_EQ(restarts.size(), 2u) << algo << run.stderr_text;
+    EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "worker 1") << restarts[0];
+    EXPECT_EQ(JsonField(restarts[1], "alone").value_or("?"), "server 1") << restarts[1];
+    EXPECT_NE(run.stderr_text.find("worker 1 restarted alone from checkpoint"), std::string::npos) << run.stderr_text;
+    EXPECT_EQ(CountInLog(d, "worker-0", "worker 0/2: mlp"), 1) << algo;
+    EXPECT_EQ(CountInLog(d, "worker-1", "worker 1/2: mlp"), 2) << algo;
+    EXPECT_EQ(CountInLog(d, "server-0", "listening on"), 1) << algo;
+    EXPECT_EQ(CountInLog(d, "server-1", "listening on"), 2) << algo;
+    // Each worker noticed the shard's restart, re-pulled and counted what it lost.
+    auto noticed = Events(run, "shard_restart");
+    EXPECT_EQ(noticed.size(), 2u) << algo << run.stderr_text;
+    for (auto& e : noticed) EXPECT_GE(JsonNumber(e, "lost_updates").value_or(-1), 0) << e;
+    EXPECT_GE(JsonNumber(run.done_line, "test_accuracy").value_or(0), 0.70) << run.done_line;
+    EXPECT_EQ(ProcessesOf(d), 0);
+  }
+}
+
 TEST(Recovery, ANewRunRefusesAnEarlierRunsCheckpointsUnlessResumedOrFresh) {
   std::string d = FreshDir("safe");
   std::string job = Job("safe", d, "[algorithm]\nname = \"allreduce\"\n\n", 1, 20, 0);
@@ -181,7 +267,7 @@ TEST(Recovery, ANewRunRefusesAnEarlierRunsCheckpointsUnlessResumedOrFresh) {
 
 // Soak: a random process of the job is SIGKILLed at a random moment shortly after each new
 // checkpoint, five times; with max_restarts the job still ends on target, and nothing is left
-// running.
+// running. In the PS job a killed shard 1 is restarted alone, anything else restarts the job.
 void Soak(const std::string& name, const std::string& section, const std::vector<std::string>& victims) {
   std::string d = FreshDir(name);
   // 4800 samples, 2 workers, batch 32: 75 steps an epoch, 375 in all. A step takes a few
@@ -191,15 +277,19 @@ void Soak(const std::string& name, const std::string& section, const std::vector
   std::mt19937 rng(uint32_t(std::hash<std::string>()(name)));
   std::atomic<int> kills{0};
   std::atomic<bool> ended{false};
-  auto wait_for = [&](const std::string& event, int count) {
+  // A process restarted alone makes each worker log a rewind (ps_sync) instead of a resume.
+  auto count = [&](const std::string& event) {
+    return CountEvents(d, event) + (event == "resume" ? CountEvents(d, "rewind") : 0);
+  };
+  auto wait_for = [&](const std::string& event, int n) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (CountEvents(d, event) < count && !ended && std::chrono::steady_clock::now() < deadline)
+    while (count(event) < n && !ended && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return CountEvents(d, event) >= count;
+    return count(event) >= n;
   };
   std::thread killer([&] {
     while (kills < 5 && !ended) {
-      // Once the restarted processes run (each worker logs its resume), the first new
+      // Once the restarted processes run (each worker logs its resume or rewind), the first new
       // checkpoint, then a random moment a few steps later: a fast job cannot outrun the
       // schedule, and no checkpoint of a dying attempt triggers a kill.
       if (!wait_for("resume", 2 * kills)) return;

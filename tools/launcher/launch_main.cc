@@ -231,8 +231,7 @@ class Launch {
           a.insert(a.end(), common_args.begin(), common_args.end());
           a.insert(a.end(), {"--shard", std::to_string(k)});
           a.insert(a.end(), mode_args.begin(), mode_args.end());
-          group_.Start("server " + std::to_string(k), a, log_dir_ + "/server-" + std::to_string(k) + ".log",
-                       append_logs);
+          Start("server " + std::to_string(k), a, log_dir_ + "/server-" + std::to_string(k) + ".log", append_logs);
         }
       for (int r = 0; r < cfg_.world_size(); ++r) {
         std::vector<std::string> a = {BinaryPath("worker", "shoal-worker")};
@@ -240,7 +239,7 @@ class Launch {
         a.insert(a.end(), {"--rank", std::to_string(r)});
         a.insert(a.end(), mode_args.begin(), mode_args.end());
         a.insert(a.end(), worker_args.begin(), worker_args.end());
-        group_.Start("worker " + std::to_string(r), a, log_dir_ + "/worker-" + std::to_string(r) + ".log", append_logs);
+        Start("worker " + std::to_string(r), a, log_dir_ + "/worker-" + std::to_string(r) + ".log", append_logs);
       }
     } catch (const Error& e) {
       fprintf(stderr, "shoal: %s\n", e.what());
@@ -363,6 +362,56 @@ class Launch {
   }
 
  private:
+  void Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log, bool append) {
+    group_.Start(name, argv, log, append);
+    started_[name] = {argv, log};
+  }
+
+  // Whether `c`'s death can be ridden out by starting it alone again: a shard other than 0
+  // (shard 0 hosts the coordinator, whose membership, barriers and recovery generation
+  // live only in its memory: losing it restarts the whole job), or a worker of an
+  // asynchronous PS job; only from a committed checkpoint, and within max_restarts.
+  bool CanRestartAlone(const Child& c) const {
+    if (g_stop_signal || restarts_ >= cfg_.max_restarts || !facts_.needs_servers) return false;
+    if (c.term_signal == 0 && (c.exit_code == 2 || c.exit_code == 0)) return false;  // bad input, or done
+    if (last_checkpoint_ == 0 && !FLAGS_resume) return false;
+    if (c.name.rfind("server ", 0) == 0) return c.name != "server 0";
+    return c.name.rfind("worker ", 0) == 0 && facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast &&
+           workers_done_ == 0;  // once one finished, the shards may be leaving
+  }
+
+  // Starts the process of that name again, alone, from the newest committed checkpoint.
+  void RestartAlone(const std::string& name, const std::string& why) {
+    ++restarts_;
+    auto& [argv, log] = started_.at(name);
+    std::vector<std::string> a;
+    for (auto& x : argv)
+      if (x != "--resume" && x != "--fresh" && x != "--rejoin") a.push_back(x);
+    a.push_back("--resume");
+    const bool server = name.rfind("server ", 0) == 0;
+    if (server) a.push_back("--rejoin");
+    std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
+                                                  std::to_string(last_checkpoint_step_) + ")"
+                                            : "the checkpoint the run resumed from";
+    std::string what = server ? "shard " + name.substr(7) + " restarted alone; workers re-pull from " + from
+                              : name + " restarted alone from " + from + "; the others go on";
+    fprintf(stderr, "shoal: restart %d of %lld after %s: %s\n", restarts_, (long long)cfg_.max_restarts, why.c_str(),
+            what.c_str());
+    metrics_.Write("restart", last_checkpoint_step_,
+                   JsonObject()
+                       .Add("attempt", restarts_)
+                       .Add("max_restarts", cfg_.max_restarts)
+                       .Add("after", why)
+                       .Add("from_checkpoint", int64_t(last_checkpoint_))
+                       .Add("alone", name)
+                       .Add("what", what));
+    try {
+      Start(name, a, log, /*append=*/true);
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+    }
+  }
+
   void ReadMetrics() {
     for (auto& line : follow_->NewLines()) {
       tracker_->Consume(line);
@@ -429,6 +478,24 @@ class Launch {
         continue;  // a server leaves by itself once every worker has finished
       else
         failed.push_back(c);
+    }
+    // Those that can be started alone again are, before anything else is decided.
+    std::vector<std::pair<std::string, std::string>> alone;  // name, why (Child* die with Start)
+    for (auto it = failed.begin(); it != failed.end();) {
+      if (CanRestartAlone(**it)) {
+        fprintf(stderr, "\nshoal: %s stopped: %s; last lines of %s:\n%s", (*it)->name.c_str(),
+                DescribeExit(**it).c_str(), (*it)->log_path.c_str(), TailLines((*it)->log_path, 8).c_str());
+        metrics_.Write("process_failed", int64_t(p_.step),
+                       JsonObject().Add("process", (*it)->name).Add("why", DescribeExit(**it)));
+        alone.emplace_back((*it)->name, (*it)->name + " " + DescribeExit(**it));
+        it = failed.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!alone.empty() && failed.empty()) {
+      for (auto& [name, why] : alone) RestartAlone(name, why);
+      return 0;
     }
     if (failed.empty()) return 0;
     bool fatal = false;
@@ -503,6 +570,8 @@ class Launch {
   std::string last_failure_;  // "worker 1 killed by SIGKILL"
   bool resume_reported_ = false;
   bool last_failure_is_input_ = false;
+  // How each process was started (argv, log), to start one again alone.
+  std::map<std::string, std::pair<std::vector<std::string>, std::string>> started_;
 };
 
 int Run(const std::string& job_path) {
