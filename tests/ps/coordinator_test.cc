@@ -1,5 +1,6 @@
 // The coordinator: barriers across worker processes, a clear line when a member stops
-// answering, failed barriers after that, and consistent tensor placement.
+// answering, failed barriers after that, consistent tensor placement, and the recovery
+// generation a shard restarted alone starts.
 #include <csignal>
 #include <gtest/gtest.h>
 #include <thread>
@@ -120,6 +121,70 @@ TEST(Coordinator, PlacementIsFixedByTheFirstListAndChecked) {
   Client c(cfg, o);
   EXPECT_THROW(c.Register(), Error);
   EXPECT_TRUE(s0.WaitForLog("worker rank 9 is outside the job", 2000)) << s0.log();
+}
+
+// A shard restarted alone (--resume --rejoin) restores the committed checkpoint and starts a
+// new recovery generation: requests and barriers of the old one are refused, the client
+// learns why (ShardRestarted, with the checkpoint), and after Reload every shard serves
+// that checkpoint's values to the new generation.
+TEST(Coordinator, ShardRestartedAloneStartsANewRecoveryGeneration) {
+  std::string job = testing::WriteJob("coord-gen", 2, 1, "", 100, 1000);
+  std::string text = testing::ReadFile(job);
+  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath("coord-gen-ckpt") + "\"\n");
+  testing::WriteFile(job, text);
+  ServerProcess s0(job, 0);
+  auto s1 = std::make_unique<ServerProcess>(job, 1);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  ASSERT_TRUE(s1->WaitForLog("listening on")) << s1->log();
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.timeout_ms = 5000;
+  Client w(cfg, o);
+  auto info = w.Register({{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}});
+  ASSERT_NE(info.shard_of.at("a"), info.shard_of.at("b"));
+  auto assign = [&](float v) {
+    std::vector<float> x(4, v);
+    w.Wait(w.Push({{"a", DType::kF32, {4}, x.data(), 16, nullptr}, {"b", DType::kF32, {4}, x.data(), 16, nullptr}},
+                  msg::PushOp::ASSIGN));
+  };
+  assign(1.f);
+  CheckpointRecord rec;
+  rec.id = 7;
+  rec.step = 7;
+  rec.shards = 2;
+  w.Checkpoint(rec);
+  assign(2.f);  // after the checkpoint: the restarted shard will not have it
+
+  s1.reset();  // SIGTERM; then started again alone
+  ServerProcess again(job, 1, {"--resume", "--rejoin"});
+  ASSERT_TRUE(again.WaitForLog("rejoining the running job as recovery generation 1")) << again.log();
+  ASSERT_TRUE(s0.WaitForLog("restarted from checkpoint 7")) << s0.log();
+
+  std::vector<PulledTensor> out;
+  try {
+    w.Wait(w.Pull({"a", "b"}, &out));
+    FAIL() << "a pull of the old generation was served";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("refused: this shard serves generation 1"), std::string::npos) << e.what();
+  }
+  try {
+    w.Barrier("x");
+    FAIL() << "a barrier of the old generation completed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("server shard 1 restarted from checkpoint 7"), std::string::npos) << e.what();
+  }
+  try {
+    w.CheckRestarts();
+    FAIL() << "no restart reported";
+  } catch (const ShardRestarted& r) {
+    EXPECT_EQ(r.generation, 1u);
+    EXPECT_EQ(r.from.id, 7u);
+  }
+  w.SetGeneration(1);
+  w.Reload(rec);
+  w.Wait(w.Pull({"a", "b"}, &out));
+  for (auto& t : out) EXPECT_EQ(t.ToFloats(), std::vector<float>(4, 1.f)) << t.name << " is not the checkpoint's";
+  w.Barrier("y");  // the new generation's barriers complete
 }
 
 }  // namespace

@@ -65,17 +65,21 @@ std::string ServerBinary() {
   return "server/shoal-server";
 }
 
-ServerProcess::ServerProcess(const std::string& job, int shard) {
+ServerProcess::ServerProcess(const std::string& job, int shard, const std::vector<std::string>& extra) {
   static int counter = 0;
   log_path_ = TempPath("server-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".log");
   std::string bin = ServerBinary();
-  std::string shard_s = std::to_string(shard);
+  std::vector<std::string> args = {bin, "--config", job, "--shard", std::to_string(shard)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
     int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    execl(bin.c_str(), bin.c_str(), "--config", job.c_str(), "--shard", shard_s.c_str(), (char*)nullptr);
+    execv(bin.c_str(), argv.data());
     perror("exec shoal-server");
     _exit(127);
   }

@@ -22,7 +22,8 @@ std::string WriteJob(const std::string& name, int servers, int workers, const st
 // shoal-server as a child process; killed when this object goes.
 class ServerProcess {
  public:
-  ServerProcess(const std::string& job, int shard);
+  // `extra`: more flags after --shard ("--resume", "--rejoin").
+  ServerProcess(const std::string& job, int shard, const std::vector<std::string>& extra = {});
   ~ServerProcess();
   // Waits until the log holds `text`; false after timeout.
   bool WaitForLog(const std::string& text, int timeout_ms = 10000) const;
