@@ -259,6 +259,8 @@ class Trainer {
         fflush(stdout);
         metrics_.Write("rewind", r.step, JsonObject().Add("rank", rank_).Add("from_step", step_).Add("why", r.why));
         step_ = r.step;
+        epoch_loss_sum_ = 0;  // the steps rolled back are trained again
+        epoch_loss_n_ = 0;
       }
     }
   }
@@ -408,8 +410,8 @@ class Trainer {
              "%.3f, chance: the network is dead (every output the same). Likely cause: a learning rate too "
              "large for the model's start (lr %g, optimizer %s) drove every ReLU off in the first steps; "
              "lower [optimizer] lr, add warmup_epochs, or keep [model] init = \"auto\"/\"uniform\"",
-             int(classes), chance, (long long)epoch + 1, mean, accuracy, env_.schedule->At(std::max<int64_t>(0, step_ - 1)),
-             cfg_.optimizer.c_str());
+             int(classes), chance, (long long)epoch + 1, mean, accuracy,
+             env_.schedule->At(std::max<int64_t>(0, step_ - 1)), cfg_.optimizer.c_str());
     printf("worker %d: warning: %s\n", rank_, msg);
     fflush(stdout);
     metrics_.Write("warning", step_, JsonObject().Add("rank", rank_).Add("kind", "dead_network").Add("message", msg));
