@@ -405,6 +405,7 @@ class Launch {
                        .Add("from_checkpoint", int64_t(last_checkpoint_))
                        .Add("alone", name)
                        .Add("what", what));
+    if (!server) tracker_->WorkerRestarted(WorkerRank(name));
     try {
       Start(name, a, log, /*append=*/true);
     } catch (const Error& e) {
@@ -485,7 +486,7 @@ class Launch {
       if (CanRestartAlone(**it)) {
         fprintf(stderr, "\nshoal: %s stopped: %s; last lines of %s:\n%s", (*it)->name.c_str(),
                 DescribeExit(**it).c_str(), (*it)->log_path.c_str(), TailLines((*it)->log_path, 8).c_str());
-        metrics_.Write("process_failed", int64_t(p_.step),
+        metrics_.Write("process_failed", int64_t(tracker_->step()),
                        JsonObject().Add("process", (*it)->name).Add("why", DescribeExit(**it)));
         alone.emplace_back((*it)->name, (*it)->name + " " + DescribeExit(**it));
         it = failed.erase(it);

@@ -222,11 +222,15 @@ void StatusTracker::WorkerGone(int rank, bool failed) {
 }
 
 void StatusTracker::Restarted() {
-  for (auto& [r, w] : workers_) {
-    w.have_base = w.measured = false;
-    w.slow_windows = w.fast_windows = 0;
-    w.gone = w.ended = w.failed = false;
-  }
+  for (auto& [r, w] : workers_) WorkerRestarted(r);
+}
+
+void StatusTracker::WorkerRestarted(int rank) {
+  if (rank < 0 || rank >= cfg_.world_size()) return;
+  Worker& w = At(rank);
+  w.have_base = w.measured = false;
+  w.slow_windows = w.fast_windows = 0;
+  w.gone = w.ended = w.failed = false;
 }
 
 std::vector<StragglerChange> StatusTracker::TakeStragglerChanges() {

@@ -48,6 +48,9 @@ class StatusTracker {
   // A worker whose process ended (`failed`: not by finishing): no evaluation is awaited
   // from it any more, and a failed one's throughput no longer counts.
   void WorkerGone(int rank, bool failed);
+  // That worker's process was started again alone (the others went on): it counts as live
+  // again, its throughput measured afresh.
+  void WorkerRestarted(int rank);
   // Forget the per-process baselines (a restart starts every counter again).
   void Restarted();
 
