@@ -1,6 +1,7 @@
 #include "algorithms/worker_checkpoints.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <set>
 #include <sstream>
@@ -25,9 +26,11 @@ std::vector<uint64_t> SplitIds(const std::string& s, const std::string& what) {
   std::stringstream in(s);
   std::string item;
   while (std::getline(in, item, ',')) {
-    SHOAL_CHECK(!item.empty() && item.size() <= 20 && item.find_first_not_of("0123456789") == std::string::npos,
+    uint64_t id = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+    SHOAL_CHECK(!item.empty() && ec == std::errc() && end == item.data() + item.size(),
                 what + ": \"" + item + "\" is not a checkpoint id");
-    out.push_back(std::stoull(item));
+    out.push_back(id);
   }
   return out;
 }

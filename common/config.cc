@@ -146,6 +146,7 @@ void CheckHostPort(const std::string& file, const std::string& where, const std:
   bool ok = colon != std::string::npos && colon > 0 && colon + 1 < hp.size();
   if (ok) {
     for (size_t i = colon + 1; i < hp.size(); ++i) ok = ok && isdigit((unsigned char)hp[i]);
+    ok = ok && hp.size() - colon - 1 <= 5;  // longer digit strings would overflow std::stol
     if (ok) {
       long port = std::stol(hp.substr(colon + 1));
       ok = port > 0 && port < 65536;

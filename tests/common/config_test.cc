@@ -113,6 +113,10 @@ TEST(Config, ErrorsNameFileKeyAndExpectation) {
   EXPECT_NE(ErrorOf(Replace(kGood, "127.0.0.1:7702", "127.0.0.1:99999"))
                 .find("job.toml: [cluster] servers[1]: expected \"host:port\""),
             std::string::npos);
+  // A port too long for a long once escaped as std::out_of_range (found by the fuzzer).
+  EXPECT_NE(ErrorOf(Replace(kGood, "127.0.0.1:7702", "127.0.0.1:999999999999999999999999"))
+                .find("job.toml: [cluster] servers[1]: expected \"host:port\""),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "format = \"idx\"", "format = \"csv\"")).find("[data] format"), std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "[job]", "[jobb]")).find("unknown section [jobb]"), std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "name = \"fmnist-bmuf\"", "")).find("[job] name: missing"), std::string::npos);
