@@ -41,6 +41,12 @@ class AllReduce : public Algorithm {
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   bool BalancesBatches() const override { return balance_; }
+  // Of the last step's buckets, how many left during the backward pass (the rest in Step).
+  void AddMetrics(JsonObject* out) const override {
+    int64_t early = 0;
+    for (auto& l : buckets_.launches()) early += l.after_ready_calls >= 0;
+    out->Add("buckets", int64_t(buckets_.buckets().size())).Add("overlapped_buckets", early);
+  }
   void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
     updater_.Save(params, "opt/", out);
   }

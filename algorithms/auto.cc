@@ -103,6 +103,11 @@ class Auto : public Algorithm {
     last_step_end_ = Clock::now();
   }
   bool BalancesBatches() const override { return chosen_ && chosen_->BalancesBatches(); }
+  // Overlap ([algorithm] overlap) is the chosen algorithm's; the probe steps exchange after
+  // the backward pass.
+  bool WantsGradReady() const override { return chosen_ && chosen_->WantsGradReady(); }
+  void BeginBackward(const std::vector<ParamView>& params) override { chosen_->BeginBackward(params); }
+  void GradReady(const std::vector<ParamView>& params, size_t index) override { chosen_->GradReady(params, index); }
   void AddMetrics(JsonObject* out) const override {
     out->Add("auto_choice", chosen_ ? chosen_->Name() : std::string("probing"));
     if (chosen_) chosen_->AddMetrics(out);

@@ -26,7 +26,7 @@ const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
        true,
        D::kNone,
        U::kNone,
-       comm({"bucket_bytes", "probe_steps", "uneven_ratio", "bmuf_ratio", "dgc_ratio", "balance",
+       comm({"bucket_bytes", "overlap", "probe_steps", "uneven_ratio", "bmuf_ratio", "dgc_ratio", "balance",
              "balance_every_steps"}),
        {},
        {"adpsgd", "allreduce", "bmuf", "dgc"}},

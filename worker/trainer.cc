@@ -204,14 +204,14 @@ class Trainer {
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
     // Overlap: each node's gradients go to the algorithm as soon as the backward pass has
     // finished them (the engine only calls back; it knows nothing of algorithms).
-    overlap_ = algo_->WantsGradReady();
-    if (overlap_)
-      model_->set_grad_ready_hook([this](size_t first, size_t last) {
-        for (size_t i = first; i < last; ++i) {
-          params_->GradToHost(i);
-          algo_->GradReady(params_->views(), i);
-        }
-      });
+    // Asked again every step: auto wants them only once it has chosen an algorithm that does.
+    model_->set_grad_ready_hook([this](size_t first, size_t last) {
+      if (!overlap_) return;
+      for (size_t i = first; i < last; ++i) {
+        params_->GradToHost(i);
+        algo_->GradReady(params_->views(), i);
+      }
+    });
     // Jobs without servers keep their checkpoints on the workers, each its own.
     if (!FactsOf(cfg_.algorithm).needs_servers && !cfg_.checkpoint_dir.empty())
       checkpoints_ = std::make_unique<WorkerCheckpoints>(cfg_, rank_, world_, env_.store.get(), start);
@@ -352,6 +352,7 @@ class Trainer {
     if (!x_.defined() || x_.shape() != shape) x_ = backend_->Empty(shape);
     backend_->CopyFromHost(x_, batch_.images.data());
     model_->ZeroGrad();
+    overlap_ = algo_->WantsGradReady();
     if (overlap_) algo_->BeginBackward(params_->views());
     float loss = model_->TrainStep(x_, batch_.labels.data()).loss;
     if (!std::isfinite(loss))

@@ -121,6 +121,32 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
             "dgc");
 }
 
+// auto hands the backward pass's gradients to the algorithm it chose when that one overlaps:
+// with the ratios out of reach it picks allreduce, whose buckets then leave during the
+// backward pass (train events count them), with the same bits as auto without overlap.
+TEST(CollectiveTraining, AutoOverlapsTheAllReduceItChose) {
+  auto run = [](const std::string& name, bool overlap) {
+    const std::string section = std::string("[algorithm]\nname = \"auto\"\nprobe_steps = 5\nbucket_bytes = 65536\n") +
+                                "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\n" +
+                                (overlap ? "overlap = true\n" : "") + "\n";
+    return Train(name, 3, "mlp", 3000, 1, section);
+  };
+  Outcome plain = run("auto_no_overlap", false), overlapped = run("auto_overlap", true);
+  ASSERT_EQ(plain.hashes.size(), 1u);
+  EXPECT_EQ(overlapped.hashes, plain.hashes) << "overlap changed the weights";
+  for (auto& e : Events(overlapped.run, "auto")) EXPECT_EQ(JsonField(e, "choice").value_or(""), "allreduce") << e;
+  int64_t early = 0, late_records = 0;
+  for (auto& e : Events(overlapped.run, "train"))
+    if (JsonNumber(e, "step").value_or(0) > 5) {
+      ++late_records;
+      early += int64_t(JsonNumber(e, "overlapped_buckets").value_or(0));
+    }
+  EXPECT_GT(late_records, 0);
+  EXPECT_GT(early, 0) << "no bucket left during the backward pass";
+  for (auto& e : Events(plain.run, "train"))
+    EXPECT_EQ(JsonNumber(e, "overlapped_buckets").value_or(0), 0) << e;
+}
+
 // [algorithm] balance = true with one slowed worker: its batch shrinks, the others' grow,
 // every step still uses the global batch of 4 x 32, and the job reaches its target with
 // identical weights everywhere. (Asserts on the batch sizes in metrics, not on timings.)
