@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -598,5 +599,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: shoal run JOB.toml [--resume | --fresh]\n");
     return 2;
   }
-  return shoal::Run(argv[1]);
+  try {
+    return shoal::Run(argv[1]);
+  } catch (const std::exception& e) {  // Run reports shoal::Error itself; anything else is a bug
+    fprintf(stderr, "shoal: %s: unexpected error: %s\n", argv[1], e.what());
+    return 1;
+  }
 }
