@@ -177,7 +177,8 @@ class Launch {
     follow_ = std::make_unique<MetricsFollower>(metrics_path_, /*from_end=*/FLAGS_resume);
     tracker_ = std::make_unique<StatusTracker>(cfg_);
     try {
-      status_ = std::make_unique<StatusServer>(cfg_.status_bind, int(cfg_.status_port), StatusPageHtml());
+      status_ = std::make_unique<StatusServer>(cfg_.status_bind, int(cfg_.status_port), StatusPageHtml(),
+                                               cfg_.curve_enabled() ? StatusServer::NewToken() : std::string());
     } catch (const Error& e) {
       fprintf(stderr, "shoal: %s: [job] status_port / status_bind: %s\n", job_path_.c_str(), e.what());
       return 2;
@@ -251,7 +252,7 @@ class Launch {
             cfg_.world_size(),
             facts_.needs_servers ? (", " + std::to_string(cfg_.servers.size()) + " server(s)").c_str() : "",
             log_dir_.c_str());
-    fprintf(stderr, "shoal: status page: %s (JSON: %sstatus.json)\n", status_->url().c_str(), status_->url().c_str());
+    fprintf(stderr, "shoal: status page: %s (JSON: %s)\n", status_->url().c_str(), status_->url("status.json").c_str());
     return 0;
   }
 

@@ -129,7 +129,7 @@ let busy = false;
 async function poll() {
   if (busy) return; busy = true;
   try {
-    const r = await fetch("status.json", {cache: "no-store"});
+    const r = await fetch("status.json" + location.search, {cache: "no-store"});
     if (!r.ok) throw new Error("HTTP " + r.status);
     render(await r.json());
     document.getElementById("error").textContent = "";

@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "common/error.h"
@@ -30,6 +32,25 @@ std::string Response(int code, const char* reason, const char* type, const std::
   return head_only ? r : r + body;
 }
 
+// The value of `key` in a query string "a=1&token=x", or nullopt.
+std::optional<std::string> QueryValue(const std::string& query, const std::string& key) {
+  size_t at = 0;
+  while (at <= query.size()) {
+    size_t end = query.find('&', at);
+    if (end == std::string::npos) end = query.size();
+    if (query.compare(at, key.size() + 1, key + "=") == 0) return query.substr(at + key.size() + 1, end - at - key.size() - 1);
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
+}
+
 }  // namespace
 
 struct StatusServer::Conn {
@@ -40,8 +61,11 @@ struct StatusServer::Conn {
   double deadline = 0;
 };
 
-StatusServer::StatusServer(const std::string& bind_addr, int port, std::string page_html)
-    : bind_addr_(bind_addr), page_(std::move(page_html)), json_(std::make_shared<const std::string>("{}")) {
+StatusServer::StatusServer(const std::string& bind_addr, int port, std::string page_html, std::string token)
+    : bind_addr_(bind_addr),
+      page_(std::move(page_html)),
+      token_(std::move(token)),
+      json_(std::make_shared<const std::string>("{}")) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(uint16_t(port));
@@ -76,9 +100,18 @@ StatusServer::~StatusServer() {
   close(wake_[1]);
 }
 
-std::string StatusServer::url() const {
+std::string StatusServer::NewToken() {
+  if (sodium_init() < 0) throw Error("status page: libsodium cannot start, so no token can be drawn");
+  unsigned char raw[16];
+  randombytes_buf(raw, sizeof raw);
+  char hex[2 * sizeof raw + 1];
+  sodium_bin2hex(hex, sizeof hex, raw, sizeof raw);
+  return hex;
+}
+
+std::string StatusServer::url(const std::string& path) const {
   return "http://" + (bind_addr_ == "0.0.0.0" ? std::string("127.0.0.1") : bind_addr_) + ":" + std::to_string(port_) +
-         "/";
+         "/" + path + (token_.empty() ? "" : "?token=" + token_);
 }
 
 void StatusServer::Publish(std::string json) {
@@ -103,7 +136,15 @@ std::string StatusServer::Respond(const std::string& head) const {
   bool head_only = method == "HEAD";
   if (method != "GET" && !head_only)
     return Response(405, "Method Not Allowed", "text/plain", "only GET and HEAD\n", false);
-  std::string path = target.substr(0, target.find('?'));
+  const size_t q = target.find('?');
+  std::string path = target.substr(0, q);
+  if (!token_.empty()) {
+    auto given = QueryValue(q == std::string::npos ? "" : target.substr(q + 1), "token");
+    if (!given || !SameSecret(*given, token_))
+      return Response(401, "Unauthorized", "text/plain",
+                      "this job has [security] keys: open the status URL shoal run printed (it carries ?token=)\n",
+                      head_only);
+  }
   if (path == "/" || path == "/index.html") return Response(200, "OK", "text/html; charset=utf-8", page_, head_only);
   if (path == "/status.json") return Response(200, "OK", "application/json", *Snapshot(), head_only);
   return Response(404, "Not Found", "text/plain", "not found (try / or /status.json)\n", head_only);
