@@ -39,7 +39,7 @@ DeviceOptimizerState::DeviceOptimizerState(int slots, int64_t n) : n_(n) {
                                         std::to_string(n) + ")");
   NeedDevice("DeviceOptimizerState");
   try {
-    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&norms_), sizeof(double) * kGpuOptimizerNorms),
+    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&norms_), sizeof(double) * kGpuOptimizerScratch),
               "DeviceOptimizerState: cudaMalloc norms");
     for (int i = 0; i < slots; ++i) {
       float* p = nullptr;

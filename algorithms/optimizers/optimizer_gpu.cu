@@ -74,10 +74,20 @@ __global__ void NormPass(GpuOptimizerArgs a) {
   if (lars) sg = BlockSum(sg);
   if (lamb) su = BlockSum(su);
   if (threadIdx.x == 0) {
-    atomicAdd(&a.norms[0], sw);
-    if (lars) atomicAdd(&a.norms[1], sg);
-    if (lamb) atomicAdd(&a.norms[2], su);
+    double* part = a.norms + kGpuOptimizerNorms * (1 + blockIdx.x);
+    part[0] = sw;
+    part[1] = sg;
+    part[2] = su;
   }
+}
+
+// The blocks' partials summed in block order (deterministic), by one thread: at most
+// kGpuOptimizerMaxNormBlocks x 3 additions, small beside the pass itself.
+__global__ void SumPartials(double* norms, int blocks) {
+  double s[kGpuOptimizerNorms] = {0, 0, 0};
+  for (int b = 0; b < blocks; ++b)
+    for (int k = 0; k < kGpuOptimizerNorms; ++k) s[k] += norms[kGpuOptimizerNorms * (1 + b) + k];
+  for (int k = 0; k < kGpuOptimizerNorms; ++k) norms[k] = s[k];
 }
 
 __global__ void Update(GpuOptimizerArgs a) {
@@ -144,9 +154,11 @@ cudaError_t GpuOptimizerApplyRaw(const GpuOptimizerArgs& in, cudaStream_t stream
   if (a.kind == Kind::kStill && a.share >= 1.0f) a.kind = Kind::kLars;
   int blocks = int(std::min<int64_t>((a.n + kThreads - 1) / kThreads, 4096));
   if (a.kind == Kind::kLars || a.kind == Kind::kLamb || a.kind == Kind::kStill) {
-    cudaError_t e = cudaMemsetAsync(a.norms, 0, sizeof(double) * kGpuOptimizerNorms, stream);
+    const int norm_blocks = std::min(blocks, kGpuOptimizerMaxNormBlocks);
+    NormPass<<<norm_blocks, kThreads, 0, stream>>>(a);
+    cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    NormPass<<<std::min(blocks, 1024), kThreads, 0, stream>>>(a);
+    SumPartials<<<1, 1, 0, stream>>>(a.norms, norm_blocks);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
   Update<<<blocks, kThreads, 0, stream>>>(a);

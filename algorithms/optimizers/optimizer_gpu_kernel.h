@@ -10,8 +10,13 @@ namespace shoal {
 
 enum class GpuOptimizerKind : int { kSgd, kMomentum, kLars, kLamb, kStill, kRmspropSgd };
 
-// Doubles the norm pass accumulates into (sums of squares): ||w||², ||g||², ||u||².
+// The norm pass's sums of squares ||w||², ||g||², ||u||², and before them each block's
+// partial sums: the scratch a tensor's state owns (kGpuOptimizerScratch doubles). Partials
+// are added in block order by one thread, never with atomics, so the sums (and the weights)
+// are the same bits on every run and every worker: allreduce keeps replicas identical.
 constexpr int kGpuOptimizerNorms = 3;
+constexpr int kGpuOptimizerMaxNormBlocks = 1024;
+constexpr int kGpuOptimizerScratch = kGpuOptimizerNorms * (1 + kGpuOptimizerMaxNormBlocks);
 
 struct GpuOptimizerArgs {
   GpuOptimizerKind kind = GpuOptimizerKind::kSgd;
@@ -19,7 +24,7 @@ struct GpuOptimizerArgs {
   const float* g = nullptr;
   int64_t n = 0;
   float* slot[3] = {nullptr, nullptr, nullptr};  // same slots, same order as OptimizerState
-  double* norms = nullptr;                       // kGpuOptimizerNorms doubles of device scratch
+  double* norms = nullptr;                       // kGpuOptimizerScratch doubles of device scratch
   float lr = 0;
   float wd = 0;     // 0 for decay=false tensors
   float share = 1;  // STiLL's LARS share, rmsprop_sgd's momentum-SGD share (1 after warm-up)

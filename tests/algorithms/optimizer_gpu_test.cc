@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -97,6 +98,39 @@ TEST(OptimizerGpu, AgreesWithCpu) {
     SCOPED_TRACE(name);
     CompareRule(name, false);
     if (name == "momentum") CompareRule(name, true);
+  }
+}
+
+// Replicas of an allreduce job apply the same step to the same bits and must stay
+// identical: the norm sums over many blocks (n spans 1024 norm blocks) give the same bits
+// on every run, so two applications from one start end bit for bit equal.
+TEST(OptimizerGpu, NormRulesAreDeterministic) {
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  const int64_t n = 1 << 20;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> w(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+  for (auto& x : w) x = 0.1f * nd(rng);
+  for (auto& x : g) x = 0.05f * nd(rng);
+  for (const char* name : {"lars", "lamb", "still"}) {
+    auto gpu = MakeDeviceOptimizer(name, TestHyper(false));
+    std::vector<std::vector<float>> out;
+    for (int run = 0; run < 2; ++run) {
+      auto st = gpu->NewState(n);
+      float *dw = nullptr, *dg = nullptr;
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dw), size_t(n) * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dg), size_t(n) * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dw, w.data(), size_t(n) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dg, g.data(), size_t(n) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      for (int64_t step = 0; step < 3; ++step) gpu->Apply(dw, dg, n, true, StepContext{0.1f, step, 2}, st.get(), 0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out.emplace_back(size_t(n));
+      ASSERT_EQ(cudaMemcpy(out.back().data(), dw, size_t(n) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      cudaFree(dw);
+      cudaFree(dg);
+    }
+    EXPECT_EQ(0, memcmp(out[0].data(), out[1].data(), size_t(n) * 4)) << name << ": two runs differ";
   }
 }
 
