@@ -157,8 +157,17 @@ void CheckHostPort(const std::string& file, const std::string& where, const std:
 
 // Without [security] keys, a job whose addresses leave this machine is refused unless
 // allow_plaintext says the user means it; the error names the address and both ways out.
+// The status page is plain HTTP with no CurveZMQ, so keys do not cover it (its token, in a
+// job with keys, would cross the network in the clear): a non-loopback status_bind needs
+// allow_plaintext even in a job that has keys.
 void CheckPlaintextPolicy(const JobConfig& c) {
-  if (c.curve_enabled() || c.allow_plaintext) return;
+  if (c.allow_plaintext) return;
+  if (!IsLoopbackHost(c.status_bind))
+    throw Error(c.path + ": [job] status_bind = \"" + c.status_bind +
+                "\" is not a loopback address, and the status page is plain HTTP (no CurveZMQ, even with [security] "
+                "keys), so its figures (and a keyed job's token) would cross the network unencrypted: bind it to "
+                "\"127.0.0.1\" and tunnel to it (ssh -L) or set [security] allow_plaintext = true");
+  if (c.curve_enabled()) return;
   auto refuse = [&](const std::string& where, const std::string& addr) {
     throw Error(c.path + ": " + where + " = \"" + addr +
                 "\" is not a loopback address and the job has no [security] keys, so its traffic would cross the "

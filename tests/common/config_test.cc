@@ -84,7 +84,8 @@ TEST(Config, StatusPageKeys) {
   EXPECT_EQ(d.status_bind, "127.0.0.1");
   EXPECT_DOUBLE_EQ(d.straggler_ratio, 1.5);
   JobConfig c = ParseJobConfig(
-      Replace(kGood, "seed = 7", "seed = 7\nstatus_port = 8123\nstatus_bind = \"0.0.0.0\"\nstraggler_ratio = 2.5"),
+      Replace(kGood, "seed = 7", "seed = 7\nstatus_port = 8123\nstatus_bind = \"0.0.0.0\"\nstraggler_ratio = 2.5") +
+          "[security]\nallow_plaintext = true\n",  // a status page off loopback needs consent
       "job.toml");
   EXPECT_EQ(c.status_port, 8123);
   EXPECT_EQ(c.status_bind, "0.0.0.0");
@@ -245,6 +246,25 @@ TEST(PlaintextPolicy, AnAddressOffThisMachineNeedsKeysOrConsent) {
   // Loopback in all its spellings needs neither.
   EXPECT_EQ(ErrorOf(Job("servers = [\"localhost:7000\", \"127.0.0.2:7001\"]\n"
                         "workers = [{host = \"localhost\"}, {host = \"127.0.0.1\"}]")),
+            "");
+}
+
+TEST(PlaintextPolicy, AStatusPageOffLoopbackNeedsConsentEvenWithKeys) {
+  std::string job =
+      "[job]\nname = \"p\"\nstatus_bind = \"0.0.0.0\"\n[cluster]\nworkers = 1\n[data]\nformat = \"synthetic\"\n";
+  // Keys encrypt the ZeroMQ traffic, not the page's HTTP: they do not let it leave loopback.
+  for (const std::string& security : {std::string(), kFakeKeys}) {
+    std::string e = ErrorOf(job + security);
+    EXPECT_NE(e.find("[job] status_bind = \"0.0.0.0\" is not a loopback address"), std::string::npos) << e;
+    EXPECT_NE(e.find("no CurveZMQ"), std::string::npos) << e;
+    EXPECT_NE(e.find("ssh -L"), std::string::npos) << e;
+    EXPECT_NE(e.find("allow_plaintext = true"), std::string::npos) << e;
+  }
+  EXPECT_EQ(ErrorOf(job + "[security]\nallow_plaintext = true\n"), "");
+  // A loopback bind other than the default needs nothing.
+  EXPECT_EQ(ErrorOf("[job]\nname = \"p\"\nstatus_bind = \"127.0.0.2\"\n[cluster]\nworkers = 1\n[data]\n"
+                    "format = \"synthetic\"\n" +
+                    kFakeKeys),
             "");
 }
 
