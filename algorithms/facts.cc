@@ -15,38 +15,36 @@ const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
     for (const char* k : {"collective", "collective_timeout_ms", "segment_bytes", "torus_cols"}) own.push_back(k);
     return own;
   };
-  // name, needs servers, keeps checkpoints, tolerated worker deaths, server update,
+  // name, needs servers, tolerated worker deaths, server update,
   // [algorithm] keys, extra [optimizer] keys, algorithms it may choose.
   static const std::vector<AlgorithmFacts> kFacts = {
-      {"adpsgd", false, true, D::kNone, U::kNone, comm({"gossip_timeout_ms"})},
-      {"allreduce", false, true, D::kNone, U::kNone,
+      {"adpsgd", false, D::kNone, U::kNone, comm({"gossip_timeout_ms"})},
+      {"allreduce", false, D::kNone, U::kNone,
        comm({"bucket_bytes", "overlap", "wire_dtype", "balance", "balance_every_steps"})},
       {"auto",
        false,
-       true,
        D::kNone,
        U::kNone,
        comm({"bucket_bytes", "overlap", "probe_steps", "uneven_ratio", "bmuf_ratio", "dgc_ratio", "balance",
              "balance_every_steps"}),
        {},
        {"adpsgd", "allreduce", "bmuf", "dgc"}},
-      {"bmuf", false, true, D::kNone, U::kNone,
+      {"bmuf", false, D::kNone, U::kNone,
        comm({"bucket_bytes", "block_steps", "block_momentum", "block_lr", "nesterov", "sync_warmup_epochs", "balance",
              "balance_every_steps"})},
       {"dgc",
        false,
-       true,
        D::kNone,
        U::kNone,
        comm({"sparsity", "sparsity_warmup_epochs", "clip_norm", "min_compress_elements", "balance",
              "balance_every_steps"}),
        {"momentum", "weight_decay"}},
-      {"double_buffer", false, true, D::kNone, U::kNone,
+      {"double_buffer", false, D::kNone, U::kNone,
        comm({"bucket_bytes", "wire_dtype", "balance", "balance_every_steps"})},
-      {"local", false, true, D::kNone, U::kNone},
-      {"ps_async", true, true, D::kAnyButLast, U::kApplyEach, {"timeout_ms"}},
-      {"ps_ssp", true, true, D::kAnyButLast, U::kApplyEach, {"timeout_ms", "staleness"}},
-      {"ps_sync", true, true, D::kNone, U::kMeanOfWorkers, {"timeout_ms"}},
+      {"local", false, D::kNone, U::kNone},
+      {"ps_async", true, D::kAnyButLast, U::kApplyEach, {"timeout_ms"}},
+      {"ps_ssp", true, D::kAnyButLast, U::kApplyEach, {"timeout_ms", "staleness"}},
+      {"ps_sync", true, D::kNone, U::kMeanOfWorkers, {"timeout_ms"}},
   };
   return kFacts;
 }

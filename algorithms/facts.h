@@ -1,5 +1,5 @@
 // What the rest of Shoal needs to know about each algorithm, in one table: the launcher
-// (start servers? which deaths end the job? can it resume?), the trainer and the servers
+// (start servers? which deaths end the job?), the trainer and the servers
 // (through the workers' training plan) read it here instead of comparing names. Links
 // nothing but common/error, so a tool can ask without linking the algorithms.
 #pragma once
@@ -24,7 +24,6 @@ enum class ServerUpdate {
 struct AlgorithmFacts {
   std::string name;
   bool needs_servers = false;
-  bool keeps_checkpoints = false;
   ToleratedDeaths tolerated_deaths = ToleratedDeaths::kNone;
   ServerUpdate server_update = ServerUpdate::kNone;
   // The [algorithm] keys its code reads (besides name and the keys every job may carry,

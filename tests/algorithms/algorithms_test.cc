@@ -159,7 +159,6 @@ TEST(AlgorithmRegistry, EveryAlgorithmsFactsAgree) {
     EXPECT_EQ(f.needs_servers, f.server_update != ServerUpdate::kNone) << f.name;
     EXPECT_NO_THROW(FactsOf(f.name));
   }
-  EXPECT_TRUE(FactsOf("ps_sync").keeps_checkpoints);
   EXPECT_EQ(FactsOf("ps_sync").server_update, ServerUpdate::kMeanOfWorkers);
   EXPECT_EQ(FactsOf("ps_async").tolerated_deaths, ToleratedDeaths::kAnyButLast);
   EXPECT_EQ(FactsOf("allreduce").tolerated_deaths, ToleratedDeaths::kNone);

@@ -145,11 +145,6 @@ class Launch {
       fprintf(stderr, "shoal: --resume and --fresh contradict each other: continue the run, or start over\n");
       return 2;
     }
-    if (FLAGS_resume && !facts_.keeps_checkpoints) {
-      fprintf(stderr, "shoal: %s: --resume: algorithm \"%s\" keeps no checkpoints\n", job_path_.c_str(),
-              cfg_.algorithm.c_str());
-      return 2;
-    }
     if (FLAGS_resume && cfg_.checkpoint_dir.empty()) {
       fprintf(stderr, "shoal: %s: --resume: [job] checkpoint_dir is not set, so there is nothing to resume from\n",
               job_path_.c_str());
