@@ -5,15 +5,12 @@
 #include <chrono>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "common/error.h"
 #include "common/rendezvous/store.h"
 
 namespace shoal {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 std::string Join(const std::vector<uint64_t>& ids) {
   std::string s;
@@ -50,12 +47,16 @@ WorkerCheckpoints::WorkerCheckpoints(const JobConfig& cfg, int rank, int world, 
 }
 
 std::vector<std::string> WorkerCheckpoints::GatherAll(const std::string& key_prefix, const std::string& what) {
+  // One deadline for all ranks, so a gather waits at most timeout_ms_ however many there are.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
   std::vector<std::string> out(static_cast<size_t>(world_));
   for (int r = 0; r < world_; ++r) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
-      out[size_t(r)] = store_->Get(key_prefix + std::to_string(r), timeout_ms_);
+      out[size_t(r)] = store_->Get(key_prefix + std::to_string(r), int(std::max<int64_t>(1, left.count())));
     } catch (const Error& e) {
-      throw Error(what + ": worker " + std::to_string(r) + " did not answer: " + e.what());
+      throw Error(what + ": worker " + std::to_string(r) + " did not answer within " +
+                  std::to_string(timeout_ms_ / 1000) + " s: " + e.what());
     }
   }
   return out;
@@ -63,8 +64,8 @@ std::vector<std::string> WorkerCheckpoints::GatherAll(const std::string& key_pre
 
 CheckpointState WorkerCheckpoints::Resume() {
   std::vector<uint64_t> mine = ckpt_.Written();
-  store_->Set("checkpoint/held/" + std::to_string(rank_), Join(mine));
-  std::vector<std::string> held = GatherAll("checkpoint/held/", "--resume");
+  store_->Set("checkpoint-held-" + std::to_string(rank_), Join(mine));
+  std::vector<std::string> held = GatherAll("checkpoint-held-", "--resume");
   std::set<uint64_t> common(mine.begin(), mine.end());
   std::string each;
   for (int r = 0; r < world_; ++r) {
@@ -89,24 +90,12 @@ void WorkerCheckpoints::Save(CheckpointState state) {
   const uint64_t id = state.record.id;
   state.record.shards = uint32_t(world_);
   ckpt_.WriteState(state, committed_);
-  store_->Set("checkpoint/written/" + std::to_string(rank_), std::to_string(id));
-  // Every worker's newest written id reaches this one (they write the same ids in order).
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
-  for (int r = 0; r < world_; ++r) {
-    if (r == rank_) continue;
-    const std::string key = "checkpoint/written/" + std::to_string(r);
-    int sleep_ms = 1;
-    while (true) {
-      int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-      SHOAL_CHECK(left > 0, "checkpoint " + std::to_string(id) + ": worker " + std::to_string(r) +
-                                " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s");
-      std::string v = store_->Get(key, left);
-      std::vector<uint64_t> got = SplitIds(v, "checkpoint: worker " + std::to_string(r) + "'s id");
-      if (got.size() == 1 && got[0] >= id) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
-      sleep_ms = std::min(sleep_ms * 2, 20);
-    }
-  }
+  // One key per checkpoint and rank, each set once, so "every worker wrote it" is the same
+  // bounded gather as Resume's. The store keeps world keys per checkpoint (a job's
+  // coordinator holds RendezvousService::kMaxKeys). No '/' in keys: a FileStore's are files.
+  const std::string prefix = "checkpoint-" + std::to_string(id) + "-written-";
+  store_->Set(prefix + std::to_string(rank_), std::to_string(id));
+  GatherAll(prefix, "checkpoint " + std::to_string(id));
   ckpt_.Commit(state.record);
   committed_ = id;
 }

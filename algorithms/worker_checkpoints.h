@@ -3,8 +3,9 @@
 // its algorithm's state, the step), so no host needs another's disk.
 //
 // The commit rule: a checkpoint counts once every worker has written it. Each worker
-// publishes the id it wrote in the job's rendezvous store and waits (bounded) until every
-// other worker has published it too, then records it as committed. No worker removes a
+// publishes that it wrote id N under its own key for N in the job's rendezvous store and
+// waits (bounded) until every other worker's key for N is there, then records it as
+// committed. No worker removes a
 // checkpoint older than its own committed one, so the newest id that every worker still
 // holds is always complete; on --resume the workers publish what they hold and all load
 // that id.
@@ -32,7 +33,8 @@ class WorkerCheckpoints {
   uint64_t committed() const { return committed_; }
 
  private:
-  // Blocks until `key_prefix<r>` holds a value for every rank r; returns them.
+  // Blocks until `key_prefix<r>` holds a value for every rank r (at most timeout_ms_ in all;
+  // throws naming the first rank missing); returns them.
   std::vector<std::string> GatherAll(const std::string& key_prefix, const std::string& what);
 
   int rank_, world_;
