@@ -4,17 +4,12 @@ worker's bandwidth limited so a dense exchange takes about 4x the compute time (
 in-process token bucket), (d) the same limit as real tbf-shaped links between four
 network-namespace hosts (root only; HOSTS=0 skips it).
 Each run is a real job through the launcher; the last line is one JSON object."""
-import json, os, socket, subprocess, sys, tempfile, time
+import json, os, subprocess, sys, tempfile
 
 import hosts
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from jobs import FASHION_MNIST, free_port, run_job  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "bazel-bin"
 ALGOS = os.environ.get("ALGOS", "allreduce,double_buffer,ps_async,bmuf,adpsgd,dgc").split(",")
@@ -48,9 +43,7 @@ workers = {workers_toml}
 [model]
 name = "{MODEL}"
 [data]
-format = "idx"
-train = "/usr/share/datasets/fashion-mnist/train"
-test = "/usr/share/datasets/fashion-mnist/t10k"
+{FASHION_MNIST}
 batch_size = 32
 max_train_samples = {SAMPLES}
 max_test_samples = 5000
@@ -72,26 +65,12 @@ log_every_steps = 20
 
 
 def run(algo, scenario, workers_toml, tmp):
-    d = os.path.join(tmp, f"{algo}-{scenario}")
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "job.toml")
-    with open(path, "w") as f:
-        f.write(job(f"bench-{algo}-{scenario}", os.path.join(d, "out"), algo, workers_toml))
-    t0 = time.time()
-    p = subprocess.run([f"{BIN}/tools/launcher/shoal-launch", f"--bin_dir={BIN}", path],
-                       capture_output=True, text=True, timeout=3600)
-    wall = time.time() - t0
-    if p.returncode != 0:
-        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}
-    done = json.loads(p.stdout.strip().splitlines()[-1])
-    reach = None
-    with open(os.path.join(d, "out", "metrics.jsonl")) as f:
-        for line in f:
-            e = json.loads(line)
-            if e.get("event") == "eval" and e.get("rank", 0) == 0 and (e.get("test_accuracy") or 0) >= TARGET:
-                reach = e["wall_s"]
-                break
-    ends = [json.loads(l) for l in open(os.path.join(d, "out", "metrics.jsonl")) if '"event":"end"' in l]
+    j = run_job(BIN, tmp, f"{algo}-{scenario}",
+                lambda out: job(f"bench-{algo}-{scenario}", out, algo, workers_toml), timeout=3600)
+    if j.error:
+        return {"error": j.error}
+    done, wall, reach = j.done, j.wall_s, j.time_to(TARGET)
+    ends = [e for e in j.events if e.get("event") == "end"]
     steps = max((e.get("steps", 0) for e in ends), default=0)
     compute = sum(e.get("compute_s", 0) for e in ends) / max(1, len(ends))
     return {"time_to_target_s": round(reach, 1) if reach is not None else None,

@@ -4,7 +4,10 @@ allreduce, balanced allreduce ([algorithm] balance = true: batches split by meas
 throughput), adpsgd, bmuf and auto, each a real job through the launcher, one after the
 other. The last line is one JSON object with each time and "speedup" = allreduce time /
 balanced allreduce time. Environment: TARGET, EPOCHS, SAMPLES, MODEL, SLOWDOWN."""
-import json, os, subprocess, sys, tempfile, time
+import json, os, sys, tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from jobs import FASHION_MNIST, run_job  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "bazel-bin"
 TARGET = float(os.environ.get("TARGET", "0.85"))
@@ -32,9 +35,7 @@ workers = [{{slowdown = {SLOWDOWN}}}, {{}}, {{}}, {{}}]
 [model]
 name = "{MODEL}"
 [data]
-format = "idx"
-train = "/usr/share/datasets/fashion-mnist/train"
-test = "/usr/share/datasets/fashion-mnist/t10k"
+{FASHION_MNIST}
 batch_size = 32
 max_train_samples = {SAMPLES}
 max_test_samples = 1000
@@ -55,26 +56,14 @@ log_every_steps = 10
 
 
 def run(label, algo, keys, tmp):
-    d = os.path.join(tmp, label)
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "job.toml")
-    with open(path, "w") as f:
-        f.write(job(f"hetero-{label}", os.path.join(d, "out"), algo, keys))
-    t0 = time.time()
-    p = subprocess.run([f"{BIN}/tools/launcher/shoal-launch", f"--bin_dir={BIN}", path],
-                       capture_output=True, text=True, timeout=900)
-    wall = time.time() - t0
-    if p.returncode != 0:
-        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}
-    done = json.loads(p.stdout.strip().splitlines()[-1])
-    events = [json.loads(l) for l in open(os.path.join(d, "out", "metrics.jsonl"))]
-    # wall_s counts from the job's start: start-up counts the same for every run.
-    reach = next((e["wall_s"] for e in events if e.get("event") == "eval" and e.get("rank", 0) == 0
-                  and (e.get("test_accuracy") or 0) >= TARGET), None)
-    slow = [e["batch_size"] for e in events if e.get("event") == "train" and e.get("rank") == 0 and "batch_size" in e]
-    auto = next((e for e in events if e.get("event") == "auto" and e.get("rank") == 0), {})
+    j = run_job(BIN, tmp, label, lambda out: job(f"hetero-{label}", out, algo, keys), timeout=900)
+    if j.error:
+        return {"error": j.error}
+    reach = j.time_to(TARGET)
+    slow = [e["batch_size"] for e in j.events if e.get("event") == "train" and e.get("rank") == 0 and "batch_size" in e]
+    auto = next((e for e in j.events if e.get("event") == "auto" and e.get("rank") == 0), {})
     r = {"time_to_target_s": round(reach, 1) if reach is not None else None,
-         "final_accuracy": done.get("test_accuracy"), "steps": done.get("steps"), "wall_s": round(wall, 1)}
+         "final_accuracy": j.done.get("test_accuracy"), "steps": j.done.get("steps"), "wall_s": round(j.wall_s, 1)}
     if slow:
         r["slow_worker_last_batch"] = slow[-1]
     if auto:

@@ -5,7 +5,10 @@ ring) with and without overlapping the gradient exchange with the backward pass
 its compute, calibrated from a first unlimited run. Each run is a real job through the
 launcher; both runs must end with the same weights_hash (overlap changes no bit). The
 last line is one JSON object: {"bench":"overlap","speedup":...}."""
-import json, os, subprocess, sys, tempfile
+import json, os, sys, tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from jobs import run_job  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "bazel-bin"
 STEPS = int(os.environ.get("STEPS", "40"))
@@ -48,21 +51,14 @@ log_every_steps = {WARMUP}
 
 
 def run(tmp, label, overlap, mbps):
-    d = os.path.join(tmp, label)
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "job.toml")
-    with open(path, "w") as f:
-        f.write(job(f"bench-overlap-{label}", os.path.join(d, "out"), overlap, mbps))
-    p = subprocess.run([f"{BIN}/tools/launcher/shoal-launch", f"--bin_dir={BIN}", path],
-                       capture_output=True, text=True, timeout=1800)
-    if p.returncode != 0:
-        sys.exit(f"bench overlap: the {label} run failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
-    events = [json.loads(l) for l in open(os.path.join(d, "out", "metrics.jsonl"))]
+    j = run_job(BIN, tmp, label, lambda out: job(f"bench-overlap-{label}", out, overlap, mbps), timeout=1800)
+    if j.error:
+        sys.exit(f"bench overlap: the {label} run failed: {j.error}")
     # Rank 0's train records: the first one closes the warm-up, the last ends the run.
-    train = [e for e in events if e.get("event") == "train" and e.get("rank", 0) == 0]
+    train = j.rank0("train")
     a, b = train[0], train[-1]
     steps = b["step"] - a["step"]
-    ends = [e for e in events if e.get("event") == "end"]
+    ends = [e for e in j.events if e.get("event") == "end"]
     return {"step_s": round((b["wall_s"] - a["wall_s"]) / steps, 4),
             "compute_s_per_step": round((b["compute_s"] - a["compute_s"]) / steps, 4),
             "comm_s_per_step": round((b["comm_s"] - a["comm_s"]) / steps, 4),

@@ -1,0 +1,57 @@
+"""What the benchmarks that time real jobs share (bench/algorithms, bench/heterogeneous,
+bench/overlap): write a job file, run it through the launcher as `shoal run` does, and read
+what it left: the launcher's `done` line and the job's metrics.jsonl. A benchmark's run.py
+imports it with `sys.path.insert(0, <bench/>)`, since each runs as a plain script."""
+import json, os, socket, subprocess, time
+
+# The [data] section of a Fashion-MNIST job, as the image ships the data set; the sample caps
+# come after it.
+FASHION_MNIST = ('format = "idx"\n'
+                 'train = "/usr/share/datasets/fashion-mnist/train"\n'
+                 'test = "/usr/share/datasets/fashion-mnist/t10k"')
+
+
+def free_port():
+    """A TCP port free on loopback now (for a job's servers)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class JobRun:
+    """One finished job: `error` (the launcher's last stderr line) when it failed, else
+    `done` (its last stdout line, the `done` object) and `events` (metrics.jsonl, in order)."""
+
+    def __init__(self, wall_s, error=None, done=None, events=None):
+        self.wall_s, self.error, self.done, self.events = wall_s, error, done or {}, events or []
+
+    def rank0(self, event):
+        """Rank 0's events of one kind (a record without a rank is the launcher's or rank 0's)."""
+        return [e for e in self.events if e.get("event") == event and e.get("rank", 0) == 0]
+
+    def time_to(self, target):
+        """wall_s of rank 0's first evaluation at or above `target`; None if none reached it.
+        wall_s counts from the job's start, so start-up counts the same for every run."""
+        return next((e["wall_s"] for e in self.rank0("eval") if (e.get("test_accuracy") or 0) >= target), None)
+
+
+def run_job(bin_dir, tmp, label, job_text, timeout):
+    """Runs the job `job_text(output_dir)` in tmp/label (job.toml there, its output in
+    tmp/label/out) through bin_dir's shoal-launch, waiting at most `timeout` s."""
+    d = os.path.join(tmp, label)
+    os.makedirs(d, exist_ok=True)
+    out = os.path.join(d, "out")
+    path = os.path.join(d, "job.toml")
+    with open(path, "w") as f:
+        f.write(job_text(out))
+    t0 = time.time()
+    p = subprocess.run([f"{bin_dir}/tools/launcher/shoal-launch", f"--bin_dir={bin_dir}", path],
+                       capture_output=True, text=True, timeout=timeout)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        return JobRun(wall, error=(p.stderr.strip().splitlines() or ["?"])[-1])
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        events = [json.loads(line) for line in f]
+    return JobRun(wall, done=json.loads(p.stdout.strip().splitlines()[-1]), events=events)
