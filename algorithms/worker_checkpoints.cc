@@ -5,12 +5,15 @@
 #include <chrono>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "common/rendezvous/store.h"
 
 namespace shoal {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::string Join(const std::vector<uint64_t>& ids) {
   std::string s;
@@ -90,12 +93,27 @@ void WorkerCheckpoints::Save(CheckpointState state) {
   const uint64_t id = state.record.id;
   state.record.shards = uint32_t(world_);
   ckpt_.WriteState(state, committed_);
-  // One key per checkpoint and rank, each set once, so "every worker wrote it" is the same
-  // bounded gather as Resume's. The store keeps world keys per checkpoint (a job's
-  // coordinator holds RendezvousService::kMaxKeys). No '/' in keys: a FileStore's are files.
-  const std::string prefix = "checkpoint-" + std::to_string(id) + "-written-";
-  store_->Set(prefix + std::to_string(rank_), std::to_string(id));
-  GatherAll(prefix, "checkpoint " + std::to_string(id));
+  // One key per rank, overwritten with its newest written id: the store holds `world` keys
+  // however long the job runs (a key per checkpoint would fill the coordinator's store,
+  // RendezvousService::kMaxKeys, on long jobs). Ranks write the same ids in order, so
+  // "every worker wrote it" is every key at id or beyond. No '/' in keys: a FileStore's
+  // keys are files.
+  store_->Set("checkpoint-written-" + std::to_string(rank_), std::to_string(id));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    const std::string key = "checkpoint-written-" + std::to_string(r);
+    int sleep_ms = 1;
+    while (true) {
+      const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      SHOAL_CHECK(left > 0, "checkpoint " + std::to_string(id) + ": worker " + std::to_string(r) +
+                                " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s");
+      std::vector<uint64_t> got = SplitIds(store_->Get(key, int(left)), "checkpoint: worker " + std::to_string(r) + "'s id");
+      if (got.size() == 1 && got[0] >= id) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+      sleep_ms = std::min(sleep_ms * 2, 20);
+    }
+  }
   ckpt_.Commit(state.record);
   committed_ = id;
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,12 +57,16 @@ TEST(WorkerCheckpoints, CommitOnceEveryRankWroteAndResumeTheNewestAllHold) {
     uint64_t committed[2] = {0, 0};
     OnBothRanks([&](int r) {
       WorkerCheckpoints wc(cfg, r, 2, &store, CheckpointStart::kNew);
-      wc.Save(State(10, 1.f));
-      wc.Save(State(20, 2.f));
+      for (uint64_t id = 2; id <= 20; id += 2) wc.Save(State(id, float(id) / 10.f));
       committed[r] = wc.committed();
     });
     EXPECT_EQ(committed[0], 20u);
     EXPECT_EQ(committed[1], 20u);
+    // Ten checkpoints leave one key per rank in the store, not one per checkpoint: a long
+    // job must not fill the coordinator's capped store.
+    int keys = 0;
+    for (auto& e : std::filesystem::directory_iterator(store.dir())) keys += e.path().filename().string().rfind("checkpoint", 0) == 0;
+    EXPECT_EQ(keys, 2);
   }
   // Rank 0 alone wrote checkpoint 30 (its peer died first): not complete, so not resumed.
   {
