@@ -20,7 +20,8 @@ class Communicator {
   virtual std::string Name() const = 0;
   // In place; every rank ends with the same values, bit for bit.
   virtual void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) = 0;
-  // Each rank contributes `bytes` bytes; out gets size() * bytes, rank order.
+  // Each rank contributes `bytes` bytes; out gets size() * bytes, rank order. Every rank
+  // passes the same `bytes`; 0 is a no-op (in and out may then be null).
   virtual void AllGather(const void* in, int64_t bytes, void* out) = 0;
   virtual void Broadcast(void* data, int64_t bytes, int root) = 0;
   virtual void Barrier() = 0;
