@@ -57,6 +57,9 @@ struct AlgorithmEnv {
   std::shared_ptr<LrSchedule> schedule;
   MetricsWriter* metrics = nullptr;
   bool resume = false;  // continue from the job's newest complete checkpoint
+  // With resume: this worker was restarted alone while the job's other processes run
+  // (ps_sync: its resume query starts a new recovery generation; algorithms/ps).
+  bool rejoin = false;
   // Batch balancing (algorithms/balance.h): -1 = as [algorithm] balance says; 0 or 1 =
   // decided by the code that builds the algorithm (auto's choice). Read it with BalanceOn.
   int balance = -1;

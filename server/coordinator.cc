@@ -146,11 +146,12 @@ void Coordinator::OnCheckpoint(const InMessage& m) {
                 << ", batch " << rec.batch << ")";
     } else {
       rec = checkpointer_->Committed();
-      if (h.getRejoin() && h.getRole() == msg::Role::SERVER) {
+      if (h.getRejoin()) {
         // A shard restarted alone: it loads `rec`, and every worker must learn that the
-        // shards no longer hold what they pushed since.
+        // shards no longer hold what they pushed since. A ps_sync worker restarted alone:
+        // it resumes at `rec`, so everyone else must go back there with it.
         ++generation_;
-        last_restart_ = "server shard " + std::to_string(h.getRank()) + " restarted from checkpoint " +
+        last_restart_ = Name({int(h.getRole()), h.getRank()}) + " restarted from checkpoint " +
                         std::to_string(rec.id) + " (step " + std::to_string(rec.step) + ")";
         LOG(WARNING) << "coordinator: " << last_restart_ << "; recovery generation " << generation_;
         FailBarriers(last_restart_);

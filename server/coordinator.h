@@ -50,8 +50,8 @@ class Coordinator {
   size_t placed_tensors() const { return placement_.size(); }
   // Every registered tensor and its shard; empty until the first worker registered a list.
   const std::vector<TensorPlacement>& placement() const { return placement_; }
-  // Goes up by one each time a shard restarted alone asks what to resume (resumeQuery with
-  // `rejoin`): barriers and commits of an older generation are refused from then on, so
+  // Goes up by one each time a shard (or ps_sync worker) restarted alone asks what to
+  // resume (resumeQuery with `rejoin`): barriers and commits of an older generation are refused from then on, so
   // every worker notices and recovers (algorithms/ps: re-pull; ps_sync rolls back).
   uint32_t generation() const { return generation_; }
 

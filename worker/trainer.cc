@@ -201,6 +201,7 @@ class Trainer {
       _exit(1);
     };
     env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume, on_member_failure);
+    env_.rejoin = opts_.resume && opts_.rejoin;
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
     // Overlap: each node's gradients go to the algorithm as soon as the backward pass has
     // finished them (the engine only calls back; it knows nothing of algorithms).

@@ -12,6 +12,7 @@ struct TrainerOptions {
   int rank = 0;
   bool resume = false;  // continue from the job's newest complete checkpoint
   bool fresh = false;   // start over, deleting an earlier run's checkpoints
+  bool rejoin = false;  // with resume: restarted alone while the job's other processes run (ps_sync)
   int threads = 0;  // 0: from the job file
 };
 

@@ -12,6 +12,9 @@
 DEFINE_string(config, "", "job file (TOML)");
 DEFINE_int32(rank, -1, "worker rank; from SLURM_PROCID / OMPI_COMM_WORLD_RANK / RANK when not given");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
+DEFINE_bool(rejoin, false,
+            "with --resume, in a ps_sync job whose other processes still run: this worker was restarted alone; "
+            "it starts a new recovery generation, and every shard and worker goes back to the checkpoint with it");
 DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
 DEFINE_int32(threads, 0, "CPU threads (0: [train] threads, or all cores)");
 DEFINE_int64(epochs, 0, "override [train] epochs");
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
     opts.rank = rank.rank;
     opts.resume = FLAGS_resume;
     opts.fresh = FLAGS_fresh;
+    opts.rejoin = FLAGS_rejoin;
     opts.threads = FLAGS_threads;
     shoal::TrainResult r = shoal::Train(cfg, opts);
     printf("worker %d: done after %lld steps, test_accuracy %.4f, %.0f samples/s\n", rank.rank, (long long)r.steps,

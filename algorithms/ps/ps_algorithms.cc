@@ -11,7 +11,9 @@
 // (a request that goes unanswered for a heartbeat period, or one refused as stale) and
 // recovers in its process: the asynchronous modes re-pull and go on (the restarted shard's
 // updates since the checkpoint are lost, counted in a `shard_restart` event); ps_sync
-// rolls every shard and every worker back to that checkpoint, exactly (Recover).
+// rolls every shard and every worker back to that checkpoint, exactly (Recover). A ps_sync
+// worker restarted alone (--resume --rejoin) starts a new generation the same way: it
+// resumes at the checkpoint, and every shard and surviving worker goes back there with it.
 #include <exception>
 #include <algorithm>
 #include <chrono>
@@ -46,6 +48,7 @@ class ParameterServer : public Algorithm {
     checkpoints_ = !env.config->checkpoint_dir.empty();
     // Without checkpoints a restarted shard has nothing to restore: no point watching.
     o.watch_restarts = checkpoints_;
+    o.rejoin = env.resume && env.rejoin;
     client_ = env.make_ps_client(o);
   }
   std::string Name() const override {
@@ -79,9 +82,12 @@ class ParameterServer : public Algorithm {
         break;
     }
     client_->Register(specs, &plan);
+    CheckpointRecord rec;
     if (env_.resume) {
       // The shards loaded the committed checkpoint before serving: pull it, seed nothing.
-      CheckpointRecord rec = client_->NewestCheckpoint();
+      // With rejoin this query starts a new recovery generation (a ps_sync worker
+      // restarted alone: the others notice and roll back to `rec` in Recover).
+      rec = client_->NewestCheckpoint();
       SHOAL_CHECK(rec.id > 0, "--resume: the coordinator has no complete checkpoint in " + env_.config->checkpoint_dir);
       resumed_step_ = rec.step;
       last_step_ = rec.step;
@@ -100,7 +106,14 @@ class ParameterServer : public Algorithm {
     }
     // Resumed asynchronous workers need no meeting (nobody seeds): one restarted alone while
     // the others train would wait there for ever.
-    if (!env_.resume || mode_ == Mode::kSync) client_->Barrier("init");
+    if (env_.rejoin && mode_ == Mode::kSync) {
+      // Restarted alone: meet the others where their Recover meets, after every shard
+      // went back to `rec` (this worker reloads them when it is rank 0).
+      if (env_.rank == 0) client_->Reload(rec);
+      client_->Barrier("recovered");
+    } else if (!env_.resume || mode_ == Mode::kSync) {
+      client_->Barrier("init");
+    }
     PullWeights(params);
   }
 

@@ -126,5 +126,5 @@ struct Header {
   found @14 :Bool;                 # storeValue
   generation @15 :UInt32;          # which recovery the sender is in: it goes up by one each time a shard is
                                    # restarted alone; data requests, barriers and commits of an older one are refused
-  rejoin @16 :Bool;                # resumeQuery from a shard restarted alone while the job runs
+  rejoin @16 :Bool;                # resumeQuery from a shard (or ps_sync worker) restarted alone while the job runs
 }

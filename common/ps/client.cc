@@ -372,7 +372,8 @@ CheckpointRecord Client::NewestCheckpoint() {
   OutMessage m;
   uint64_t id = next_id_++;
   Header(m.header(), msg::Kind::RESUME_QUERY, id);
-  m.header().setRejoin(opts_.rejoin);
+  const bool rejoin = opts_.rejoin && !rejoined_;
+  m.header().setRejoin(rejoin);
   InMessage r = Control(m, id, "resume query");
   SHOAL_CHECK(r.header().getKind() == msg::Kind::CHECKPOINT_ACK,
               "resume query: the coordinator answered with message kind " + std::to_string(int(r.header().getKind())));
@@ -380,8 +381,9 @@ CheckpointRecord Client::NewestCheckpoint() {
   committed_ = std::max(committed_, rec.id);
   latest_generation_ = r.header().getGeneration();
   last_restart_ = r.header().getMessage();
-  // A shard restarted alone starts in the generation its own query began.
-  if (opts_.rejoin) generation_ = latest_generation_;
+  // A process restarted alone starts in the generation its own query began.
+  if (rejoin) generation_ = latest_generation_;
+  rejoined_ = rejoined_ || rejoin;
   return rec;
 }
 

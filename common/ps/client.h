@@ -75,7 +75,9 @@ struct ClientOptions {
   // was restarted alone, and then throws ShardRestarted instead of waiting out timeout_ms
   // for an answer the dead shard will never send.
   bool watch_restarts = false;
-  bool rejoin = false;  // a shard restarted alone: its resume query starts a new generation
+  // A shard (or ps_sync worker) restarted alone: its first resume query starts a new
+  // generation (later ones, CheckRestarts, only ask).
+  bool rejoin = false;
 };
 
 // A shard was restarted alone (recovery generation `generation`): it restored checkpoint
@@ -171,6 +173,7 @@ class Client {
   uint64_t next_id_ = 1;
   uint64_t committed_ = 0;  // the newest checkpoint known complete
   uint32_t generation_ = 0, latest_generation_ = 0;
+  bool rejoined_ = false;  // the rejoining resume query was sent
   std::string last_restart_;  // the coordinator's words for the newest restart
 };
 

@@ -113,6 +113,17 @@ int ProcessesOf(const std::string& dir) {
   return n;
 }
 
+std::string PidsOf(const std::string& dir, const std::string& process) {
+  std::string cmd = "pgrep -f -- '--confi[g] " + dir + "/job.toml " + process + "( |$)' 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  std::string out;
+  char buf[256];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  return out;
+}
+
 std::vector<std::string> Events(const JobRun& r, const std::string& event) {
   std::vector<std::string> out;
   for (auto& l : r.metrics)

@@ -40,6 +40,9 @@ bool KillWhenLogged(const std::string& dir, const std::string& process, const st
 int CountEvents(const std::string& dir, const std::string& event);
 // Processes (pgrep -f) still running with this job's file on their command line.
 int ProcessesOf(const std::string& dir);
+// The ids of the job's processes started with `process` after the job file ("--rank 0"),
+// as pgrep lists them (one a line; empty when none runs).
+std::string PidsOf(const std::string& dir, const std::string& process);
 // The metrics lines whose "event" is `event`.
 std::vector<std::string> Events(const JobRun& r, const std::string& event);
 

@@ -6,6 +6,7 @@
 // --fresh. In PS jobs a dead shard other than 0 (and an asynchronous job's dead worker) is
 // started again alone while the rest ride it out. Soak: processes of a PS job and of an
 // all-reduce job killed again and again.
+#include <algorithm>
 #include <atomic>
 #include <gtest/gtest.h>
 
@@ -179,12 +180,33 @@ int CountInLog(const std::string& dir, const std::string& process, const std::st
 // from it; every shard reloads that checkpoint, the workers (never restarted) roll back to
 // its step and data position, and the job ends with the same weights as one never
 // interrupted.
-TEST(Recovery, PsSyncShardRestartsAloneAndWorkersRollBackExactly) {
-  const std::string section = "[algorithm]\nname = \"ps_sync\"\n\n";
+const char* kPsSync = "[algorithm]\nname = \"ps_sync\"\n\n";
+
+// The final weights of an uninterrupted ps_sync job (2 workers, 2 shards, 100 steps,
+// checkpoints every 20), run once for the tests that compare with it.
+std::set<std::string> PsSyncUninterrupted() {
+  static std::set<std::string> want;
+  if (!want.empty()) return want;
   std::string a = FreshDir("ps_sync_whole");
-  JobRun whole = RunJob(a, Job("ps_sync", a, section, 2, 20, 0), 300);
-  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
-  std::set<std::string> want = Hashes(whole);
+  JobRun whole = RunJob(a, Job("ps_sync", a, kPsSync, 2, 20, 0), 300);
+  EXPECT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  want = Hashes(whole);
+  EXPECT_EQ(want.size(), 1u) << "workers disagree in the uninterrupted run";
+  return want;
+}
+
+// Waits (bounded) until the job in `dir` has logged `n` events named `event`.
+bool WaitForEvents(const std::string& dir, const std::string& event, int n, int timeout_s = 120) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (CountEvents(dir, event) < n)
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return true;
+}
+
+TEST(Recovery, PsSyncShardRestartsAloneAndWorkersRollBackExactly) {
+  const std::string section = kPsSync;
+  std::set<std::string> want = PsSyncUninterrupted();
   ASSERT_EQ(want.size(), 1u);
 
   std::string b = FreshDir("ps_sync_shard");
@@ -209,6 +231,55 @@ TEST(Recovery, PsSyncShardRestartsAloneAndWorkersRollBackExactly) {
     EXPECT_EQ(CountInLog(b, w, "worker " + w.substr(7) + "/2: mlp"), 1) << w;
   EXPECT_EQ(CountInLog(b, "server-0", "listening on"), 1);
   EXPECT_EQ(CountInLog(b, "server-1", "listening on"), 2);
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+  EXPECT_EQ(Hashes(run), want) << "the rolled-back run did not continue exactly";
+  EXPECT_EQ(ProcessesOf(b), 0);
+}
+
+// ps_sync, 2 workers: worker 1 SIGKILLed after a committed checkpoint is started again
+// alone (--resume --rejoin); it starts a new recovery generation, every shard reloads the
+// checkpoint, worker 0 (never restarted: the same process throughout) rolls back to it,
+// and the job ends with the same weights as one never interrupted.
+TEST(Recovery, PsSyncWorkerRestartsAloneAndOthersRollBackExactly) {
+  std::set<std::string> want = PsSyncUninterrupted();
+  ASSERT_EQ(want.size(), 1u);
+  std::string b = FreshDir("ps_sync_worker");
+  bool killed = false;
+  std::string before, after;  // the surviving processes' ids
+  auto survivors = [&] { return PidsOf(b, "--rank 0") + PidsOf(b, "--shard 0") + PidsOf(b, "--shard 1"); };
+  std::thread killer([&] {
+    if (!WaitForEvents(b, "checkpoint", 1)) return;
+    before = survivors();
+    killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1);
+    if (killed && WaitForEvents(b, "rewind", 1)) after = survivors();
+  });
+  JobRun run = RunJob(b, Job("ps_sync", b, kPsSync, 2, 20, 1), 300);
+  killer.join();
+  ASSERT_TRUE(killed) << "no checkpoint was logged";
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("worker 1 restarted alone from checkpoint"), std::string::npos) << run.stderr_text;
+  auto restarts = Events(run, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << run.stderr_text;
+  EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "worker 1") << restarts[0];
+  const double from = JsonNumber(restarts[0], "from_checkpoint").value_or(0);
+  EXPECT_GE(from, 20) << restarts[0];
+  // Worker 0 rolled back, worker 1 resumed, both at the checkpoint's step.
+  auto rewinds = Events(run, "rewind");
+  ASSERT_EQ(rewinds.size(), 1u) << run.stderr_text;
+  EXPECT_EQ(JsonNumber(rewinds[0], "rank").value_or(-1), 0) << rewinds[0];
+  EXPECT_EQ(JsonNumber(rewinds[0], "step").value_or(-1), from) << rewinds[0];
+  auto resumes = Events(run, "resume");
+  ASSERT_EQ(resumes.size(), 1u) << run.stderr_text;
+  EXPECT_EQ(JsonNumber(resumes[0], "rank").value_or(-1), 1) << resumes[0];
+  EXPECT_EQ(JsonNumber(resumes[0], "step").value_or(-1), from) << resumes[0];
+  // The survivors are the same processes before the kill and after the rollback.
+  EXPECT_FALSE(before.empty());
+  EXPECT_EQ(std::count(before.begin(), before.end(), '\n'), 3) << before;
+  EXPECT_EQ(after, before) << "a surviving process was restarted";
+  EXPECT_EQ(CountInLog(b, "worker-0", "worker 0/2: mlp"), 1);
+  EXPECT_EQ(CountInLog(b, "worker-1", "worker 1/2: mlp"), 2);
+  EXPECT_EQ(CountInLog(b, "server-0", "listening on"), 1);
+  EXPECT_EQ(CountInLog(b, "server-1", "listening on"), 1);
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
   EXPECT_EQ(Hashes(run), want) << "the rolled-back run did not continue exactly";
   EXPECT_EQ(ProcessesOf(b), 0);

@@ -366,16 +366,20 @@ class Launch {
 
   // Whether `c`'s death can be ridden out by starting it alone again: a shard other than 0
   // (shard 0 hosts the coordinator, whose membership, barriers and recovery generation
-  // live only in its memory: losing it restarts the whole job), or a worker of an
-  // asynchronous PS job; only from a committed checkpoint, and within max_restarts.
+  // live only in its memory: losing it restarts the whole job), or a worker of a PS job
+  // (ps_sync: the others roll back with it); only from a committed checkpoint, and
+  // within max_restarts.
   bool CanRestartAlone(const Child& c) const {
     if (g_stop_signal || restarts_ >= cfg_.max_restarts || !facts_.needs_servers) return false;
     if (c.term_signal == 0 && (c.exit_code == 2 || c.exit_code == 0)) return false;  // bad input, or done
     if (last_checkpoint_ == 0 && !FLAGS_resume) return false;
     if (c.name.rfind("server ", 0) == 0) return c.name != "server 0";
-    return c.name.rfind("worker ", 0) == 0 && facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast &&
+    return c.name.rfind("worker ", 0) == 0 && (facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast || SyncPs()) &&
            workers_done_ == 0;  // once one finished, the shards may be leaving
   }
+  // ps_sync: every step needs every worker's gradient, so a worker restarted alone rejoins
+  // (--rejoin): every shard and the other workers go back to its checkpoint with it.
+  bool SyncPs() const { return facts_.needs_servers && facts_.server_update == ServerUpdate::kMeanOfWorkers; }
 
   // Starts the process of that name again, alone, from the newest committed checkpoint.
   void RestartAlone(const std::string& name, const std::string& why) {
@@ -386,12 +390,13 @@ class Launch {
       if (x != "--resume" && x != "--fresh" && x != "--rejoin") a.push_back(x);
     a.push_back("--resume");
     const bool server = name.rfind("server ", 0) == 0;
-    if (server) a.push_back("--rejoin");
+    if (server || SyncPs()) a.push_back("--rejoin");
     std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
                                                   std::to_string(last_checkpoint_step_) + ")"
                                             : "the checkpoint the run resumed from";
     std::string what = server ? "shard " + name.substr(7) + " restarted alone; workers re-pull from " + from
-                              : name + " restarted alone from " + from + "; the others go on";
+                       : SyncPs() ? name + " restarted alone from " + from + "; the others roll back to it"
+                                  : name + " restarted alone from " + from + "; the others go on";
     fprintf(stderr, "shoal: restart %d of %lld after %s: %s\n", restarts_, (long long)cfg_.max_restarts, why.c_str(),
             what.c_str());
     metrics_.Write("restart", last_checkpoint_step_,
