@@ -235,8 +235,8 @@ class Trainer {
   }
 
   // Epochs of steps, an evaluation after each, until the last epoch, max_steps or the
-  // target accuracy (agreed among the workers by the algorithm).
-  void TrainEpochs() {
+  // target accuracy (agreed among the workers by the algorithm), then Finish.
+  TrainResult TrainEpochs() {
     // A resumed job continues at the checkpoint's data position: the same batches, in the
     // same order, as if it had never stopped.
     step_ = checkpoints_ ? resumed_step_ : algo_->ResumedStep();
@@ -250,10 +250,12 @@ class Trainer {
     t_start_ = Clock::now();
     while (true) {
       try {
-        return EpochsFrom(step_);
+        EpochsFrom(step_);
+        return Finish();
       } catch (const RewindTo& r) {
-        // The algorithm went back (ps_sync after a shard was restarted alone): its weights
-        // are the checkpoint's, so go on from that checkpoint's data position.
+        // The algorithm went back (ps_sync after a shard or worker was restarted alone, in
+        // a step or at the finish barrier): its weights are the checkpoint's, so go on
+        // from that checkpoint's data position and finish again.
         params_->PushWeights();
         printf("worker %d: rewound from step %lld to step %lld: %s\n", rank_, (long long)step_, (long long)r.step,
                r.why.c_str());
@@ -544,8 +546,7 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   t.LoadData();
   t.BuildModel();
   t.StartAlgorithm();
-  t.TrainEpochs();
-  return t.Finish();
+  return t.TrainEpochs();
 }
 
 }  // namespace shoal

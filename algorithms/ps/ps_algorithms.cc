@@ -146,9 +146,18 @@ class ParameterServer : public Algorithm {
       clock_ = 1e30f;
       client_->Wait(client_->Push({{ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr}}, msg::PushOp::APPLY));
     }
-    if (mode_ == Mode::kSync) client_->Barrier("finish");
-    if (checkpoints_ && env_.rank == 0 && last_step_ > 0) WriteCheckpoint();
-    if (mode_ == Mode::kSync) PullWeights(params);
+    if (mode_ == Mode::kSync) {
+      try {
+        client_->Barrier("finish");
+      } catch (const Error& e) {
+        // Nobody is past the barrier (a new generation fails it for all): everyone rolls
+        // back as in a step (throws RewindTo; the trainer trains on and finishes again).
+        Recover(params, AwaitRestart(e));
+      }
+      FinishSync(params);
+    } else if (checkpoints_ && env_.rank == 0 && last_step_ > 0) {
+      WriteCheckpoint();
+    }
     client_->Leave();  // the servers go once every worker has
   }
   int64_t ResumedStep() const override { return resumed_step_; }
@@ -260,6 +269,37 @@ class ParameterServer : public Algorithm {
       if (last_version_ > 0) staleness_seen_ = double(v - last_version_) - 1.0;
       max_staleness_ = std::max(max_staleness_, staleness_seen_);
       last_version_ = v;
+    }
+  }
+
+  // ps_sync past the finish barrier: rank 0 writes the final checkpoint and every worker
+  // pulls the final weights. A shard that dies now and is restarted alone restores the
+  // newest committed checkpoint; when that holds the last step (a checkpoint was due at
+  // it, or rank 0 had committed the final one) every shard again holds the final model:
+  // join the new generation and pull again. Otherwise the shards no longer agree, and a
+  // worker that already left cannot roll back with the others: this worker stops with an
+  // error naming the checkpoint to resume from (the launcher restarts from it).
+  void FinishSync(const std::vector<ParamView>& params) {
+    bool write = checkpoints_ && env_.rank == 0 && last_step_ > 0;
+    while (true) {
+      try {
+        if (write) WriteCheckpoint();
+        write = false;
+        PullWeights(params);
+        return;
+      } catch (const Error& e) {
+        ShardRestarted r = AwaitRestart(e);
+        if (r.from.step != last_step_)
+          throw Error("ps_sync: " + std::string(r.what()) + " while the job finished at step " +
+                      std::to_string(last_step_) + ": the shards no longer hold the final model, and a worker that " +
+                      "already left cannot roll back; the job's final committed checkpoint is " +
+                      std::to_string(r.from.id) + " (step " + std::to_string(r.from.step) + "): resume from it");
+        fprintf(stderr, "worker %d: %s during the job's finish; it holds the final step %lld: pulling again\n",
+                env_.rank, r.what(), (long long)last_step_);
+        client_->SetGeneration(r.generation);
+        client_->Register(specs_, &plan_);
+        write = false;  // the final step's checkpoint is committed
+      }
     }
   }
 

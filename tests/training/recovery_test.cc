@@ -285,6 +285,42 @@ TEST(Recovery, PsSyncWorkerRestartsAloneAndOthersRollBackExactly) {
   EXPECT_EQ(ProcessesOf(b), 0);
 }
 
+// ps_sync: shard 1 dies as the job finishes. It is stopped (SIGSTOP) at the last step's
+// checkpoint; once both workers evaluated the last epoch (or 3 s passed), their remaining
+// requests (the agreement to stop, the finish barrier, rank 0's final checkpoint, the final
+// pull) wait on it, and it is SIGKILLed. The launcher restarts it alone from the last
+// step's checkpoint; the workers ride it out, by a rollback to that checkpoint (a request
+// before the finish barrier noticed: everyone rolls back and finishes again) or in Finish
+// (past the barrier: pull again). Which one depends on the moment and on which shard holds
+// the stop flag; either way the job neither hangs nor fails, and ends with the
+// uninterrupted run's weights. (Before Finish rode restarts out, a worker that noticed
+// there exited 1 and, restarts spent, the job failed.)
+TEST(Recovery, PsSyncShardDyingAsTheJobFinishesIsRiddenOut) {
+  std::set<std::string> want = PsSyncUninterrupted();
+  ASSERT_EQ(want.size(), 1u);
+  std::string d = FreshDir("ps_sync_finish");
+  bool killed = false;
+  std::thread killer([&] {
+    if (!KillWhenLogged(d, "--shard 1", "checkpoint", 5, 120, "STOP")) return;
+    WaitForEvents(d, "eval", 4, 3);
+    killed = KillWhenLogged(d, "--shard 1", "checkpoint", 5, 120, "KILL");
+  });
+  JobRun run = RunJob(d, Job("ps_sync", d, kPsSync, 2, 20, 1), 120);
+  killer.join();
+  ASSERT_TRUE(killed) << "the last step's checkpoint was not logged";
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  auto restarts = Events(run, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << run.stderr_text;
+  EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "server 1") << restarts[0];
+  EXPECT_EQ(JsonNumber(restarts[0], "from_checkpoint").value_or(0), 100) << restarts[0];
+  const int rode_out = CountInLog(d, "worker-0", "during the job's finish") +
+                       CountInLog(d, "worker-1", "during the job's finish");
+  EXPECT_GE(CountEvents(d, "rewind") + rode_out, 1) << "no worker noticed the restart";
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+  EXPECT_EQ(Hashes(run), want) << run.stderr_text;
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
 // ps_async and ps_ssp: shard 1 SIGKILLed after a checkpoint is started again alone and the
 // workers re-pull; then a worker SIGKILLed is started again alone (--resume) while the
 // other goes on. (The shard goes first: a restarted worker may resume at the job's very
