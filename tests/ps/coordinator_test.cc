@@ -187,5 +187,54 @@ TEST(Coordinator, ShardRestartedAloneStartsANewRecoveryGeneration) {
   w.Barrier("y");  // the new generation's barriers complete
 }
 
+// A ps_sync worker restarted alone (--resume --rejoin): its first resume query starts a new
+// recovery generation naming it, and fails the barrier the others wait at; its later
+// queries (CheckRestarts) only ask.
+TEST(Coordinator, WorkerRestartedAloneStartsANewRecoveryGenerationOnce) {
+  std::string job = testing::WriteJob("coord-wgen", 1, 2, "", 100, 1000);
+  std::string text = testing::ReadFile(job);
+  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath("coord-wgen-ckpt") + "\"\n");
+  testing::WriteFile(job, text);
+  ServerProcess s0(job, 0);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.timeout_ms = 5000;
+  Client w0(cfg, o);
+  w0.Register({{"a", DType::kF32, {4}}});
+  CheckpointRecord rec;
+  rec.id = 3;
+  rec.step = 3;
+  rec.shards = 1;
+  w0.Checkpoint(rec);
+  std::string barrier_error;
+  std::thread waiting([&] {
+    try {
+      w0.Barrier("step-5");
+    } catch (const Error& e) {
+      barrier_error = e.what();
+    }
+  });
+  // Whether w0's barrier is pending when the generation starts (failed) or arrives after
+  // (refused), the answer names the restart.
+  o.rank = 1;
+  o.rejoin = true;
+  Client w1(cfg, o);
+  w1.Register({{"a", DType::kF32, {4}}});
+  EXPECT_EQ(w1.NewestCheckpoint().id, 3u);
+  EXPECT_EQ(w1.latest_generation(), 1u);
+  waiting.join();
+  EXPECT_NE(barrier_error.find("worker 1 restarted from checkpoint 3"), std::string::npos) << barrier_error;
+  w1.CheckRestarts();  // no new generation: it is in the one it started
+  EXPECT_EQ(w1.latest_generation(), 1u);
+  try {
+    w0.CheckRestarts();
+    FAIL() << "no restart reported";
+  } catch (const ShardRestarted& r) {
+    EXPECT_EQ(r.generation, 1u);
+    EXPECT_EQ(r.from.id, 3u);
+  }
+}
+
 }  // namespace
 }  // namespace shoal
