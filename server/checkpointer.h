@@ -34,6 +34,9 @@ class Checkpointer {
   void Commit(const CheckpointRecord& rec) { store_.Commit(rec); }
   CheckpointRecord Committed() const { return store_.Committed(); }
   std::vector<uint64_t> Written() const { return store_.Written(); }
+  // Shard 0's coordinator keeps its recovery generation here (CheckpointStore::PutNote).
+  void PutNote(const std::string& key, const std::string& value) { store_.PutNote(key, value); }
+  std::optional<std::string> Note(const std::string& key) const { return store_.Note(key); }
   const std::string& path() const { return store_.path(); }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <glog/logging.h>
+#include <sstream>
 
 #include "common/error.h"
 
@@ -25,6 +26,49 @@ std::vector<TensorPlacement> PlaceTensors(std::vector<TensorPlacement> tensors, 
 }
 
 Coordinator::Coordinator(const JobConfig& cfg, ReplyFn reply) : cfg_(cfg), reply_(std::move(reply)) {}
+
+namespace {
+const char* kGenerationNote = "coordinator/generation";
+const char* kLeftNote = "coordinator/left";  // "0,2": the workers that finished
+}  // namespace
+
+void Coordinator::SetCheckpointer(Checkpointer* c, bool rejoin) {
+  checkpointer_ = c;
+  if (!c) return;
+  if (!rejoin) return Persist(generation_);
+  uint32_t before = 0;
+  std::optional<std::string> g = c->Note(kGenerationNote), l = c->Note(kLeftNote);
+  try {
+    if (g) {
+      size_t used = 0;
+      unsigned long v = std::stoul(*g, &used);
+      SHOAL_CHECK(used == g->size() && v < 0xffffffffUL, "not a generation");
+      before = uint32_t(v);
+    }
+    std::string rank;
+    std::istringstream in(l.value_or(""));
+    while (std::getline(in, rank, ','))
+      if (!rank.empty()) left_.insert(std::stoi(rank));
+  } catch (const std::exception&) {
+    throw Error(c->path() + ": the coordinator's notes are damaged (generation '" + g.value_or("") +
+                "', finished workers '" + l.value_or("") + "')");
+  }
+  CheckpointRecord rec = c->Committed();
+  last_restart_ = "server shard 0 (the coordinator) restarted from checkpoint " + std::to_string(rec.id) + " (step " +
+                  std::to_string(rec.step) + ")";
+  // On disk before anyone hears of it: a second restart must go higher still.
+  Persist(before + 1);
+  generation_ = before + 1;
+  LOG(WARNING) << "coordinator: " << last_restart_ << "; recovery generation " << generation_ << " (was " << before
+               << "), " << left_.size() << " worker(s) had finished";
+}
+
+void Coordinator::Persist(uint32_t generation) const {
+  std::string left;
+  for (int r : left_) left += (left.empty() ? "" : ",") + std::to_string(r);
+  checkpointer_->PutNote(kLeftNote, left);
+  checkpointer_->PutNote(kGenerationNote, std::to_string(generation));
+}
 
 std::string Coordinator::Name(const Key& k) {
   return std::string(k.first == int(msg::Role::WORKER) ? "worker " : "server shard ") + std::to_string(k.second);
@@ -88,9 +132,12 @@ void Coordinator::OnLeave(const InMessage& m) {
   auto h = m.header();
   if (h.getRole() != msg::Role::WORKER)
     return ReplyError(m.identity, h.getRequestId(), "coordinator: only workers leave a job");
-  if (left_.insert(h.getRank()).second)
+  if (left_.insert(h.getRank()).second) {
     LOG(INFO) << "coordinator: worker " << h.getRank() << " finished (" << left_.size() << " of " << cfg_.world_size()
               << ")";
+    // A coordinator restarted alone must still know it: the worker never comes back.
+    if (checkpointer_) Persist(generation_);
+  }
   OutMessage out;
   auto r = out.header();
   r.setKind(msg::Kind::LEAVE_ACK);
@@ -150,6 +197,7 @@ void Coordinator::OnCheckpoint(const InMessage& m) {
         // A shard restarted alone: it loads `rec`, and every worker must learn that the
         // shards no longer hold what they pushed since. A ps_sync worker restarted alone:
         // it resumes at `rec`, so everyone else must go back there with it.
+        Persist(generation_ + 1);
         ++generation_;
         last_restart_ = Name({int(h.getRole()), h.getRank()}) + " restarted from checkpoint " +
                         std::to_string(rec.id) + " (step " + std::to_string(rec.step) + ")";

@@ -39,8 +39,14 @@ class Coordinator {
   void Tick(Clock::time_point now);
 
   // Where committed checkpoints are recorded (shard 0's checkpointer); nullptr = no
-  // checkpoints in this job, and commits or resume queries get an error saying so.
-  void SetCheckpointer(Checkpointer* c) { checkpointer_ = c; }
+  // checkpoints in this job, and commits or resume queries get an error saying so. What
+  // the coordinator cannot learn again from the members lives beside them, synced: the
+  // recovery generation and the workers that finished. `rejoin`: shard 0 was restarted
+  // alone while the job runs; the coordinator takes those back and starts the next
+  // generation, so every request of the one before is refused (membership comes back with
+  // the heartbeats, placement with the workers' registrations). Otherwise the job starts
+  // (or resumes whole) at generation 0.
+  void SetCheckpointer(Checkpointer* c, bool rejoin = false);
 
   bool IsAlive(msg::Role role, int rank) const;
   // Every worker has left (finished) or is known dead: the servers can go.
@@ -51,8 +57,9 @@ class Coordinator {
   // Every registered tensor and its shard; empty until the first worker registered a list.
   const std::vector<TensorPlacement>& placement() const { return placement_; }
   // Goes up by one each time a shard (or ps_sync worker) restarted alone asks what to
-  // resume (resumeQuery with `rejoin`): barriers and commits of an older generation are refused from then on, so
-  // every worker notices and recovers (algorithms/ps: re-pull; ps_sync rolls back).
+  // resume (resumeQuery with `rejoin`), or shard 0 itself comes back alone (SetCheckpointer
+  // with `rejoin`): barriers and commits of an older generation are refused from then on,
+  // so every worker notices and recovers (algorithms/ps: re-pull; ps_sync rolls back).
   uint32_t generation() const { return generation_; }
 
  private:
@@ -75,6 +82,8 @@ class Coordinator {
   void ReplyClusterMap(const InMessage& m);
   void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
   void FailBarriers(const std::string& why);
+  // Writes generation_ and left_ to the checkpointer (synced); throws shoal::Error.
+  void Persist(uint32_t generation) const;
   static std::string Name(const Key& k);
 
   const JobConfig& cfg_;

@@ -17,8 +17,8 @@ DEFINE_int32(shard, 0, "which [cluster] servers entry this process serves");
 DEFINE_string(bind, "", "endpoint to bind instead of servers[shard], e.g. tcp://0.0.0.0:7701");
 DEFINE_bool(resume, false, "load the job's newest complete checkpoint before serving");
 DEFINE_bool(rejoin, false,
-            "with --resume: this shard was restarted alone while the job runs (shoal run does this); the workers "
-            "re-pull from the checkpoint it restores");
+            "with --resume: this shard (shard 0, the coordinator's host, too) was restarted alone while the job "
+            "runs (shoal run does this); the workers re-pull from the checkpoint it restores");
 DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
 
 namespace {

@@ -67,18 +67,20 @@ Server::~Server() {
 
 void Server::OpenCheckpoints(CheckpointStart start, bool rejoin) {
   const bool resume = start == CheckpointStart::kResume;
-  SHOAL_CHECK(!rejoin || (resume && shard_ > 0),
-              who_ + ": --rejoin needs --resume and a shard other than 0 (shard 0 hosts the coordinator)");
+  SHOAL_CHECK(!rejoin || resume, who_ + ": --rejoin needs --resume");
   if (cfg_.checkpoint_dir.empty()) {
     SHOAL_CHECK(!resume, cfg_.path + ": [job] checkpoint_dir: not set, so there is no checkpoint to resume from");
     return;
   }
   checkpointer_ = std::make_unique<Checkpointer>(cfg_.checkpoint_dir, shard_, start);
-  if (coordinator_) coordinator_->SetCheckpointer(checkpointer_.get());
+  // Shard 0 restarted alone: its coordinator starts the next recovery generation, and
+  // this shard refuses the older generation's pushes and pulls from the start.
+  if (coordinator_) coordinator_->SetCheckpointer(checkpointer_.get(), rejoin);
   if (!resume) return;
   CheckpointRecord rec;
   if (shard_ == 0) {
     rec = checkpointer_->Committed();
+    generation_ = coordinator_->generation();
   } else {
     ClientOptions o;
     o.role = msg::Role::SERVER;

@@ -33,9 +33,9 @@ class Server {
   // job's newest complete checkpoint first (shard 0 reads it from its own record, other
   // shards ask the coordinator); otherwise start clean (kNew refuses a directory holding
   // checkpoints, kFresh deletes them). Call before Run, after the update rule is set (it
-  // decodes the optimizer state). `rejoin` (shards > 0, with kResume): this shard was
-  // restarted alone while the job runs; the coordinator starts a new recovery generation,
-  // which this shard serves from the start.
+  // decodes the optimizer state). `rejoin` (with kResume): this shard was restarted
+  // alone while the job runs; the coordinator starts a new recovery generation (on shard 0
+  // from the generation it kept on disk), which this shard serves from the start.
   void OpenCheckpoints(CheckpointStart start, bool rejoin = false);
   // The step the shard resumed at (0 for a fresh start).
   int64_t resumed_step() const { return resumed_step_; }

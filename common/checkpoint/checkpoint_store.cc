@@ -234,6 +234,20 @@ CheckpointRecord CheckpointStore::Committed() const {
   return rec;
 }
 
+void CheckpointStore::PutNote(const std::string& key, const std::string& value) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  Check(db()->Put(wo, "n/" + key, value), who_ + ": note '" + key + "' in " + path_);
+}
+
+std::optional<std::string> CheckpointStore::Note(const std::string& key) const {
+  std::string v;
+  rocksdb::Status s = db()->Get(rocksdb::ReadOptions(), "n/" + key, &v);
+  if (s.IsNotFound()) return std::nullopt;
+  Check(s, who_ + ": note '" + key + "' in " + path_);
+  return v;
+}
+
 std::vector<uint64_t> CheckpointStore::Written() const {
   std::vector<uint64_t> ids;
   std::shared_ptr<rocksdb::DB> db = this->db();

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,6 +85,10 @@ class CheckpointStore {
   CheckpointRecord Committed() const;  // id 0 when there is none
   // Checkpoints this store holds a manifest for, newest first.
   std::vector<uint64_t> Written() const;
+  // A small note of the owner's beside its checkpoints (the coordinator's recovery
+  // generation), synced before returning; no checkpoint write or drop touches it.
+  void PutNote(const std::string& key, const std::string& value);
+  std::optional<std::string> Note(const std::string& key) const;  // nullopt when never put
   const std::string& path() const { return path_; }
 
  private:

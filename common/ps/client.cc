@@ -70,15 +70,28 @@ void Client::Header(msg::Header::Builder h, msg::Kind kind, uint64_t id) {
   h.setGeneration(generation_);
 }
 
-InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what) {
+InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, bool resend) {
   control_->Send(m);
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
+  // Shard 0 may die and be started again alone: a request it had received is lost with it,
+  // so an unanswered one goes again every two heartbeat periods (ZeroMQ delivers it once
+  // the coordinator is back). A duplicate is harmless: every such request is idempotent,
+  // and the second answer carries this id, which later calls skip.
+  const auto period = std::chrono::milliseconds(2 * std::max<int64_t>(10, cfg_.heartbeat_ms));
+  auto resend_at = Clock::now() + period;
   while (true) {
     InMessage r;
     try {
-      if (!control_->Recv(&r, RemainingMs(deadline)))
-        throw Error(what + ": the coordinator (" + cfg_.servers[0] + ") did not answer within " +
-                    std::to_string(opts_.timeout_ms) + " ms");
+      int wait = RemainingMs(deadline);
+      if (resend) wait = std::min(wait, RemainingMs(resend_at));
+      if (!control_->Recv(&r, wait)) {
+        if (RemainingMs(deadline) == 0)
+          throw Error(what + ": the coordinator (" + cfg_.servers[0] + ") did not answer within " +
+                      std::to_string(opts_.timeout_ms) + " ms");
+        control_->Send(m);
+        resend_at = Clock::now() + period;
+        continue;
+      }
     } catch (const BadMessage& e) {
       throw Error(what + ": undecodable answer from the coordinator: " + e.what());
     }
@@ -374,7 +387,8 @@ CheckpointRecord Client::NewestCheckpoint() {
   Header(m.header(), msg::Kind::RESUME_QUERY, id);
   const bool rejoin = opts_.rejoin && !rejoined_;
   m.header().setRejoin(rejoin);
-  InMessage r = Control(m, id, "resume query");
+  // A rejoining process's query starts a generation: never sent twice.
+  InMessage r = Control(m, id, "resume query", /*resend=*/!rejoin);
   SHOAL_CHECK(r.header().getKind() == msg::Kind::CHECKPOINT_ACK,
               "resume query: the coordinator answered with message kind " + std::to_string(int(r.header().getKind())));
   CheckpointRecord rec = FromWire(r.header().getCheckpoint());

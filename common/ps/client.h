@@ -158,7 +158,9 @@ class Client {
   void AskEveryShard(msg::Kind kind, msg::Kind ack, const std::function<void(msg::Header::Builder)>& fill);
   int SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out);
   void Dispatch(int shard, InMessage& m);
-  InMessage Control(OutMessage& m, uint64_t id, const std::string& what);
+  // Sends a request to the coordinator and waits (bounded by timeout_ms) for its answer;
+  // `resend`: again while unanswered (see client.cc), for idempotent requests.
+  InMessage Control(OutMessage& m, uint64_t id, const std::string& what, bool resend = true);
   void Header(msg::Header::Builder h, msg::Kind kind, uint64_t id);
 
   JobConfig cfg_;

@@ -1,6 +1,6 @@
 // The coordinator: barriers across worker processes, a clear line when a member stops
 // answering, failed barriers after that, consistent tensor placement, and the recovery
-// generation a shard restarted alone starts.
+// generation a shard restarted alone starts (shard 0 too, from the one it kept on disk).
 #include <csignal>
 #include <gtest/gtest.h>
 #include <thread>
@@ -234,6 +234,80 @@ TEST(Coordinator, WorkerRestartedAloneStartsANewRecoveryGenerationOnce) {
     EXPECT_EQ(r.generation, 1u);
     EXPECT_EQ(r.from.id, 3u);
   }
+}
+
+// Shard 0, the coordinator's host, SIGKILLed and started again alone (--resume --rejoin)
+// goes on from the generation it kept on disk (1, started by shard 1's restart) to the
+// next (2), so every request of the generations before is refused; it learns placement
+// again from a registration, and the job goes on from the committed checkpoint.
+TEST(Coordinator, CoordinatorShardRestartedAloneGoesOnFromItsGenerationOnDisk) {
+  std::string job = testing::WriteJob("coord-gen0", 2, 1, "", 100, 1000);
+  std::string text = testing::ReadFile(job);
+  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath("coord-gen0-ckpt") + "\"\n");
+  testing::WriteFile(job, text);
+  auto s0 = std::make_unique<ServerProcess>(job, 0);
+  auto s1 = std::make_unique<ServerProcess>(job, 1);
+  ASSERT_TRUE(s0->WaitForLog("listening on")) << s0->log();
+  ASSERT_TRUE(s1->WaitForLog("listening on")) << s1->log();
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.timeout_ms = 10000;
+  Client w(cfg, o);
+  const std::vector<TensorSpec> specs = {{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}};
+  auto info = w.Register(specs);
+  const std::string on0 = info.shard_of.at("a") == 0 ? "a" : "b";
+  auto assign = [&](float v) {
+    std::vector<float> x(4, v);
+    w.Wait(w.Push({{"a", DType::kF32, {4}, x.data(), 16, nullptr}, {"b", DType::kF32, {4}, x.data(), 16, nullptr}},
+                  msg::PushOp::ASSIGN));
+  };
+  assign(1.f);
+  CheckpointRecord rec;
+  rec.id = 7;
+  rec.step = 7;
+  rec.shards = 2;
+  w.Checkpoint(rec);
+  s1.reset();  // shard 1 restarted alone: generation 1
+  s1 = std::make_unique<ServerProcess>(job, 1, std::vector<std::string>{"--resume", "--rejoin"});
+  ASSERT_TRUE(s1->WaitForLog("rejoining the running job as recovery generation 1")) << s1->log();
+  EXPECT_THROW(w.CheckRestarts(), ShardRestarted);
+  w.SetGeneration(1);
+  w.Reload(rec);
+  assign(2.f);  // after the checkpoint: lost when shard 0 comes back
+
+  kill(s0->pid(), SIGKILL);
+  s0->WaitExit(5000);
+  s0 = std::make_unique<ServerProcess>(job, 0, std::vector<std::string>{"--resume", "--rejoin"});
+  ASSERT_TRUE(s0->WaitForLog("recovery generation 2 (was 1)")) << s0->log();
+
+  std::vector<PulledTensor> out;
+  try {
+    w.Wait(w.Pull({on0}, &out));
+    FAIL() << "a pull of the old generation was served";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("refused: this shard serves generation 2"), std::string::npos) << e.what();
+  }
+  try {
+    w.Barrier("x");
+    FAIL() << "a barrier of the old generation completed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("server shard 0 (the coordinator) restarted from checkpoint 7"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    w.CheckRestarts();
+    FAIL() << "no restart reported";
+  } catch (const ShardRestarted& r) {
+    EXPECT_EQ(r.generation, 2u);
+    EXPECT_EQ(r.from.id, 7u);
+  }
+  w.SetGeneration(2);
+  EXPECT_EQ(w.Register(specs).shard_of, info.shard_of) << "placement changed across the restart";
+  w.Reload(rec);
+  w.Wait(w.Pull({"a", "b"}, &out));
+  for (auto& t : out) EXPECT_EQ(t.ToFloats(), std::vector<float>(4, 1.f)) << t.name << " is not the checkpoint's";
+  w.Barrier("y");  // the new generation's barriers complete
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 // after a checkpoint makes `shoal run` ([job] max_restarts) start the job again from it,
 // and the synchronous algorithms then end bit-identical to a run that was never
 // interrupted. A new run refuses an earlier run's checkpoints unless told --resume or
-// --fresh. In PS jobs a dead shard other than 0 (and an asynchronous job's dead worker) is
-// started again alone while the rest ride it out. Soak: processes of a PS job and of an
-// all-reduce job killed again and again.
+// --fresh. In PS jobs a dead shard (shard 0, the coordinator's host, too) and an
+// asynchronous job's dead worker are started again alone while the rest ride it out.
+// Soak: processes of a PS job and of an all-reduce job killed again and again.
 #include <algorithm>
 #include <atomic>
 #include <gtest/gtest.h>
@@ -176,10 +176,6 @@ int CountInLog(const std::string& dir, const std::string& process, const std::st
   return n;
 }
 
-// ps_sync, 2 shards: shard 1 SIGKILLed after a committed checkpoint is started again alone
-// from it; every shard reloads that checkpoint, the workers (never restarted) roll back to
-// its step and data position, and the job ends with the same weights as one never
-// interrupted.
 const char* kPsSync = "[algorithm]\nname = \"ps_sync\"\n\n";
 
 // The final weights of an uninterrupted ps_sync job (2 workers, 2 shards, 100 steps,
@@ -204,36 +200,76 @@ bool WaitForEvents(const std::string& dir, const std::string& event, int n, int 
   return true;
 }
 
+// ps_sync, 2 shards: shard 1, then (in another run) shard 0, which hosts the coordinator,
+// SIGKILLed after a committed checkpoint is started again alone from it; every shard
+// reloads that checkpoint, the workers (never restarted) roll back to its step and data
+// position, and the job ends with the same weights as one never interrupted.
 TEST(Recovery, PsSyncShardRestartsAloneAndWorkersRollBackExactly) {
   const std::string section = kPsSync;
   std::set<std::string> want = PsSyncUninterrupted();
   ASSERT_EQ(want.size(), 1u);
 
-  std::string b = FreshDir("ps_sync_shard");
+  for (int shard : {1, 0}) {
+    const std::string k = std::to_string(shard);
+    std::string b = FreshDir("ps_sync_shard" + k);
+    bool killed = false;
+    std::thread killer([&] { killed = KillWhenLogged(b, "--shard " + k, "checkpoint", 1); });
+    JobRun run = RunJob(b, Job("ps_sync", b, section, 2, 20, 1), 300);
+    killer.join();
+    ASSERT_TRUE(killed) << "no checkpoint was logged";
+    ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+    EXPECT_NE(run.stderr_text.find("shard " + k + " restarted alone; workers re-pull from checkpoint"),
+              std::string::npos)
+        << run.stderr_text;
+    auto restarts = Events(run, "restart");
+    ASSERT_EQ(restarts.size(), 1u) << run.stderr_text;
+    EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "server " + k) << restarts[0];
+    const double from = JsonNumber(restarts[0], "from_checkpoint").value_or(0);
+    EXPECT_GE(from, 20) << restarts[0];
+    auto rewinds = Events(run, "rewind");
+    ASSERT_EQ(rewinds.size(), 2u) << "one rewind per worker";
+    for (auto& r : rewinds) EXPECT_EQ(JsonNumber(r, "step").value_or(-1), from) << r;
+    // No worker and no other shard was restarted: one start line each in their logs.
+    for (std::string w : {"worker-0", "worker-1"})
+      EXPECT_EQ(CountInLog(b, w, "worker " + w.substr(7) + "/2: mlp"), 1) << w;
+    EXPECT_EQ(CountInLog(b, "server-0", "listening on"), shard == 0 ? 2 : 1);
+    EXPECT_EQ(CountInLog(b, "server-1", "listening on"), shard == 1 ? 2 : 1);
+    EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+    EXPECT_EQ(Hashes(run), want) << "the rolled-back run did not continue exactly (shard " << k << " killed)";
+    EXPECT_EQ(ProcessesOf(b), 0);
+  }
+}
+
+// ps_async: shard 0, the coordinator's host, SIGKILLed after a checkpoint is started again
+// alone; it keeps the committed checkpoint and its recovery generation (one more than
+// before) on disk, rebuilds membership from heartbeats and placement from the workers'
+// registrations, and the workers (never restarted) re-pull and reach the target.
+TEST(Recovery, PsAsyncCoordinatorShardRestartsAlone) {
+  std::string d = FreshDir("ps_async_shard0");
   bool killed = false;
-  std::thread killer([&] { killed = KillWhenLogged(b, "--shard 1", "checkpoint", 1); });
-  JobRun run = RunJob(b, Job("ps_sync", b, section, 2, 20, 1), 300);
+  std::thread killer([&] { killed = KillWhenLogged(d, "--shard 0", "checkpoint", 1); });
+  JobRun run = RunJob(d, Job("ps_async", d, "[algorithm]\nname = \"ps_async\"\n\n", 3, 20, 1), 300);
   killer.join();
-  ASSERT_TRUE(killed) << "no checkpoint was logged";
+  ASSERT_TRUE(killed) << run.stderr_text;
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
-  EXPECT_NE(run.stderr_text.find("shard 1 restarted alone; workers re-pull from checkpoint"), std::string::npos)
+  EXPECT_NE(run.stderr_text.find("shard 0 restarted alone; workers re-pull from checkpoint"), std::string::npos)
       << run.stderr_text;
   auto restarts = Events(run, "restart");
   ASSERT_EQ(restarts.size(), 1u) << run.stderr_text;
-  EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "server 1") << restarts[0];
-  const double from = JsonNumber(restarts[0], "from_checkpoint").value_or(0);
-  EXPECT_GE(from, 20) << restarts[0];
-  auto rewinds = Events(run, "rewind");
-  ASSERT_EQ(rewinds.size(), 2u) << "one rewind per worker";
-  for (auto& r : rewinds) EXPECT_EQ(JsonNumber(r, "step").value_or(-1), from) << r;
-  // No worker and no other shard was restarted: one start line each in their logs.
-  for (std::string w : {"worker-0", "worker-1"})
-    EXPECT_EQ(CountInLog(b, w, "worker " + w.substr(7) + "/2: mlp"), 1) << w;
-  EXPECT_EQ(CountInLog(b, "server-0", "listening on"), 1);
-  EXPECT_EQ(CountInLog(b, "server-1", "listening on"), 2);
-  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
-  EXPECT_EQ(Hashes(run), want) << "the rolled-back run did not continue exactly";
-  EXPECT_EQ(ProcessesOf(b), 0);
+  EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "server 0") << restarts[0];
+  EXPECT_EQ(CountInLog(d, "worker-0", "worker 0/2: mlp"), 1);
+  EXPECT_EQ(CountInLog(d, "worker-1", "worker 1/2: mlp"), 1);
+  EXPECT_EQ(CountInLog(d, "server-0", "listening on"), 2);
+  EXPECT_EQ(CountInLog(d, "server-1", "listening on"), 1);
+  EXPECT_EQ(CountInLog(d, "server-0", "recovery generation 1 (was 0)"), 1) << "the restarted coordinator's generation";
+  auto noticed = Events(run, "shard_restart");
+  EXPECT_EQ(noticed.size(), 2u) << run.stderr_text;
+  for (auto& e : noticed) {
+    EXPECT_GE(JsonNumber(e, "lost_updates").value_or(-1), 0) << e;
+    EXPECT_EQ(JsonNumber(e, "generation").value_or(-1), 1) << e;
+  }
+  EXPECT_GE(JsonNumber(run.done_line, "test_accuracy").value_or(0), 0.70) << run.done_line;
+  EXPECT_EQ(ProcessesOf(d), 0);
 }
 
 // ps_sync, 2 workers: worker 1 SIGKILLed after a committed checkpoint is started again

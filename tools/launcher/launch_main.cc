@@ -364,16 +364,15 @@ class Launch {
     started_[name] = {argv, log};
   }
 
-  // Whether `c`'s death can be ridden out by starting it alone again: a shard other than 0
-  // (shard 0 hosts the coordinator, whose membership, barriers and recovery generation
-  // live only in its memory: losing it restarts the whole job), or a worker of a PS job
-  // (ps_sync: the others roll back with it); only from a committed checkpoint, and
-  // within max_restarts.
+  // Whether `c`'s death can be ridden out by starting it alone again: any shard (shard 0's
+  // coordinator keeps its recovery generation beside its checkpoints and learns membership
+  // and placement again from the members), or a worker of a PS job (ps_sync: the others
+  // roll back with it); only from a committed checkpoint, and within max_restarts.
   bool CanRestartAlone(const Child& c) const {
     if (g_stop_signal || restarts_ >= cfg_.max_restarts || !facts_.needs_servers) return false;
     if (c.term_signal == 0 && (c.exit_code == 2 || c.exit_code == 0)) return false;  // bad input, or done
     if (last_checkpoint_ == 0 && !FLAGS_resume) return false;
-    if (c.name.rfind("server ", 0) == 0) return c.name != "server 0";
+    if (c.name.rfind("server ", 0) == 0) return true;
     return c.name.rfind("worker ", 0) == 0 && (facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast || SyncPs()) &&
            workers_done_ == 0;  // once one finished, the shards may be leaving
   }
