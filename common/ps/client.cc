@@ -76,7 +76,9 @@ InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, b
   // Shard 0 may die and be started again alone: a request it had received is lost with it,
   // so an unanswered one goes again every two heartbeat periods (ZeroMQ delivers it once
   // the coordinator is back). A duplicate is harmless: every such request is idempotent,
-  // and the second answer carries this id, which later calls skip.
+  // and the second answer carries this id, which later calls skip. The resend never
+  // blocks: with no pipe to the coordinator (a refused CURVE handshake) a DEALER's send
+  // would wait for ever, so it is dropped and the deadline stands.
   const auto period = std::chrono::milliseconds(2 * std::max<int64_t>(10, cfg_.heartbeat_ms));
   auto resend_at = Clock::now() + period;
   while (true) {
@@ -88,7 +90,7 @@ InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, b
         if (RemainingMs(deadline) == 0)
           throw Error(what + ": the coordinator (" + cfg_.servers[0] + ") did not answer within " +
                       std::to_string(opts_.timeout_ms) + " ms");
-        control_->Send(m);
+        control_->TrySend(m);
         resend_at = Clock::now() + period;
         continue;
       }
