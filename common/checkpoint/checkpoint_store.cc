@@ -5,8 +5,11 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "common/byte_codec.h"
 #include "common/error.h"
@@ -148,6 +151,13 @@ void CheckpointStore::Write(std::unique_ptr<Pending> p) {
   }
   rocksdb::WriteOptions wo;
   wo.sync = true;
+  // Failpoint for tests: a disk that does not finish a write until the file named here
+  // exists (at most 120 s), to show that nothing but the checkpoint's own ack waits on it.
+  if (const char* gate = getenv("SHOAL_FAILPOINT_CHECKPOINT_WRITE_GATE")) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!std::filesystem::exists(gate) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   rocksdb::Status s = db()->Write(wo, &batch);
   if (!s.ok()) {
     // RocksDB refuses every later write after a failed one; reopening recovers to the last

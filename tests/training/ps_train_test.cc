@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -183,6 +184,49 @@ TEST(PsTraining, ServerKilledMidTrainingResumesFromTheNewestCheckpoint) {
   EXPECT_GT(first_after, at);
   EXPECT_EQ(JsonNumber(second.done_line, "steps").value_or(-1), 561) << second.done_line;
   EXPECT_GE(Accuracy(second), 0.80) << second.done_line;
+}
+
+// A checkpoint write never holds up a shard's serving: with a failpoint holding every
+// synced write until the test opens a gate, ps_async worker 1 keeps training (its pulls and
+// pushes answered, heartbeats flowing) while rank 0 waits for the write's ack; were the
+// write on the serving thread, worker 1 would stop at its next pull until the gate opened.
+TEST(PsTraining, ACheckpointWriteInProgressHoldsUpNoServing) {
+  std::string dir = FreshDir("slow_write");
+  // 6400 samples, 2 workers, batch 32: 100 steps each, a train line every 20.
+  std::string t = FmnistJob("slow_write", dir + "/out", 2, "mlp", 6400, 1,
+                            std::string("[algorithm]\nname = \"ps_async\"\n\n") + kOpt);
+  t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 20\n");
+  t.insert(t.find("[cluster]\n") + 10, "heartbeat_ms = 100\nheartbeat_timeout_ms = 1000\n");
+  const std::string gate = dir + "/gate";
+  setenv("SHOAL_FAILPOINT_CHECKPOINT_WRITE_GATE", gate.c_str(), 1);
+  // Worker 1's train lines past step 40 while no checkpoint is logged yet: it trained on
+  // while the first write (step 20) was held.
+  bool trained_during_write = false;
+  std::thread opener([&] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline && !trained_during_write) {
+      std::ifstream m(dir + "/out/metrics.jsonl");
+      std::string l;
+      bool checkpointed = false, far = false;
+      while (std::getline(m, l)) {
+        checkpointed |= JsonField(l, "event").value_or("") == "checkpoint";
+        far |= JsonField(l, "event").value_or("") == "train" && JsonNumber(l, "rank").value_or(-1) == 1 &&
+               JsonNumber(l, "step").value_or(0) >= 60;
+      }
+      trained_during_write = far && !checkpointed;
+      if (checkpointed) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::ofstream(gate) << "open\n";
+  });
+  JobRun r = RunJob(dir, t, 240);
+  opener.join();
+  unsetenv("SHOAL_FAILPOINT_CHECKPOINT_WRITE_GATE");
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_TRUE(trained_during_write) << "worker 1 did not train on while the checkpoint was being written";
+  EXPECT_EQ(Events(r, "restart").size(), 0u) << r.stderr_text;
+  EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 0) << r.done_line;
+  EXPECT_GE(Events(r, "checkpoint").size(), 1u);
 }
 
 // A whole job from one mpirun: each task's rank picks its role (tasks 0-1 the shards,
