@@ -1,10 +1,13 @@
 """PyTorch gloo all_reduce bandwidth on loopback: same sizes, processes and measure as
 ring_bench (bytes / time of one all-reduce, median of repeats, slowest rank)."""
-import os, socket, statistics, sys, time
+import os, statistics, sys, time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from jobs import free_port  # noqa: E402
 
 
 def worker(rank, world, port, sizes, reps, q):
@@ -29,21 +32,12 @@ def worker(rank, world, port, sizes, reps, q):
     dist.destroy_process_group()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 if __name__ == "__main__":
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     sizes = [1 << 20, 16 << 20, 64 << 20]
     ctx = mp.get_context("spawn")
     for world in (2, 4):
         q = ctx.Queue()
-        procs = [ctx.Process(target=worker, args=(r, world, free_port() if False else None, sizes, reps, q)) for r in range(0)]
         port = free_port()
         procs = [ctx.Process(target=worker, args=(r, world, port, sizes, reps, q)) for r in range(world)]
         for p in procs:
