@@ -17,6 +17,32 @@ using testing::ForkChild;
 using testing::ServerProcess;
 using testing::WaitChild;
 
+// A job file of `servers` shards and `workers` workers that keeps checkpoints.
+std::string JobWithCheckpoints(const std::string& name, int servers, int workers) {
+  std::string job = testing::WriteJob(name, servers, workers, "", 100, 1000);
+  std::string text = testing::ReadFile(job);
+  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath(name + "-ckpt") + "\"\n");
+  testing::WriteFile(job, text);
+  return job;
+}
+
+// Tensors "a" and "b" (4 floats each) set to v on their shards.
+void AssignAB(Client& w, float v) {
+  std::vector<float> x(4, v);
+  w.Wait(w.Push({{"a", DType::kF32, {4}, x.data(), 16, nullptr}, {"b", DType::kF32, {4}, x.data(), 16, nullptr}},
+                msg::PushOp::ASSIGN));
+}
+
+// Checkpoint `id` (at step id) written by every one of `shards` and committed; its record.
+CheckpointRecord CheckpointAt(Client& w, uint64_t id, uint32_t shards) {
+  CheckpointRecord rec;
+  rec.id = id;
+  rec.step = int64_t(id);
+  rec.shards = shards;
+  w.Checkpoint(rec);
+  return rec;
+}
+
 TEST(Coordinator, DeadWorkerIsReportedAndBarrierFails) {
   // heartbeat every 100 ms, declared dead after 1 s of silence (slack for loaded CI machines)
   std::string job = testing::WriteJob("coord-dead", 1, 2, "", 100, 1000);
@@ -128,10 +154,7 @@ TEST(Coordinator, PlacementIsFixedByTheFirstListAndChecked) {
 // learns why (ShardRestarted, with the checkpoint), and after Reload every shard serves
 // that checkpoint's values to the new generation.
 TEST(Coordinator, ShardRestartedAloneStartsANewRecoveryGeneration) {
-  std::string job = testing::WriteJob("coord-gen", 2, 1, "", 100, 1000);
-  std::string text = testing::ReadFile(job);
-  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath("coord-gen-ckpt") + "\"\n");
-  testing::WriteFile(job, text);
+  std::string job = JobWithCheckpoints("coord-gen", 2, 1);
   ServerProcess s0(job, 0);
   auto s1 = std::make_unique<ServerProcess>(job, 1);
   ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
@@ -142,18 +165,9 @@ TEST(Coordinator, ShardRestartedAloneStartsANewRecoveryGeneration) {
   Client w(cfg, o);
   auto info = w.Register({{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}});
   ASSERT_NE(info.shard_of.at("a"), info.shard_of.at("b"));
-  auto assign = [&](float v) {
-    std::vector<float> x(4, v);
-    w.Wait(w.Push({{"a", DType::kF32, {4}, x.data(), 16, nullptr}, {"b", DType::kF32, {4}, x.data(), 16, nullptr}},
-                  msg::PushOp::ASSIGN));
-  };
-  assign(1.f);
-  CheckpointRecord rec;
-  rec.id = 7;
-  rec.step = 7;
-  rec.shards = 2;
-  w.Checkpoint(rec);
-  assign(2.f);  // after the checkpoint: the restarted shard will not have it
+  AssignAB(w, 1.f);
+  const CheckpointRecord rec = CheckpointAt(w, 7, 2);
+  AssignAB(w, 2.f);  // after the checkpoint: the restarted shard will not have it
 
   s1.reset();  // SIGTERM; then started again alone
   ServerProcess again(job, 1, {"--resume", "--rejoin"});
@@ -191,10 +205,7 @@ TEST(Coordinator, ShardRestartedAloneStartsANewRecoveryGeneration) {
 // recovery generation naming it, and fails the barrier the others wait at; its later
 // queries (CheckRestarts) only ask.
 TEST(Coordinator, WorkerRestartedAloneStartsANewRecoveryGenerationOnce) {
-  std::string job = testing::WriteJob("coord-wgen", 1, 2, "", 100, 1000);
-  std::string text = testing::ReadFile(job);
-  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath("coord-wgen-ckpt") + "\"\n");
-  testing::WriteFile(job, text);
+  std::string job = JobWithCheckpoints("coord-wgen", 1, 2);
   ServerProcess s0(job, 0);
   ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
   JobConfig cfg = LoadJobConfig(job);
@@ -202,11 +213,7 @@ TEST(Coordinator, WorkerRestartedAloneStartsANewRecoveryGenerationOnce) {
   o.timeout_ms = 5000;
   Client w0(cfg, o);
   w0.Register({{"a", DType::kF32, {4}}});
-  CheckpointRecord rec;
-  rec.id = 3;
-  rec.step = 3;
-  rec.shards = 1;
-  w0.Checkpoint(rec);
+  CheckpointAt(w0, 3, 1);
   std::string barrier_error;
   std::thread waiting([&] {
     try {
@@ -241,10 +248,7 @@ TEST(Coordinator, WorkerRestartedAloneStartsANewRecoveryGenerationOnce) {
 // next (2), so every request of the generations before is refused; it learns placement
 // again from a registration, and the job goes on from the committed checkpoint.
 TEST(Coordinator, CoordinatorShardRestartedAloneGoesOnFromItsGenerationOnDisk) {
-  std::string job = testing::WriteJob("coord-gen0", 2, 1, "", 100, 1000);
-  std::string text = testing::ReadFile(job);
-  text.replace(text.find("[job]\n") + 6, 0, "checkpoint_dir = \"" + testing::TempPath("coord-gen0-ckpt") + "\"\n");
-  testing::WriteFile(job, text);
+  std::string job = JobWithCheckpoints("coord-gen0", 2, 1);
   auto s0 = std::make_unique<ServerProcess>(job, 0);
   auto s1 = std::make_unique<ServerProcess>(job, 1);
   ASSERT_TRUE(s0->WaitForLog("listening on")) << s0->log();
@@ -256,24 +260,15 @@ TEST(Coordinator, CoordinatorShardRestartedAloneGoesOnFromItsGenerationOnDisk) {
   const std::vector<TensorSpec> specs = {{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}};
   auto info = w.Register(specs);
   const std::string on0 = info.shard_of.at("a") == 0 ? "a" : "b";
-  auto assign = [&](float v) {
-    std::vector<float> x(4, v);
-    w.Wait(w.Push({{"a", DType::kF32, {4}, x.data(), 16, nullptr}, {"b", DType::kF32, {4}, x.data(), 16, nullptr}},
-                  msg::PushOp::ASSIGN));
-  };
-  assign(1.f);
-  CheckpointRecord rec;
-  rec.id = 7;
-  rec.step = 7;
-  rec.shards = 2;
-  w.Checkpoint(rec);
+  AssignAB(w, 1.f);
+  const CheckpointRecord rec = CheckpointAt(w, 7, 2);
   s1.reset();  // shard 1 restarted alone: generation 1
   s1 = std::make_unique<ServerProcess>(job, 1, std::vector<std::string>{"--resume", "--rejoin"});
   ASSERT_TRUE(s1->WaitForLog("rejoining the running job as recovery generation 1")) << s1->log();
   EXPECT_THROW(w.CheckRestarts(), ShardRestarted);
   w.SetGeneration(1);
   w.Reload(rec);
-  assign(2.f);  // after the checkpoint: lost when shard 0 comes back
+  AssignAB(w, 2.f);  // after the checkpoint: lost when shard 0 comes back
 
   kill(s0->pid(), SIGKILL);
   s0->WaitExit(5000);
