@@ -19,15 +19,19 @@ Checkpointer::Checkpointer(const std::string& dir, int shard, CheckpointStart st
 std::unique_ptr<CheckpointStore::Pending> Checkpointer::Snapshot(const CheckpointRecord& rec, uint64_t keep,
                                                                  const KvShard& kv) const {
   auto p = store_.Begin(rec, keep);
+  // Room for the tensors up front, in one allocation: the snapshot's one copy of them.
+  uint64_t bytes = 0;
+  for (auto& [name, t] : kv.tensors()) bytes += name.size() + t.buf->size() + 64;
+  p->Reserve(bytes);
   for (auto& [name, t] : kv.tensors()) {
-    ByteWriter w;
-    w.Put(kTensorMagic).Put(uint8_t(t.dtype)).Put(uint32_t(t.shape.size()));
-    for (int64_t d : t.shape) w.Put(d);
-    w.Put(t.version);
+    ByteWriter head;  // everything but the buffer, which goes into the batch straight from the shard
+    head.Put(kTensorMagic).Put(uint8_t(t.dtype)).Put(uint32_t(t.shape.size()));
+    for (int64_t d : t.shape) head.Put(d);
+    head.Put(t.version);
     std::string state = kv.rule().SaveState(t);
-    w.Blob(state.data(), state.size());
-    w.Blob(t.buf->data(), t.buf->size());
-    p->Add(name, w.str());
+    head.Blob(state.data(), state.size());
+    head.Put<uint64_t>(t.buf->size());  // ByteWriter::Blob's layout, in two parts
+    p->Add(name, {head.str(), std::string_view(static_cast<const char*>(t.buf->data()), t.buf->size())});
   }
   return p;
 }

@@ -146,10 +146,12 @@ void Server::HandleCheckpoint(InMessage& m) {
   auto pending = checkpointer_->Snapshot(rec, rec.keep, kv_);
   w->bytes = pending->bytes();
   Checkpointer* c = checkpointer_.get();
-  w->error = std::async(std::launch::async, [c, p = std::move(pending)]() mutable -> std::string {
+  w->error = std::async(std::launch::async, [c, p = std::move(pending), id = rec.id]() mutable -> std::string {
     try {
       c->Write(std::move(p));
       return "";
+    } catch (const std::bad_alloc&) {
+      return "out of memory writing checkpoint " + std::to_string(id) + "; the earlier checkpoints are kept";
     } catch (const std::exception& e) {
       return e.what();
     }

@@ -3,6 +3,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -69,7 +70,19 @@ namespace {
 rocksdb::Options StoreOptions() {
   rocksdb::Options o;
   o.create_if_missing = true;
+  // Checkpoints are mostly float tensors, which Snappy barely shrinks; compressing would cost
+  // the flush a compressed copy of every block for nothing.
+  o.compression = rocksdb::kNoCompression;
   return o;
+}
+
+// Whether `bytes` of address space can be mapped now (they are unmapped again at once).
+// mmap rather than malloc: the compiler may drop a malloc whose memory is never used.
+bool AddressSpaceFor(uint64_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  munmap(p, bytes);
+  return true;
 }
 
 }  // namespace
@@ -118,11 +131,31 @@ std::shared_ptr<rocksdb::DB> CheckpointStore::db() const {
 CheckpointStore::Pending::Pending() : batch_(std::make_unique<rocksdb::WriteBatch>()) {}
 CheckpointStore::Pending::~Pending() = default;
 
-void CheckpointStore::Pending::Add(const std::string& key, std::string_view value) {
-  Check(batch_->Put(EntryPrefix(rec_.id) + key, rocksdb::Slice(value.data(), value.size())),
+void CheckpointStore::Pending::Add(const std::string& key, std::initializer_list<std::string_view> parts) {
+  const std::string full_key = EntryPrefix(rec_.id) + key;
+  std::vector<rocksdb::Slice> slices;
+  uint64_t bytes = 0;
+  for (std::string_view part : parts) {
+    slices.emplace_back(part.data(), part.size());
+    bytes += part.size();
+  }
+  Reserve(full_key.size() + bytes);
+  rocksdb::Slice k(full_key);
+  Check(batch_->Put(rocksdb::SliceParts(&k, 1), rocksdb::SliceParts(slices.data(), int(slices.size()))),
         "checkpoint " + std::to_string(rec_.id) + " entry '" + key + "'");
   ++entries_;
-  bytes_ += value.size();
+  bytes_ += bytes;
+}
+
+void CheckpointStore::Pending::Reserve(uint64_t bytes) {
+  constexpr uint64_t kPerEntry = 32;  // a record's tag and length varints, with room to spare
+  const std::string& rep = batch_->Data();
+  const uint64_t need = bytes + kPerEntry + tail_;
+  if (rep.capacity() - rep.size() >= need) return;
+  std::string grown;
+  grown.reserve(rep.size() + std::max<uint64_t>(need, rep.size()));  // at least doubles: no quadratic copying
+  grown.append(rep);
+  batch_ = std::make_unique<rocksdb::WriteBatch>(std::move(grown));
 }
 
 std::unique_ptr<CheckpointStore::Pending> CheckpointStore::Begin(const CheckpointRecord& rec, uint64_t keep) const {
@@ -135,16 +168,20 @@ std::unique_ptr<CheckpointStore::Pending> CheckpointStore::Begin(const Checkpoin
   const uint64_t committed = Committed().id;
   for (uint64_t o : Written())
     if (o != rec.id && o != committed && (o < keep || o > rec.id)) p->drop_.push_back(o);
+  p->tail_ = 256 + p->drop_.size() * 2 * (EntryPrefix(0).size() + 32);
   return p;
 }
 
 void CheckpointStore::Write(std::unique_ptr<Pending> p) {
   const CheckpointRecord& rec = p->rec_;
-  rocksdb::WriteBatch& batch = *p->batch_;
   ByteWriter count;
   count.Put(p->entries_);
+  const std::string manifest = EncodeRecord(rec) + count.str();
+  p->tail_ = 0;
+  p->Reserve(ManifestKey(rec.id).size() + manifest.size() + p->drop_.size() * 2 * (EntryPrefix(0).size() + 32));
+  rocksdb::WriteBatch& batch = *p->batch_;
   // The manifest last: a checkpoint without one does not exist.
-  Check(batch.Put(ManifestKey(rec.id), EncodeRecord(rec) + count.str()), "checkpoint manifest");
+  Check(batch.Put(ManifestKey(rec.id), manifest), "checkpoint manifest");
   for (uint64_t o : p->drop_) {
     batch.Delete(ManifestKey(o));
     batch.DeleteRange(EntryPrefix(o), EntryPrefix(o) + "\xff");
@@ -158,6 +195,14 @@ void CheckpointStore::Write(std::unique_ptr<Pending> p) {
     while (!std::filesystem::exists(gate) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // RocksDB copies the batch into its memtable, and the flush that follows builds a block
+  // from that copy; a failed allocation in either aborts the process. Ask the system for
+  // that much first, so a shard short of memory refuses the checkpoint and keeps serving.
+  const uint64_t copies = 2 * batch.GetDataSize() + (64 << 20);
+  if (!AddressSpaceFor(copies))
+    throw Error(who_ + ": out of memory writing checkpoint " + std::to_string(rec.id) + " (" +
+                std::to_string(p->bytes_) + " bytes): RocksDB's copies of it need " + std::to_string(copies) +
+                " bytes more than this process can map; the earlier checkpoints are kept");
   rocksdb::Status s = db()->Write(wo, &batch);
   if (!s.ok()) {
     // RocksDB refuses every later write after a failed one; reopening recovers to the last

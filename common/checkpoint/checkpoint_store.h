@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,7 +55,14 @@ class CheckpointStore {
   class Pending {
    public:
     ~Pending();
-    void Add(const std::string& key, std::string_view value);
+    void Add(const std::string& key, std::string_view value) { Add(key, {value}); }
+    // An entry given in pieces (a tensor's header, then its buffer), stored as their
+    // concatenation without joining them in memory first.
+    void Add(const std::string& key, std::initializer_list<std::string_view> parts);
+    // Makes room for `bytes` more of entries. Every allocation the batch needs happens here,
+    // where a failed one throws std::bad_alloc and leaves the store as it was: RocksDB's own
+    // appends do not survive one (Debian's build asserts and aborts).
+    void Reserve(uint64_t bytes);
     const CheckpointRecord& record() const { return rec_; }
     uint64_t bytes() const { return bytes_; }
 
@@ -63,13 +71,15 @@ class CheckpointStore {
     Pending();
     CheckpointRecord rec_;
     uint64_t entries_ = 0, bytes_ = 0;
+    uint64_t tail_ = 0;  // what Write appends (the manifest, the drops): kept free by Reserve
     std::vector<uint64_t> drop_;
     std::unique_ptr<rocksdb::WriteBatch> batch_;
   };
   // Starts checkpoint rec.id (> 0); `keep`: the oldest checkpoint the writer still needs.
   std::unique_ptr<Pending> Begin(const CheckpointRecord& rec, uint64_t keep) const;
   // Writes it synced, with the drops, in one batch; throws shoal::Error naming the path when
-  // the write fails (a full disk), leaving every earlier checkpoint as it was.
+  // the write fails (a full disk, or too little memory for RocksDB's copies of it), leaving
+  // every earlier checkpoint as it was.
   void Write(std::unique_ptr<Pending> p);
   // Begin + every entry of `state` + Write.
   void WriteState(const CheckpointState& state, uint64_t keep);

@@ -262,7 +262,21 @@ int64_t VirtualBytes(pid_t pid) {
   return -1;
 }
 
-TEST(ServerOutOfMemory, ARequestBeyondTheShardsMemoryIsRefusedAndTheShardKeepsServing) {
+// Limits the shard's address space to what it maps now plus `headroom` bytes (the soft
+// limit only: raising a lowered hard limit again takes privileges).
+void LimitAddressSpace(pid_t pid, int64_t headroom) {
+  int64_t used = VirtualBytes(pid);
+  ASSERT_GT(used, 0);
+  rlimit lim{rlim_t(used + headroom), RLIM_INFINITY};
+  ASSERT_EQ(prlimit(pid, RLIMIT_AS, &lim, nullptr), 0);
+}
+
+// A shard holding one 256 MiB tensor is asked for checkpoints it has no memory for: first
+// too little for the snapshot (it runs out on the serving thread), then enough for the
+// snapshot but not for RocksDB's copies of it (which abort the process if an allocation
+// fails inside RocksDB). Both are refused by name, the shard keeps serving with its state
+// whole, and once memory is there again the next checkpoint is written.
+TEST(ServerOutOfMemory, ACheckpointBeyondTheShardsMemoryIsRefusedAndTheShardKeepsServing) {
 #if defined(__SANITIZE_ADDRESS__)
   // ASan's operator new reports running out of memory and aborts instead of throwing
   // std::bad_alloc, and its shadow memory does not fit under this test's RLIMIT_AS.
@@ -276,37 +290,60 @@ TEST(ServerOutOfMemory, ARequestBeyondTheShardsMemoryIsRefusedAndTheShardKeepsSe
   ServerProcess server(job, 0);
   ASSERT_TRUE(server.WaitForLog("listening on")) << server.log();
 
-  // Room for one big tensor and some more, not for the checkpoint's in-memory copies of it
-  // (its record, then the write batch): the checkpoint request really runs out of memory
-  // (std::bad_alloc) in the shard.
   constexpr int64_t kBig = int64_t(256) << 20;
-  int64_t used = VirtualBytes(server.pid());
-  ASSERT_GT(used, 0);
-  rlimit lim{rlim_t(used + kBig + (192 << 20)), rlim_t(used + kBig + (192 << 20))};
-  ASSERT_EQ(prlimit(server.pid(), RLIMIT_AS, &lim, nullptr), 0);
-
   ClientOptions o;
   o.timeout_ms = 30000;  // a loaded machine copies and syncs 256 MiB slowly
   Client c(cfg, o);
   c.Register({{"big", DType::kF32, {kBig / 4}}, {"small", DType::kF32, {4}}});
   {
     std::vector<float> big(size_t(kBig / 4), 1.0f);
+    big.back() = 7.0f;
     c.Wait(c.Push({{"big", DType::kF32, {kBig / 4}, big.data(), size_t(kBig)}}, msg::PushOp::ASSIGN));
   }
+  // Every path the test uses afterwards runs once before the limit, so the threads and
+  // allocator arenas it needs are already counted in what the shard maps.
+  std::vector<float> v = {1, 2, 3, 4};
+  auto serves = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    c.Wait(c.Push({{"small", DType::kF32, {4}, v.data(), 16}}, msg::PushOp::ASSIGN));
+    std::vector<PulledTensor> out;
+    c.Wait(c.Pull({"small", "big"}, &out));
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].ToFloats()[3], 4.0f);
+    ASSERT_EQ(out[1].size(), size_t(kBig));
+    const float* b = reinterpret_cast<const float*>(out[1].data());
+    EXPECT_EQ(b[0], 1.0f);
+    EXPECT_EQ(b[kBig / 4 - 1], 7.0f);
+  };
+  serves("before any limit");
+
+  // Half the tensor's size to spare: its snapshot cannot be made.
+  LimitAddressSpace(server.pid(), kBig / 2);
   try {
     c.Checkpoint({1, 1, 0, 0, 1});
-    ADD_FAILURE() << "a checkpoint that cannot fit in the shard's memory succeeded";
+    ADD_FAILURE() << "a checkpoint whose snapshot cannot fit in the shard's memory succeeded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory handling checkpoint"), std::string::npos) << e.what();
   }
-  EXPECT_TRUE(server.WaitForLog("out of memory handling checkpoint")) << server.log();
   ASSERT_TRUE(server.alive()) << server.log();
-  std::vector<float> v = {1, 2, 3, 4};
-  c.Wait(c.Push({{"small", DType::kF32, {4}, v.data(), 16}}, msg::PushOp::ASSIGN));
-  std::vector<PulledTensor> out;
-  c.Wait(c.Pull({"small", "big"}, &out));
-  EXPECT_EQ(out[0].ToFloats()[3], 4.0f);
-  EXPECT_EQ(out[1].size(), size_t(kBig));
+  serves("after the snapshot ran out of memory");
+
+  // One and a half times its size: the snapshot fits, RocksDB's two more copies do not.
+  LimitAddressSpace(server.pid(), kBig + kBig / 2);
+  try {
+    c.Checkpoint({2, 1, 0, 0, 1});
+    ADD_FAILURE() << "a checkpoint RocksDB has no memory to write succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory writing checkpoint 2 (268435"), std::string::npos) << e.what();
+  }
+  ASSERT_TRUE(server.alive()) << server.log();
+  serves("after the write ran out of memory");
+
+  rlimit none{RLIM_INFINITY, RLIM_INFINITY};
+  ASSERT_EQ(prlimit(server.pid(), RLIMIT_AS, &none, nullptr), 0) << strerror(errno);
+  c.Checkpoint({3, 1, 0, 0, 1});
+  EXPECT_TRUE(server.WaitForLog("wrote checkpoint 3")) << server.log();
+  serves("after a checkpoint written with memory to spare");
 }
 
 // Sends `frames` from a fresh raw DEALER to `endpoint`; returns the answer's kind and message.

@@ -159,8 +159,11 @@ TEST(Recovery, AdpsgdAndAutoRestartFromTheirCheckpoints) {
       auto decisions = Events(run, "auto");
       ASSERT_EQ(decisions.size(), 2u) << "one auto record per worker, none after the restart";
       std::string choice = JsonField(decisions[0], "choice").value_or("?");
-      for (auto& e : Events(run, "train"))
-        if (JsonNumber(e, "step").value_or(0) > 20) EXPECT_EQ(JsonField(e, "auto_choice").value_or("?"), choice) << e;
+      for (auto& e : Events(run, "train")) {
+        if (JsonNumber(e, "step").value_or(0) > 20) {
+          EXPECT_EQ(JsonField(e, "auto_choice").value_or("?"), choice) << e;
+        }
+      }
     }
     EXPECT_EQ(ProcessesOf(d), 0);
   }
