@@ -295,14 +295,18 @@ class Launch {
     }
     ++restarts_;
     group_.StopAll();
+    ReadMetrics();  // the stopped processes' last lines: a checkpoint committed as they went
     group_.ForgetEnded();
     workers_done_ = workers_failed_ = 0;
     end_lines_.clear();
     tracker_->Restarted();
     Publish("restarting", true);
     const bool resume = last_checkpoint_ > 0 || FLAGS_resume;
+    // A checkpoint every worker had written as the failure came may not be announced yet:
+    // the workers agree on the newest one they all hold, never an older one than this.
     std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
-                                                  std::to_string(last_checkpoint_step_) + ")"
+                                                  std::to_string(last_checkpoint_step_) +
+                                                  ") or a newer one every process holds"
                        : resume ? "the checkpoint it resumed from"
                                 : "the start (no complete checkpoint yet)";
     fprintf(stderr, "shoal: restart %d of %lld after %s: every process starts again from %s\n", restarts_,
