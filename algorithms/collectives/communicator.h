@@ -1,7 +1,10 @@
 // Communicator: collectives among the workers of a job. Implementations: a ZeroMQ ring
-// (CPUs, across hosts), NCCL (GPUs). Buffers are host fp32 unless an implementation says
-// otherwise; `wire` picks the dtype on the wire (fp16/bf16 halves the bytes; the result
-// is still identical on every rank).
+// (CPUs, across hosts), NCCL (GPUs). Buffers are host memory, except that a communicator
+// whose HandlesDeviceBuffers() is true (NCCL) also takes pointers into the device memory of
+// its rank's GPU and works on them in place; the caller must have finished (synchronized)
+// the work that writes them, and the data is on the device when the call returns. `wire`
+// picks the dtype on the wire (fp16/bf16 halves the bytes; the result is still identical
+// on every rank, and the same bits for host and device buffers).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,6 +21,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string Name() const = 0;
+  // True when AllReduce / AllGather / Broadcast accept device pointers (see above).
+  virtual bool HandlesDeviceBuffers() const { return false; }
   // In place; every rank ends with the same values, bit for bit.
   virtual void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) = 0;
   // Each rank contributes `bytes` bytes; out gets size() * bytes, rank order. Every rank

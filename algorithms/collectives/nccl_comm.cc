@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/collectives/wire_cast_kernel.h"
 #include "common/error.h"
 #include "common/cuda/platform.h"
 
@@ -43,7 +44,7 @@ void Unhex(const std::string& s, void* out, size_t n) {
 struct NcclComm::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  void* dev = nullptr;  // staging buffer on the GPU
+  void* dev = nullptr;  // staging buffer on the GPU (host buffers; the fp16/bf16 wire of device ones)
   size_t dev_bytes = 0;
   std::vector<uint8_t> host;  // fp16/bf16 wire encoding
   int timeout_ms = 0;
@@ -105,6 +106,19 @@ struct NcclComm::Impl {
       throw Error("nccl rank " + std::to_string(rank) + ": the communicator was aborted by an earlier failure");
     CheckCuda(cudaSetDevice(device), "nccl: cudaSetDevice(" + std::to_string(device) + ")");
   }
+  // Device (or managed) memory: reduced in place, no staging. Host memory, pinned or not,
+  // takes the copying path.
+  static bool OnDevice(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // an unknown pointer is host memory to older runtimes
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+  ncclDataType_t Wire(DType wire) const {
+    return wire == DType::kF32 ? ncclFloat32 : wire == DType::kF16 ? ncclFloat16 : ncclBfloat16;
+  }
 };
 
 NcclComm::NcclComm(int rank, int size, Store& store, const NcclOptions& opts)
@@ -154,6 +168,24 @@ void NcclComm::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
   impl_->Usable();
   const size_t es = DTypeSize(wire);
   const size_t bytes = size_t(n) * es;
+  const ncclRedOp_t rop = op == ReduceOp::kMean ? ncclAvg : ncclSum;
+  if (Impl::OnDevice(data)) {
+    // In place on the GPU; a 16-bit wire goes through the same rounding as EncodeFloats.
+    void* buf = data;
+    if (wire != DType::kF32) {
+      buf = impl_->Staging(bytes);
+      CheckCuda(WireEncodeDevice(data, n, int(wire), buf, impl_->stream), "nccl all-reduce: encode to " +
+                                                                              std::string(DTypeName(wire)));
+    }
+    impl_->Settle(ncclAllReduce(buf, buf, size_t(n), impl_->Wire(wire), rop, impl_->comm, impl_->stream),
+                  "all-reduce");
+    if (wire != DType::kF32)
+      CheckCuda(WireDecodeDevice(buf, n, int(wire), data, impl_->stream), "nccl all-reduce: decode from " +
+                                                                              std::string(DTypeName(wire)));
+    impl_->Finish("all-reduce of " + std::to_string(n) + " device elements");
+    bytes_sent_ += int64_t(2 * bytes * size_t(size_ - 1) / size_t(size_));
+    return;
+  }
   void* dev = impl_->Staging(bytes);
   const void* src = data;
   if (wire != DType::kF32) {
@@ -162,10 +194,7 @@ void NcclComm::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
     src = impl_->host.data();
   }
   CheckCuda(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, impl_->stream), "nccl all-reduce: upload");
-  ncclDataType_t t = wire == DType::kF32 ? ncclFloat32 : wire == DType::kF16 ? ncclFloat16 : ncclBfloat16;
-  impl_->Settle(
-      ncclAllReduce(dev, dev, size_t(n), t, op == ReduceOp::kMean ? ncclAvg : ncclSum, impl_->comm, impl_->stream),
-      "all-reduce");
+  impl_->Settle(ncclAllReduce(dev, dev, size_t(n), impl_->Wire(wire), rop, impl_->comm, impl_->stream), "all-reduce");
   void* dst = wire == DType::kF32 ? static_cast<void*>(data) : static_cast<void*>(impl_->host.data());
   CheckCuda(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToHost, impl_->stream), "nccl all-reduce: download");
   impl_->Finish("all-reduce of " + std::to_string(n) + " elements");
@@ -176,6 +205,16 @@ void NcclComm::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
 void NcclComm::AllGather(const void* in, int64_t bytes, void* out) {
   impl_->Usable();
   if (bytes <= 0) return;
+  const bool in_dev = Impl::OnDevice(in), out_dev = Impl::OnDevice(out);
+  SHOAL_CHECK(in_dev == out_dev, std::string("nccl all-gather: in is ") + (in_dev ? "device" : "host") +
+                                     " memory but out is " + (out_dev ? "device" : "host") +
+                                     " memory (pass both on the GPU or both on the host)");
+  if (in_dev) {
+    impl_->Settle(ncclAllGather(in, out, size_t(bytes), ncclUint8, impl_->comm, impl_->stream), "all-gather");
+    impl_->Finish("all-gather of " + std::to_string(bytes) + " device bytes");
+    bytes_sent_ += bytes * (size_ - 1);
+    return;
+  }
   uint8_t* dev = static_cast<uint8_t*>(impl_->Staging(size_t(bytes) * size_t(size_ + 1)));
   uint8_t* dev_out = dev + bytes;
   CheckCuda(cudaMemcpyAsync(dev, in, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl all-gather: upload");
@@ -191,6 +230,12 @@ void NcclComm::Broadcast(void* data, int64_t bytes, int root) {
   SHOAL_CHECK(root >= 0 && root < size_,
               "nccl broadcast: root " + std::to_string(root) + " outside size " + std::to_string(size_));
   if (bytes <= 0) return;
+  if (Impl::OnDevice(data)) {
+    impl_->Settle(ncclBroadcast(data, data, size_t(bytes), ncclUint8, root, impl_->comm, impl_->stream), "broadcast");
+    impl_->Finish("broadcast of " + std::to_string(bytes) + " device bytes");
+    if (rank_ == root) bytes_sent_ += bytes;
+    return;
+  }
   void* dev = impl_->Staging(size_t(bytes));
   if (rank_ == root)
     CheckCuda(cudaMemcpyAsync(dev, data, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream),

@@ -1,6 +1,8 @@
 // NCCL among GPU workers: the same Communicator contract as the ZeroMQ ring (host fp32 in,
 // every rank identical out), with the reduction done by NCCL on the workers' GPUs over
-// NVLink / PCIe / InfiniBand. Rank 0 makes the NCCL unique id and publishes it through the
+// NVLink / PCIe / InfiniBand. Buffers in this rank's device memory are reduced in place
+// (HandlesDeviceBuffers): no staging and no host copy; an fp16/bf16 wire is cast on the GPU
+// with EncodeFloats' rounding, so device and host buffers give the same bits. Rank 0 makes the NCCL unique id and publishes it through the
 // job's rendezvous store; the others read it there.
 //
 // Every wait is bounded: the communicator runs non-blocking, so a rank that dies or never
@@ -30,6 +32,7 @@ class NcclComm : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string Name() const override { return "nccl"; }
+  bool HandlesDeviceBuffers() const override { return true; }
   void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) override;
   void AllGather(const void* in, int64_t bytes, void* out) override;
   void Broadcast(void* data, int64_t bytes, int root) override;

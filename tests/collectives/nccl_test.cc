@@ -6,7 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cuda_runtime_api.h>
+
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -14,6 +18,7 @@
 
 #include "algorithms/collectives/factory.h"
 #include "algorithms/collectives/nccl_comm.h"
+#include "algorithms/collectives/wire_cast_kernel.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "tests/collectives/run_ranks.h"
@@ -145,6 +150,102 @@ TEST(Nccl, OneRankPerGpuSumsExactlyAndHalfMeansAgree) {
     return 0;
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// Values that take every branch of the fp16/bf16 rounding: ties either way, subnormals of
+// both formats, overflow to inf, inf, nan, signed zero, and a spread of ordinary numbers.
+std::vector<float> WireProbe() {
+  std::vector<float> v = {0.f, -0.f, 1.f, -1.f, 65504.f, 65520.f, 1e6f, -1e6f, 6e-8f, 3e-8f, 2.9e-8f, 1e-40f, -1e-45f,
+                          1.0009765625f, 1.00146484375f, 1.00390625f, 1.01171875f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), 3.3895314e38f};
+  uint32_t x = 0x12345u;
+  for (int i = 0; i < 20000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    float f;
+    std::memcpy(&f, &x, 4);
+    v.push_back(f);
+  }
+  return v;
+}
+
+// The device casts give EncodeFloats' bits, and decoding every 16-bit pattern gives
+// DecodeFloats' floats (in a child: CUDA must not start in the process that forks ranks).
+TEST(Nccl, DeviceWireCastsMatchTheHostBitForBit) {
+  if (DevicesSeenByAChild() < 1) GTEST_SKIP() << "no CUDA device on this machine";
+  auto codes = RunRanks(1, [](int) {
+    std::vector<float> v = WireProbe();
+    std::vector<uint16_t> all(65536);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = uint16_t(i);
+    for (DType t : {DType::kF16, DType::kBF16}) {
+      std::vector<uint16_t> want(v.size()), got(v.size());
+      EncodeFloats(v.data(), v.size(), t, want.data());
+      float* dv = nullptr;
+      void* dw = nullptr;
+      CheckCuda(cudaMalloc(reinterpret_cast<void**>(&dv), 65536 * 4), "malloc");
+      CheckCuda(cudaMalloc(&dw, v.size() * 2), "malloc");
+      CheckCuda(cudaMemcpy(dv, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+      CheckCuda(WireEncodeDevice(dv, int64_t(v.size()), int(t), dw, nullptr), "encode");
+      CheckCuda(cudaMemcpy(got.data(), dw, v.size() * 2, cudaMemcpyDeviceToHost), "download");
+      if (memcmp(want.data(), got.data(), v.size() * 2) != 0) return 1;
+      std::vector<float> fwant(all.size()), fgot(all.size());
+      DecodeFloats(all.data(), all.size(), t, fwant.data());
+      CheckCuda(cudaFree(dw), "free");
+      CheckCuda(cudaMalloc(&dw, all.size() * 2), "malloc");
+      CheckCuda(cudaMemcpy(dw, all.data(), all.size() * 2, cudaMemcpyHostToDevice), "upload");
+      CheckCuda(WireDecodeDevice(dw, int64_t(all.size()), int(t), dv, nullptr), "decode");
+      CheckCuda(cudaMemcpy(fgot.data(), dv, all.size() * 4, cudaMemcpyDeviceToHost), "download");
+      if (memcmp(fwant.data(), fgot.data(), all.size() * 4) != 0) return 2;
+      cudaFree(dv);
+      cudaFree(dw);
+    }
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0) << "1: an encoding differs from EncodeFloats, 2: a decoding from DecodeFloats";
+}
+
+// One rank, buffers in device memory: all-reduce (fp32, fp16, bf16 wire), broadcast and
+// all-gather work on them in place and give the bits the host path gives.
+TEST(Nccl, DeviceBuffersAreReducedInPlaceWithTheHostPathsBits) {
+  if (DevicesSeenByAChild() < 1) GTEST_SKIP() << "no CUDA device on this machine";
+  std::string dir = Dir("dev");
+  auto codes = RunRanks(1, [&](int) {
+    FileStore store(dir);
+    NcclComm comm(0, 1, store);
+    if (!comm.HandlesDeviceBuffers()) return 1;
+    std::vector<float> v = WireProbe();
+    const size_t n = v.size();
+    float* d = nullptr;
+    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&d), n * 4), "malloc");
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+        std::vector<float> host = v, dev(n);
+        comm.AllReduce(host.data(), int64_t(n), op, t);
+        CheckCuda(cudaMemcpy(d, v.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+        comm.AllReduce(d, int64_t(n), op, t);
+        CheckCuda(cudaMemcpy(dev.data(), d, n * 4, cudaMemcpyDeviceToHost), "download");
+        if (memcmp(host.data(), dev.data(), n * 4) != 0) return 2;
+      }
+    std::vector<float> back(n);
+    CheckCuda(cudaMemcpy(d, v.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+    comm.Broadcast(d, int64_t(n * 4), 0);
+    float* out = nullptr;
+    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&out), n * 4), "malloc");
+    comm.AllGather(d, int64_t(n * 4), out);
+    CheckCuda(cudaMemcpy(back.data(), out, n * 4, cudaMemcpyDeviceToHost), "download");
+    if (memcmp(back.data(), v.data(), n * 4) != 0) return 3;
+    try {
+      comm.AllGather(d, 4, back.data());  // device in, host out: refused, naming both
+      return 4;
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("in is device memory but out is host memory") == std::string::npos) return 5;
+    }
+    cudaFree(d);
+    cudaFree(out);
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0) << "1: not a device communicator, 2: device and host all-reduce bits differ, "
+                            "3: broadcast/all-gather changed the data, 4/5: mixed all-gather not refused clearly";
 }
 
 }  // namespace
