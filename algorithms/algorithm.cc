@@ -46,31 +46,59 @@ void ScaleGradients(const std::vector<ParamView>& params, double weight) {
     for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;
 }
 
+DeviceUpdater& LocalUpdater::Device(const ParamView& p) {
+  if (!device_) {
+    SHOAL_CHECK(bool(env_.make_device_updater),
+                "tensor \"" + p.name + "\" is in device memory, but this binary has no CUDA optimizer (link " +
+                    "//algorithms:device_updater and set AlgorithmEnv::make_device_updater)");
+    device_ = env_.make_device_updater();
+  }
+  return *device_;
+}
+
 void LocalUpdater::Apply(const std::vector<ParamView>& params, int64_t step) {
   if (states_.size() != params.size()) states_.resize(params.size());
   StepContext ctx;
   ctx.lr = float(env_.schedule->At(step));
   ctx.step = step;
   ctx.warmup_steps = env_.schedule->options().warmup_steps;
+  bool device = false;
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamView& p = params[i];
-    env_.optimizer->Apply(p.w, p.g, p.n, !p.no_weight_decay, ctx, &states_[i]);
+    if (p.on_device) {
+      Device(p).Apply(p, i, ctx);
+      device = true;
+    } else {
+      env_.optimizer->Apply(p.w, p.g, p.n, !p.no_weight_decay, ctx, &states_[i]);
+    }
   }
+  if (device) device_->Sync();  // the weights are final when Apply returns, as on the host
 }
 
 void LocalUpdater::Save(const std::vector<ParamView>& params, const std::string& prefix, CheckpointState* out) const {
-  for (size_t i = 0; i < params.size(); ++i)
-    out->Put(prefix + params[i].name, i < states_.size() ? EncodeOptimizerState(states_[i]) : std::string());
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::string bytes;
+    if (params[i].on_device) {
+      if (device_ && device_->HasState(i)) bytes = EncodeOptimizerState(device_->Download(i));
+    } else if (i < states_.size()) {
+      bytes = EncodeOptimizerState(states_[i]);
+    }
+    out->Put(prefix + params[i].name, bytes);
+  }
 }
 
 void LocalUpdater::Load(const std::vector<ParamView>& params, const std::string& prefix, const CheckpointState& in) {
   states_.assign(params.size(), OptimizerState());
+  if (device_) device_->Clear();
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& bytes = in.Get(prefix + params[i].name);
-    if (!bytes.empty())
-      states_[i] = DecodeOptimizerState(
-          bytes, size_t(params[i].n),
-          "checkpoint " + std::to_string(in.record.id) + " entry '" + prefix + params[i].name + "'");
+    if (bytes.empty()) continue;
+    OptimizerState s = DecodeOptimizerState(
+        bytes, size_t(params[i].n), "checkpoint " + std::to_string(in.record.id) + " entry '" + prefix + params[i].name + "'");
+    if (params[i].on_device)
+      Device(params[i]).Upload(i, params[i].n, s);
+    else
+      states_[i] = std::move(s);
   }
 }
 

@@ -19,7 +19,10 @@
 
 namespace shoal {
 
-// One model tensor as host fp32 memory: weights and this step's gradient.
+// One model tensor as fp32 memory: weights and this step's gradient. Host memory, unless
+// on_device: then w and g point into the worker's CUDA device memory (the trainer gives such
+// views only to an algorithm whose TakesDeviceParams() is true), and the work that wrote
+// them is finished when the algorithm is called.
 struct ParamView {
   std::string name;
   float* w = nullptr;
@@ -27,6 +30,25 @@ struct ParamView {
   int64_t n = 0;
   bool no_weight_decay = false;
   std::vector<int64_t> shape;  // servers infer "no weight decay" from rank-1 shapes
+  bool on_device = false;
+};
+
+// The optimizer on on-device tensors, one device state per tensor index (created zeroed on
+// first use). An interface so CPU-only targets never link CUDA: the implementation is
+// //algorithms:device_updater (algorithms/device_updater.h), which MakeAlgorithmEnv plugs
+// into AlgorithmEnv::make_device_updater.
+class DeviceUpdater {
+ public:
+  virtual ~DeviceUpdater() = default;
+  // w -= update(g) for tensor `index`, enqueued on the device; Sync waits for all of them.
+  virtual void Apply(const ParamView& p, size_t index, const StepContext& ctx) = 0;
+  virtual void Sync() = 0;
+  // Tensor `index`'s state in the host form (checkpoints); has_state false before its first
+  // update or upload.
+  virtual bool HasState(size_t index) const = 0;
+  virtual OptimizerState Download(size_t index) const = 0;
+  virtual void Upload(size_t index, int64_t n, const OptimizerState& s) = 0;
+  virtual void Clear() = 0;  // forget every state
 };
 
 struct StepInfo {
@@ -73,6 +95,8 @@ struct AlgorithmEnv {
   // Keeps the job's coordinator serving while this environment lives (worker rank 0 of a
   // job without servers); empty elsewhere.
   std::shared_ptr<void> coordinator;
+  // The optimizer for on-device views (LocalUpdater); empty where no CUDA form is linked.
+  std::function<std::unique_ptr<DeviceUpdater>()> make_device_updater;
 };
 
 // Thrown by Step or AgreeToStop when the job went back to an earlier step (ps_sync after a
@@ -151,12 +175,14 @@ bool RegisterAlgorithm(const std::string& name, AlgorithmFactory f);
 // Throws shoal::Error "unknown algorithm "x" (known: ...)" for names not registered.
 std::unique_ptr<Algorithm> MakeAlgorithm(const std::string& name, const AlgorithmEnv& env);
 
-// Applies env.optimizer to every tensor with this step's LR (shared by algorithms that
-// update locally). States are kept per tensor index.
 // The weights of every tensor as checkpoint entries "w/<name>", and back (sizes checked).
 void SaveWeights(const std::vector<ParamView>& params, CheckpointState* out);
 void RestoreWeights(const CheckpointState& in, const std::vector<ParamView>& params);
 
+// Applies env.optimizer to every tensor with this step's LR (shared by algorithms that
+// update locally). States are kept per tensor index: host states for host views, device
+// states (env.make_device_updater) for on-device views, saved and loaded in one form so a
+// checkpoint moves between CPU and GPU workers.
 class LocalUpdater {
  public:
   explicit LocalUpdater(const AlgorithmEnv& env) : env_(env) {}
@@ -167,8 +193,11 @@ class LocalUpdater {
   void Load(const std::vector<ParamView>& params, const std::string& prefix, const CheckpointState& in);
 
  private:
+  DeviceUpdater& Device(const ParamView& p);
+
   AlgorithmEnv env_;
   std::vector<OptimizerState> states_;
+  std::unique_ptr<DeviceUpdater> device_;  // made on the first on-device view
 };
 
 }  // namespace shoal

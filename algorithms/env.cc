@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "algorithms/collectives/factory.h"
+#include "algorithms/device_updater.h"
+#include "common/device.h"
 #include "common/rendezvous/store.h"
 #include "common/error.h"
 #include "common/ps/client.h"
@@ -84,6 +86,13 @@ AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_
     return MakeWorkerCommunicator(*c, rank, *store, name);
   };
   env.make_ps_client = [c](const ClientOptions& o) { return std::make_unique<Client>(*c, o); };
+  // Only a CUDA worker ever has on-device views; its device is the one its backend uses.
+  const Device dev = rank >= 0 && size_t(rank) < cfg.workers.size() ? ParseDevice(cfg.workers[size_t(rank)].device)
+                                                                    : Device();
+  if (!dev.is_cpu()) {
+    std::shared_ptr<Optimizer> opt = env.optimizer;
+    env.make_device_updater = [opt, dev] { return MakeCudaDeviceUpdater(*opt, dev.index); };
+  }
   return env;
 }
 

@@ -1,0 +1,164 @@
+// LocalUpdater on on-device views (ParamView::on_device) against the CPU LocalUpdater:
+// every rule over a few steps across a warm-up, a decayed weight and a no-decay bias,
+// weights compared after each step; a checkpoint written from device states continues on
+// the CPU (and back) with the same weights. Needs a CUDA device and says why it skips
+// without one; the no-CUDA-optimizer error is checked everywhere.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/device_updater.h"
+#include "common/cuda/platform.h"
+#include "common/error.h"
+
+namespace shoal {
+namespace {
+
+AlgorithmEnv EnvFor(const std::string& optimizer, bool with_device) {
+  AlgorithmEnv env;
+  OptimizerHyper h;
+  h.weight_decay = 0.01f;
+  h.trust_coefficient = 0.02f;
+  h.lamb_lr_ratio = 0.5f;
+  env.optimizer = MakeOptimizer(optimizer, h);
+  LrScheduleOptions o;
+  o.base_lr = 0.3;
+  o.warmup_steps = 3;
+  o.total_steps = 8;
+  o.kind = "poly";
+  env.schedule = std::make_shared<LrSchedule>(o);
+  if (with_device) {
+    auto opt = env.optimizer;
+    env.make_device_updater = [opt] { return MakeCudaDeviceUpdater(*opt, 0); };
+  }
+  return env;
+}
+
+// Two tensors (a weight with decay, an odd-length bias without) on the host or the device.
+struct Params {
+  std::vector<std::vector<float>> host;
+  std::vector<float*> dev;
+  std::vector<ParamView> views;
+  Params(const std::vector<std::vector<float>>& w, bool on_device) : host(w) {
+    for (size_t i = 0; i < host.size(); ++i) {
+      ParamView p;
+      p.name = i == 0 ? "fc.w" : "fc.b";
+      p.n = int64_t(host[i].size());
+      p.no_weight_decay = i == 1;
+      p.on_device = on_device;
+      if (on_device) {
+        float* d[2] = {nullptr, nullptr};
+        CheckCuda(cudaMalloc(reinterpret_cast<void**>(&d[0]), host[i].size() * 4), "test w");
+        CheckCuda(cudaMalloc(reinterpret_cast<void**>(&d[1]), host[i].size() * 4), "test g");
+        CheckCuda(cudaMemcpy(d[0], host[i].data(), host[i].size() * 4, cudaMemcpyHostToDevice), "test upload");
+        dev.push_back(d[0]);
+        dev.push_back(d[1]);
+        p.w = d[0];
+        p.g = d[1];
+      } else {
+        grads.emplace_back(host[i].size());
+        p.w = host[i].data();
+      }
+      views.push_back(p);
+    }
+    if (!on_device)
+      for (size_t i = 0; i < views.size(); ++i) views[i].g = grads[i].data();
+  }
+  ~Params() {
+    for (float* p : dev) cudaFree(p);
+  }
+  void SetGrads(const std::vector<std::vector<float>>& g) {
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (views[i].on_device)
+        CheckCuda(cudaMemcpy(views[i].g, g[i].data(), g[i].size() * 4, cudaMemcpyHostToDevice), "test grads");
+      else
+        grads[i] = g[i];
+    }
+  }
+  std::vector<float> Weights(size_t i) const {
+    if (!views[i].on_device) return host[i];
+    std::vector<float> out(host[i].size());
+    CheckCuda(cudaMemcpy(out.data(), views[i].w, out.size() * 4, cudaMemcpyDeviceToHost), "test download");
+    return out;
+  }
+  std::vector<std::vector<float>> grads;
+};
+
+void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& gpu, const std::string& what) {
+  ASSERT_EQ(cpu.size(), gpu.size()) << what;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    ASSERT_NEAR(gpu[i], cpu[i], 2e-5 + 2e-4 * std::fabs(cpu[i])) << what << " [" << i << "]";
+}
+
+TEST(DeviceUpdater, AnOnDeviceViewWithoutACudaOptimizerIsAClearError) {
+  LocalUpdater u(EnvFor("momentum", false));
+  float w = 1, g = 1;
+  ParamView p;
+  p.name = "conv1.w";
+  p.w = &w;
+  p.g = &g;
+  p.n = 1;
+  p.on_device = true;
+  try {
+    u.Apply({p}, 0);
+    FAIL() << "applied a device update without a CUDA optimizer";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("\"conv1.w\" is in device memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("no CUDA optimizer"), std::string::npos) << m;
+  }
+  EXPECT_EQ(w, 1.f);
+}
+
+TEST(DeviceUpdater, AgreesWithTheCpuUpdaterAndCheckpointsMoveBetweenThem) {
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  for (const std::string& name : OptimizerNames()) {
+    SCOPED_TRACE(name);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<std::vector<float>> w = {std::vector<float>(4099), std::vector<float>(37)};
+    for (auto& t : w)
+      for (auto& x : t) x = 0.1f * nd(rng);
+    Params cpu(w, false), gpu(w, true);
+    LocalUpdater cu(EnvFor(name, true)), gu(EnvFor(name, true));
+    for (int64_t step = 0; step < 5; ++step) {
+      std::vector<std::vector<float>> g = w;
+      for (auto& t : g)
+        for (auto& x : t) x = 0.05f * nd(rng);
+      cpu.SetGrads(g);
+      gpu.SetGrads(g);
+      cu.Apply(cpu.views, step);
+      gu.Apply(gpu.views, step);
+      for (size_t i = 0; i < w.size(); ++i)
+        ExpectClose(cpu.Weights(i), gpu.Weights(i), "step " + std::to_string(step) + " " + cpu.views[i].name);
+    }
+    // The device states as a checkpoint: a CPU updater that loads them (with the device's
+    // weights) takes the next step as the device does, and the device loads it back.
+    CheckpointState ck;
+    gu.Save(gpu.views, "opt/", &ck);
+    std::vector<std::vector<float>> dw = {gpu.Weights(0), gpu.Weights(1)};
+    Params cpu2(dw, false);
+    LocalUpdater cu2(EnvFor(name, false));
+    cu2.Load(cpu2.views, "opt/", ck);
+    LocalUpdater gu2(EnvFor(name, true));
+    Params gpu2(dw, true);
+    gu2.Load(gpu2.views, "opt/", ck);
+    std::vector<std::vector<float>> g = dw;
+    for (auto& t : g)
+      for (auto& x : t) x = 0.05f * nd(rng);
+    cpu2.SetGrads(g);
+    gpu2.SetGrads(g);
+    cu2.Apply(cpu2.views, 5);
+    gu2.Apply(gpu2.views, 5);
+    for (size_t i = 0; i < w.size(); ++i) ExpectClose(cpu2.Weights(i), gpu2.Weights(i), "after the checkpoint");
+  }
+}
+
+}  // namespace
+}  // namespace shoal
