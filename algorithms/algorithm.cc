@@ -39,19 +39,25 @@ double GradientWeight(const StepInfo& info, int world) {
   return double(world) * double(info.samples) / double(info.global_samples);
 }
 
-void ScaleGradients(const std::vector<ParamView>& params, double weight) {
+void ScaleGradients(const std::vector<ParamView>& params, double weight, DeviceOps* device) {
   if (weight == 1.0) return;
   const float f = float(weight);
-  for (auto& p : params)
+  for (auto& p : params) {
+    if (p.on_device) {
+      SHOAL_CHECK(device, "scaling the gradient of \"" + p.name + "\": it is in device memory, and no DeviceOps");
+      device->Scale(p.g, p.n, f);
+      continue;
+    }
     for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;
+  }
 }
 
 DeviceUpdater& LocalUpdater::Device(const ParamView& p) {
   if (!device_) {
-    SHOAL_CHECK(bool(env_.make_device_updater),
+    SHOAL_CHECK(bool(env_.device),
                 "tensor \"" + p.name + "\" is in device memory, but this binary has no CUDA optimizer (link " +
-                    "//algorithms:device_updater and set AlgorithmEnv::make_device_updater)");
-    device_ = env_.make_device_updater();
+                    "//algorithms:cuda_device_ops and set AlgorithmEnv::device)");
+    device_ = env_.device->NewUpdater(*env_.optimizer);
   }
   return *device_;
 }

@@ -34,21 +34,34 @@ struct ParamView {
 };
 
 // The optimizer on on-device tensors, one device state per tensor index (created zeroed on
-// first use). An interface so CPU-only targets never link CUDA: the implementation is
-// //algorithms:device_updater (algorithms/device_updater.h), which MakeAlgorithmEnv plugs
-// into AlgorithmEnv::make_device_updater.
+// first use); made by DeviceOps::NewUpdater.
 class DeviceUpdater {
  public:
   virtual ~DeviceUpdater() = default;
   // w -= update(g) for tensor `index`, enqueued on the device; Sync waits for all of them.
   virtual void Apply(const ParamView& p, size_t index, const StepContext& ctx) = 0;
   virtual void Sync() = 0;
-  // Tensor `index`'s state in the host form (checkpoints); has_state false before its first
+  // Tensor `index`'s state in the host form (checkpoints); HasState false before its first
   // update or upload.
   virtual bool HasState(size_t index) const = 0;
   virtual OptimizerState Download(size_t index) const = 0;
   virtual void Upload(size_t index, int64_t n, const OptimizerState& s) = 0;
   virtual void Clear() = 0;  // forget every state
+};
+
+// What the algorithm layer does to on-device views: the optimizer, the fusion buffer's
+// memory and copies, gradient scaling. An interface so CPU-only targets never link CUDA:
+// the implementation is //algorithms:cuda_device_ops (algorithms/cuda_device_ops.h), which
+// MakeAlgorithmEnv plugs into AlgorithmEnv::device for a CUDA worker. Calls may come from
+// any thread; each is finished on the device when it returns.
+class DeviceOps {
+ public:
+  virtual ~DeviceOps() = default;
+  virtual std::unique_ptr<DeviceUpdater> NewUpdater(const Optimizer& optimizer) = 0;
+  virtual float* Alloc(int64_t n) = 0;  // n floats of device memory, zeroed
+  virtual void Free(float* p) = 0;
+  virtual void Copy(float* dst, const float* src, int64_t n) = 0;  // device to device
+  virtual void Scale(float* p, int64_t n, float f) = 0;            // p[i] *= f, the host's float product
 };
 
 struct StepInfo {
@@ -95,8 +108,8 @@ struct AlgorithmEnv {
   // Keeps the job's coordinator serving while this environment lives (worker rank 0 of a
   // job without servers); empty elsewhere.
   std::shared_ptr<void> coordinator;
-  // The optimizer for on-device views (LocalUpdater); empty where no CUDA form is linked.
-  std::function<std::unique_ptr<DeviceUpdater>()> make_device_updater;
+  // Device work for on-device views (a CUDA worker); null elsewhere.
+  std::shared_ptr<DeviceOps> device;
 };
 
 // Thrown by Step or AgreeToStop when the job went back to an earlier step (ps_sync after a
@@ -131,6 +144,9 @@ class Algorithm {
   virtual void Finish(const std::vector<ParamView>& params) { (void)params; }
   // True when Finish replaced the weights (e.g. a final average): evaluate again.
   virtual bool ModelChangedAtFinish() const { return false; }
+  // True when Step, Init, Finish and checkpoints take on-device views (ParamView::on_device):
+  // a CUDA worker then hands over its model's own device tensors, no host mirrors.
+  virtual bool TakesDeviceParams() const { return false; }
   // Extra figures for progress lines and metrics (bytes_sent, staleness, ...).
   virtual int64_t bytes_sent() const { return 0; }
   virtual void AddMetrics(JsonObject* out) const { (void)out; }
@@ -164,8 +180,8 @@ bool BalanceOn(const AlgorithmEnv& env);
 // The factor that makes a mean over workers of this worker's gradient the mean over the
 // global batch: world x samples / global_samples (1 when the batches are equal or unknown).
 double GradientWeight(const StepInfo& info, int world);
-// Multiplies every gradient by `weight` (nothing for 1).
-void ScaleGradients(const std::vector<ParamView>& params, double weight);
+// Multiplies every gradient by `weight` (nothing for 1); on-device views through `device`.
+void ScaleGradients(const std::vector<ParamView>& params, double weight, DeviceOps* device = nullptr);
 
 using AlgorithmFactory = std::function<std::unique_ptr<Algorithm>(const AlgorithmEnv&)>;
 

@@ -3,7 +3,8 @@
 // same optimizer step (sgd, momentum, lars, lamb, still...) locally, so weights stay
 // identical on every worker, bit for bit. With [algorithm] overlap = true the buckets are
 // exchanged while the backward pass still runs (algorithms/collectives/bucket_scheduler.h),
-// with the same bits as without.
+// with the same bits as without. On GPU workers with NCCL it takes device params: gradients,
+// fusion buffer, weights and optimizer state never leave the GPU.
 #include "algorithms/algorithm.h"
 #include "algorithms/collectives/bucket_scheduler.h"
 
@@ -18,7 +19,7 @@ class AllReduce : public Algorithm {
         comm_(env.make_communicator("allreduce")),
         buckets_(*comm_, env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32),
                  ParseDType(env.config->algorithm_opts.GetString("wire_dtype", "fp32")),
-                 env.config->algorithm_opts.GetBool("overlap", false)) {}
+                 env.config->algorithm_opts.GetBool("overlap", false), env.device.get()) {}
   std::string Name() const override { return "allreduce"; }
 
   void Init(const std::vector<ParamView>& params) override {
@@ -30,10 +31,12 @@ class AllReduce : public Algorithm {
   void BeginBackward(const std::vector<ParamView>& params) override { buckets_.Begin(params); }
   void GradReady(const std::vector<ParamView>& params, size_t index) override { buckets_.Ready(params, index); }
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
-    ScaleGradients(params, GradientWeight(info, comm_->size()));  // uneven batches: the global mean
+    ScaleGradients(params, GradientWeight(info, comm_->size()), env_.device.get());  // uneven batches
     buckets_.Finish(params);
     updater_.Apply(params, info.step);
   }
+  // On a GPU worker with NCCL: the model's own device tensors, reduced and updated there.
+  bool TakesDeviceParams() const override { return env_.device && comm_->HandlesDeviceBuffers(); }
   bool AgreeToStop(bool mine) override {
     float v = mine ? 1.f : 0.f;
     comm_->AllReduce(&v, 1, ReduceOp::kSum);

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "algorithms/collectives/factory.h"
-#include "algorithms/device_updater.h"
+#include "algorithms/cuda_device_ops.h"
 #include "common/device.h"
 #include "common/rendezvous/store.h"
 #include "common/error.h"
@@ -89,10 +89,7 @@ AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_
   // Only a CUDA worker ever has on-device views; its device is the one its backend uses.
   const Device dev = rank >= 0 && size_t(rank) < cfg.workers.size() ? ParseDevice(cfg.workers[size_t(rank)].device)
                                                                     : Device();
-  if (!dev.is_cpu()) {
-    std::shared_ptr<Optimizer> opt = env.optimizer;
-    env.make_device_updater = [opt, dev] { return MakeCudaDeviceUpdater(*opt, dev.index); };
-  }
+  if (!dev.is_cpu()) env.device = MakeCudaDeviceOps(dev.index);
   return env;
 }
 

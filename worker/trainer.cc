@@ -24,21 +24,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Host fp32 views of the model's parameters and gradients for the algorithm layer. On the
-// CPU they alias the model's tensors; on a GPU they are mirrors copied each step.
+// The model's parameters and gradients as views for the algorithm layer. On the CPU they
+// alias the model's tensors; on a GPU they are host mirrors copied each step, unless the
+// algorithm takes device params: then they alias the model's device tensors (on_device)
+// and only checkpoints, the weights' hash and the export copy weights to the host.
 class HostParams {
  public:
-  HostParams(Model& model, Backend& backend) : model_(model), backend_(backend) {
+  HostParams(Model& model, Backend& backend, bool device_params = false) : model_(model), backend_(backend) {
     host_ = backend.device().is_cpu();
+    device_ = !host_ && device_params;
     for (auto& p : model.parameters()) {
       ParamView v;
       v.name = p.name;
       v.n = p.value.numel();
       v.no_weight_decay = p.no_weight_decay;
       v.shape = p.value.shape();
-      if (host_) {
+      if (host_ || device_) {
         v.w = p.value.data<float>();
         v.g = p.grad.data<float>();
+        v.on_device = device_;
       } else {
         mirrors_.emplace_back(size_t(v.n) * 2);
         v.w = mirrors_.back().data();
@@ -49,32 +53,77 @@ class HostParams {
   }
   const std::vector<ParamView>& views() const { return views_; }
   // Device -> host before the algorithm runs (the gradients too unless GradToHost already
-  // brought each of them over during the backward pass).
+  // brought each of them over during the backward pass). Device params: the backward
+  // kernels finish, nothing is copied.
   void PullWeightsAndGrads(bool grads = true) {
     if (host_) return;
+    if (device_) return backend_.Synchronize();
     auto& ps = model_.parameters();
     for (size_t i = 0; i < ps.size(); ++i) {
-      backend_.CopyToHost(ps[i].value, views_[i].w);
-      if (grads) backend_.CopyToHost(ps[i].grad, views_[i].g);
+      Down(ps[i].value, views_[i].w);
+      if (grads) Down(ps[i].grad, views_[i].g);
     }
   }
   // One final gradient, device -> host (waits for the backward kernels that produce it).
   void GradToHost(size_t i) {
-    if (!host_) backend_.CopyToHost(model_.parameters()[i].grad, views_[i].g);
+    if (device_)
+      backend_.Synchronize();  // correctness first: the whole queue, not this gradient's event
+    else if (!host_)
+      Down(model_.parameters()[i].grad, views_[i].g);
   }
   // Host -> device after it.
   void PushWeights() {
-    if (host_) return;
+    if (host_ || device_) return;
     auto ps = model_.parameters();
-    for (size_t i = 0; i < ps.size(); ++i) backend_.CopyFromHost(ps[i].value, views_[i].w);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      backend_.CopyFromHost(ps[i].value, views_[i].w);
+      copied_bytes_ += ps[i].value.bytes();
+    }
   }
+  // Host views of the weights for code that reads or writes them on the host (checkpoints,
+  // hash, export): the views themselves, or with device params host copies (g left null),
+  // written back to the device by WeightsFromHost.
+  const std::vector<ParamView>& HostWeights() {
+    if (!device_) return views_;
+    if (host_views_.empty()) {
+      for (auto& v : views_) {
+        weight_copies_.emplace_back(size_t(v.n));
+        ParamView h = v;
+        h.w = weight_copies_.back().data();
+        h.g = nullptr;
+        h.on_device = false;
+        host_views_.push_back(h);
+      }
+    }
+    auto& ps = model_.parameters();
+    for (size_t i = 0; i < ps.size(); ++i) backend_.CopyToHost(ps[i].value, host_views_[i].w);
+    return host_views_;
+  }
+  void WeightsFromHost() {
+    if (!device_) return;
+    auto& ps = model_.parameters();
+    for (size_t i = 0; i < ps.size(); ++i) backend_.CopyFromHost(ps[i].value, host_views_[i].w);
+  }
+  bool on_device() const { return device_; }
+  // Parameter and gradient bytes copied between host and device by the step path so far
+  // (0 on the CPU and with device params); checkpoints and exports are not counted.
+  int64_t copied_bytes() const { return copied_bytes_; }
 
  private:
+  void Down(const Tensor& t, float* dst) {
+    backend_.CopyToHost(t, dst);
+    copied_bytes_ += t.bytes();
+  }
+
   Model& model_;
   Backend& backend_;
   bool host_;
+  bool device_ = false;
   std::vector<std::vector<float>> mirrors_;
   std::vector<ParamView> views_;
+  std::vector<std::vector<float>> weight_copies_;  // device params: HostWeights' memory
+  std::vector<ParamView> host_views_;
+  int64_t copied_bytes_ = 0;
 };
 
 struct EvalResult {
@@ -203,6 +252,9 @@ class Trainer {
     env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume, on_member_failure);
     env_.rejoin = opts_.resume && opts_.rejoin;
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
+    // A CUDA worker whose algorithm takes device params hands it the model's own tensors.
+    if (!backend_->device().is_cpu() && algo_->TakesDeviceParams())
+      params_ = std::make_unique<HostParams>(*model_, *backend_, /*device_params=*/true);
     // Overlap: each node's gradients go to the algorithm as soon as the backward pass has
     // finished them (the engine only calls back; it knows nothing of algorithms).
     // Asked again every step: auto wants them only once it has chosen an algorithm that does.
@@ -220,7 +272,8 @@ class Trainer {
     algo_->Init(params_->views());
     if (checkpoints_ && opts_.resume) {
       CheckpointState st = checkpoints_->Resume();
-      RestoreWeights(st, params_->views());
+      RestoreWeights(st, params_->HostWeights());
+      params_->WeightsFromHost();
       algo_->LoadState(params_->views(), st);
       resumed_step_ = st.record.step;
       step_ = resumed_step_;  // the balance record names the step it applies from
@@ -459,7 +512,7 @@ class Trainer {
     st.record.step = step_;
     st.record.epoch = step_ / env_.steps_per_epoch;
     st.record.batch = step_ % env_.steps_per_epoch;
-    SaveWeights(params_->views(), &st);
+    SaveWeights(params_->HostWeights(), &st);
     algo_->SaveState(params_->views(), &st);
     if (balancer_) balancer_->Save(&st);
     uint64_t bytes = 0;
@@ -481,6 +534,10 @@ class Trainer {
         .Add("comm_s", comm_s_)
         .Add("wait_s", wait_s_);
     f.Add("bytes_sent", algo_->bytes_sent());
+    // Host<->device parameter traffic of the step path: 0 on the CPU and with device params.
+    f.Add("param_copy_bytes_per_step", (params_->copied_bytes() - copied_at_window_) / std::max<int64_t>(1, loss_n_))
+        .Add("device_params", params_->on_device());
+    copied_at_window_ = params_->copied_bytes();
     algo_->AddMetrics(&f);
     metrics_.Write("train", step_, f);
     t_window_ = Clock::now();
@@ -492,7 +549,7 @@ class Trainer {
   // FNV-1a of the final weights: synchronous algorithms must end bit-identical everywhere.
   std::string WeightsHash() const {
     uint64_t hash = 1469598103934665603ull;
-    for (auto& v : params_->views())
+    for (auto& v : params_->HostWeights())
       for (int64_t i = 0; i < v.n; ++i) {
         uint32_t bits;
         memcpy(&bits, &v.w[i], 4);
@@ -508,7 +565,7 @@ class Trainer {
     FILE* f = fopen(cfg_.export_weights.c_str(), "wb");
     if (!f) throw Error(cfg_.export_weights + ": cannot write exported weights");
     bool ok = true;
-    for (auto& v : params_->views()) ok = ok && fwrite(v.w, 4, size_t(v.n), f) == size_t(v.n);
+    for (auto& v : params_->HostWeights()) ok = ok && fwrite(v.w, 4, size_t(v.n), f) == size_t(v.n);
     ok = (fclose(f) == 0) && ok;
     if (!ok) throw Error(cfg_.export_weights + ": short write of exported weights");
   }
@@ -525,6 +582,7 @@ class Trainer {
   AlgorithmEnv env_;
   std::unique_ptr<Algorithm> algo_;
   bool overlap_ = false;  // the algorithm takes gradients during the backward pass
+  int64_t copied_at_window_ = 0;  // params_->copied_bytes() at the last train record
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
   std::unique_ptr<Balancer> balancer_;  // while the algorithm balances batches
   int64_t resumed_step_ = 0;

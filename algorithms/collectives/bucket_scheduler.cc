@@ -25,8 +25,13 @@ std::vector<GradBucket> PlanGradBuckets(const std::vector<int64_t>& sizes, int64
   return out;
 }
 
-BucketScheduler::BucketScheduler(Communicator& comm, int64_t bucket_bytes, DType wire, bool overlap)
-    : comm_(comm), bucket_elems_(std::max<int64_t>(1, bucket_bytes / 4)), wire_(wire), overlap_(overlap) {}
+BucketScheduler::BucketScheduler(Communicator& comm, int64_t bucket_bytes, DType wire, bool overlap,
+                                 DeviceOps* device)
+    : comm_(comm),
+      bucket_elems_(std::max<int64_t>(1, bucket_bytes / 4)),
+      wire_(wire),
+      overlap_(overlap),
+      device_(device) {}
 
 BucketScheduler::~BucketScheduler() {
   {
@@ -37,6 +42,15 @@ BucketScheduler::~BucketScheduler() {
   // A bucket in flight (the step was abandoned by an exception) ends within the
   // communicator's timeout; no new one starts.
   if (thread_.joinable()) thread_.join();
+  if (dev_buf_) device_->Free(dev_buf_);
+}
+
+void BucketScheduler::CopyFloats(float* dst, const float* src, int64_t n) {
+  if (n <= 0) return;
+  if (on_device_)
+    device_->Copy(dst, src, n);
+  else
+    memcpy(dst, src, size_t(n) * 4);
 }
 
 void BucketScheduler::Plan(const std::vector<ParamView>& params) {
@@ -55,7 +69,23 @@ void BucketScheduler::Plan(const std::vector<ParamView>& params) {
     }
     total += buckets_[b].n;
   }
-  buf_.assign(size_t(total), 0.f);
+  on_device_ = !params.empty() && params[0].on_device;
+  for (auto& p : params)
+    SHOAL_CHECK(p.on_device == on_device_, "bucket scheduler: tensor \"" + p.name + "\" is in " +
+                                               (p.on_device ? "device" : "host") + " memory, tensor \"" +
+                                               params[0].name + "\" is not (all or none on the device)");
+  SHOAL_CHECK(!on_device_ || device_, "bucket scheduler: the gradients are in device memory, and no DeviceOps");
+  SHOAL_CHECK(!on_device_ || comm_.HandlesDeviceBuffers(),
+              "bucket scheduler: the gradients are in device memory, and communicator " + comm_.Name() +
+                  " reduces host buffers only");
+  if (dev_buf_) device_->Free(dev_buf_);
+  dev_buf_ = nullptr;
+  if (on_device_) {
+    buf_.clear();
+    dev_buf_ = device_->Alloc(total);
+  } else {
+    buf_.assign(size_t(total), 0.f);
+  }
 }
 
 void BucketScheduler::Begin(const std::vector<ParamView>& params) {
@@ -63,7 +93,7 @@ void BucketScheduler::Begin(const std::vector<ParamView>& params) {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) std::rethrow_exception(error_);
   }
-  bool same = bucket_of_.size() == params.size();
+  bool same = bucket_of_.size() == params.size() && (params.empty() || params[0].on_device == on_device_);
   for (size_t b = 0; same && b < buckets_.size(); ++b) {
     int64_t n = 0;
     for (size_t t : buckets_[b].tensors) n += params[t].n;
@@ -86,7 +116,7 @@ void BucketScheduler::Begin(const std::vector<ParamView>& params) {
 void BucketScheduler::Pack(const std::vector<ParamView>& params, size_t index) {
   if (packed_[index]) return;
   const ParamView& p = params[index];
-  if (p.n > 0) memcpy(buf_.data() + offset_of_[index], p.g, size_t(p.n) * 4);
+  CopyFloats(Buf() + offset_of_[index], p.g, p.n);
   packed_[index] = 1;
   --missing_[bucket_of_[index]];
 }
@@ -119,7 +149,7 @@ void BucketScheduler::LaunchCompleted(int64_t after) {
 
 void BucketScheduler::Reduce(size_t b) {
   const GradBucket& g = buckets_[b];
-  comm_.AllReduce(buf_.data() + g.offset, g.n, ReduceOp::kMean, wire_);
+  comm_.AllReduce(Buf() + g.offset, g.n, ReduceOp::kMean, wire_);
 }
 
 void BucketScheduler::Loop() {
@@ -170,8 +200,7 @@ void BucketScheduler::Finish(const std::vector<ParamView>& params) {
       }
     }
   }
-  for (size_t k = 0; k < params.size(); ++k)
-    if (params[k].n > 0) memcpy(params[k].g, buf_.data() + offset_of_[k], size_t(params[k].n) * 4);
+  for (size_t k = 0; k < params.size(); ++k) CopyFloats(params[k].g, Buf() + offset_of_[k], params[k].n);
 }
 
 }  // namespace shoal

@@ -21,6 +21,12 @@
 // owner may use it between steps (the hand-over goes through the mutex). Finish's wait is
 // bounded by the communicator's own timeout: an exception there is rethrown by Finish,
 // and the scheduler refuses further steps.
+//
+// On-device views (ParamView::on_device, an algorithm that TakesDeviceParams): the fusion
+// buffer lives on the device, packing and unpacking are device-to-device copies through
+// DeviceOps, and the communicator (one that HandlesDeviceBuffers) reduces it in place. The
+// caller hands over gradients whose backward kernels have finished (the trainer
+// synchronizes its backend first).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -46,7 +52,8 @@ std::vector<GradBucket> PlanGradBuckets(const std::vector<int64_t>& sizes, int64
 
 class BucketScheduler {
  public:
-  BucketScheduler(Communicator& comm, int64_t bucket_bytes, DType wire, bool overlap);
+  // `device`: for on-device views (may be null where there are none); not owned.
+  BucketScheduler(Communicator& comm, int64_t bucket_bytes, DType wire, bool overlap, DeviceOps* device = nullptr);
   ~BucketScheduler();
   BucketScheduler(const BucketScheduler&) = delete;
   BucketScheduler& operator=(const BucketScheduler&) = delete;
@@ -71,16 +78,21 @@ class BucketScheduler {
   void LaunchCompleted(int64_t after);  // hands over every complete bucket in order
   void Loop();                          // the communication thread
   void Reduce(size_t bucket);
+  float* Buf() { return dev_buf_ ? dev_buf_ : buf_.data(); }
+  void CopyFloats(float* dst, const float* src, int64_t n);  // host or device, as the views
 
   Communicator& comm_;
   const int64_t bucket_elems_;
   const DType wire_;
   const bool overlap_;
+  DeviceOps* const device_;
 
   std::vector<GradBucket> buckets_;
   std::vector<size_t> bucket_of_;   // per tensor
   std::vector<int64_t> offset_of_;  // per tensor, in floats
   std::vector<float> buf_;
+  float* dev_buf_ = nullptr;  // the fusion buffer of on-device views (DeviceOps memory)
+  bool on_device_ = false;
   std::vector<char> packed_;     // per tensor, this step
   std::vector<size_t> missing_;  // per bucket: tensors not yet packed
   std::vector<Launch> launches_;

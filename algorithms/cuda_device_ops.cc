@@ -1,15 +1,21 @@
-#include "algorithms/device_updater.h"
+#include "algorithms/cuda_device_ops.h"
 
 #include <cuda_runtime_api.h>
 
 #include <vector>
 
+#include "algorithms/device_scale.h"
 #include "algorithms/optimizers/optimizer_gpu.h"
 #include "common/cuda/platform.h"
 #include "common/error.h"
 
 namespace shoal {
 namespace {
+
+// The CUDA device is per thread; ops may be called from any of the worker's threads.
+void SetDevice(int device) {
+  CheckCuda(cudaSetDevice(device), "device ops: cudaSetDevice(" + std::to_string(device) + ")");
+}
 
 class CudaDeviceUpdater : public DeviceUpdater {
  public:
@@ -38,8 +44,7 @@ class CudaDeviceUpdater : public DeviceUpdater {
   void Clear() override { states_.clear(); }
 
  private:
-  // The CUDA device is per thread; an updater may be called from any of the worker's.
-  void SetDevice() { CheckCuda(cudaSetDevice(device_), "device optimizer: cudaSetDevice(" + std::to_string(device_) + ")"); }
+  void SetDevice() { shoal::SetDevice(device_); }
   DeviceOptimizerState& State(size_t index, int64_t n) {
     if (states_.size() <= index) states_.resize(index + 1);
     auto& s = states_[index];
@@ -54,10 +59,43 @@ class CudaDeviceUpdater : public DeviceUpdater {
   std::vector<std::unique_ptr<DeviceOptimizerState>> states_;
 };
 
+class CudaDeviceOps : public DeviceOps {
+ public:
+  explicit CudaDeviceOps(int device) : device_(device) {}
+  std::unique_ptr<DeviceUpdater> NewUpdater(const Optimizer& optimizer) override {
+    return std::make_unique<CudaDeviceUpdater>(optimizer, device_);
+  }
+  float* Alloc(int64_t n) override {
+    SetDevice(device_);
+    float* p = nullptr;
+    const size_t bytes = sizeof(float) * size_t(n > 0 ? n : 1);
+    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&p), bytes), "device ops: cudaMalloc of " + std::to_string(bytes) + " bytes");
+    CheckCuda(cudaMemset(p, 0, bytes), "device ops: cudaMemset");
+    return p;
+  }
+  void Free(float* p) override {
+    SetDevice(device_);
+    cudaFree(p);
+  }
+  void Copy(float* dst, const float* src, int64_t n) override {
+    if (n <= 0) return;
+    SetDevice(device_);
+    CheckCuda(cudaMemcpyAsync(dst, src, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice, nullptr),
+              "device ops: copy");
+    CheckCuda(cudaStreamSynchronize(nullptr), "device ops: copy");  // a D2D cudaMemcpy may return early
+  }
+  void Scale(float* p, int64_t n, float f) override {
+    SetDevice(device_);
+    CheckCuda(ScaleFloatsDevice(p, n, f, nullptr), "device ops: scale");
+    CheckCuda(cudaStreamSynchronize(nullptr), "device ops: scale");
+  }
+
+ private:
+  int device_;
+};
+
 }  // namespace
 
-std::unique_ptr<DeviceUpdater> MakeCudaDeviceUpdater(const Optimizer& optimizer, int device) {
-  return std::make_unique<CudaDeviceUpdater>(optimizer, device);
-}
+std::shared_ptr<DeviceOps> MakeCudaDeviceOps(int device) { return std::make_shared<CudaDeviceOps>(device); }
 
 }  // namespace shoal

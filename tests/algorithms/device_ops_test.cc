@@ -1,18 +1,21 @@
-// LocalUpdater on on-device views (ParamView::on_device) against the CPU LocalUpdater:
+// The CUDA DeviceOps (algorithms/cuda_device_ops.h). LocalUpdater on on-device views
+// (ParamView::on_device) against the CPU LocalUpdater:
 // every rule over a few steps across a warm-up, a decayed weight and a no-decay bias,
 // weights compared after each step; a checkpoint written from device states continues on
 // the CPU (and back) with the same weights. Needs a CUDA device and says why it skips
-// without one; the no-CUDA-optimizer error is checked everywhere.
+// without one; the no-CUDA-optimizer error is checked everywhere. ScaleGradients on device
+// views gives the host loop's bits.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/device_updater.h"
+#include "algorithms/cuda_device_ops.h"
 #include "common/cuda/platform.h"
 #include "common/error.h"
 
@@ -32,10 +35,7 @@ AlgorithmEnv EnvFor(const std::string& optimizer, bool with_device) {
   o.total_steps = 8;
   o.kind = "poly";
   env.schedule = std::make_shared<LrSchedule>(o);
-  if (with_device) {
-    auto opt = env.optimizer;
-    env.make_device_updater = [opt] { return MakeCudaDeviceUpdater(*opt, 0); };
-  }
+  if (with_device) env.device = MakeCudaDeviceOps(0);
   return env;
 }
 
@@ -95,7 +95,7 @@ void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& gpu, c
     ASSERT_NEAR(gpu[i], cpu[i], 2e-5 + 2e-4 * std::fabs(cpu[i])) << what << " [" << i << "]";
 }
 
-TEST(DeviceUpdater, AnOnDeviceViewWithoutACudaOptimizerIsAClearError) {
+TEST(DeviceOps, AnOnDeviceViewWithoutACudaOptimizerIsAClearError) {
   LocalUpdater u(EnvFor("momentum", false));
   float w = 1, g = 1;
   ParamView p;
@@ -115,7 +115,7 @@ TEST(DeviceUpdater, AnOnDeviceViewWithoutACudaOptimizerIsAClearError) {
   EXPECT_EQ(w, 1.f);
 }
 
-TEST(DeviceUpdater, AgreesWithTheCpuUpdaterAndCheckpointsMoveBetweenThem) {
+TEST(DeviceOps, AgreesWithTheCpuUpdaterAndCheckpointsMoveBetweenThem) {
   std::string why;
   if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   for (const std::string& name : OptimizerNames()) {
@@ -157,6 +157,34 @@ TEST(DeviceUpdater, AgreesWithTheCpuUpdaterAndCheckpointsMoveBetweenThem) {
     cu2.Apply(cpu2.views, 5);
     gu2.Apply(gpu2.views, 5);
     for (size_t i = 0; i < w.size(); ++i) ExpectClose(cpu2.Weights(i), gpu2.Weights(i), "after the checkpoint");
+  }
+}
+
+TEST(DeviceOps, ScaleGradientsOnDeviceViewsGivesTheHostBits) {
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<std::vector<float>> w = {std::vector<float>(1000), std::vector<float>(3)};
+  std::vector<std::vector<float>> g = w;
+  for (auto& t : g)
+    for (auto& x : t) x = nd(rng);
+  Params cpu(w, false), gpu(w, true);
+  cpu.SetGrads(g);
+  gpu.SetGrads(g);
+  auto ops = MakeCudaDeviceOps(0);
+  ScaleGradients(cpu.views, 0.7371, nullptr);
+  ScaleGradients(gpu.views, 0.7371, ops.get());
+  for (size_t i = 0; i < g.size(); ++i) {
+    std::vector<float> got(g[i].size());
+    CheckCuda(cudaMemcpy(got.data(), gpu.views[i].g, got.size() * 4, cudaMemcpyDeviceToHost), "test");
+    EXPECT_EQ(0, memcmp(got.data(), cpu.grads[i].data(), got.size() * 4)) << cpu.views[i].name;
+  }
+  try {
+    ScaleGradients(gpu.views, 0.5, nullptr);
+    FAIL() << "scaled device memory without DeviceOps";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"fc.w\": it is in device memory"), std::string::npos) << e.what();
   }
 }
 

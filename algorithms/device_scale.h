@@ -1,0 +1,14 @@
+// The nvcc-compiled gradient scaling of CudaDeviceOps (no Shoal headers: nvcc sees only
+// this package's own headers).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace shoal {
+
+// p[i] *= f on `stream` (one float product each: the host loop's bits). Returns the launch
+// error, cudaSuccess otherwise.
+cudaError_t ScaleFloatsDevice(float* p, int64_t n, float f, cudaStream_t stream);
+
+}  // namespace shoal
