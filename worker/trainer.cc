@@ -281,6 +281,7 @@ class Trainer {
     }
     StartBalancing(nullptr);
     params_->PushWeights();
+    copied_at_window_ = params_->copied_bytes();  // the first train record counts steps only
     printf("worker %d/%d: %s on %s, %s, %lld samples, %lld steps/epoch, algorithm %s, optimizer %s\n", rank_, world_,
            cfg_.model.c_str(), backend_->Name().c_str(), cfg_.data_format.c_str(), (long long)train_set_->size(),
            (long long)env_.steps_per_epoch, algo_->Name().c_str(), env_.optimizer->Name().c_str());
