@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "common/int_list.h"
 
 namespace shoal {
 
@@ -79,32 +80,19 @@ bool Balancer::MaybeRebalance(int64_t steps_done) {
 }
 
 void Balancer::Save(CheckpointState* out) const {
-  std::string s;
-  for (int64_t v : sizes_) s += (s.empty() ? "" : ",") + std::to_string(v);
-  out->Put("balance/sizes", s);
+  out->Put("balance/sizes", JoinIntList(sizes_));
 }
 
 void Balancer::Load(const CheckpointState& in) {
   if (!in.Has("balance/sizes")) return;  // written before balancing started: the equal split
   const std::string s = in.Get("balance/sizes");
-  std::vector<int64_t> v;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t end = s.find(',', pos);
-    if (end == std::string::npos) end = s.size();
-    try {
-      v.push_back(std::stoll(s.substr(pos, end - pos)));
-    } catch (const std::exception&) {
-      throw Error("checkpoint " + std::to_string(in.record.id) +
-                  " entry 'balance/sizes': not a list of integers: " + s);
-    }
-    pos = end + 1;
-  }
+  std::vector<int64_t> v =
+      ParseIntList<int64_t>(s, "checkpoint " + std::to_string(in.record.id) + " entry 'balance/sizes'");
   int64_t sum = 0;
   bool ok = int(v.size()) == world_;
   for (int64_t x : v) {
-    ok = ok && x >= 1;
-    sum += x;
+    ok = ok && x >= 1 && x <= global_;  // bounded before adding: a damaged entry cannot overflow the sum
+    if (ok) sum += x;
   }
   SHOAL_CHECK(ok && sum == global_, "checkpoint " + std::to_string(in.record.id) + " entry 'balance/sizes' (" + s +
                                         ") is no split of a global batch of " + std::to_string(global_) + " over " +

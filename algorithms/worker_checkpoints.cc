@@ -1,39 +1,18 @@
 #include "algorithms/worker_checkpoints.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "common/error.h"
+#include "common/int_list.h"
 #include "common/rendezvous/store.h"
 
 namespace shoal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string Join(const std::vector<uint64_t>& ids) {
-  std::string s;
-  for (uint64_t i : ids) s += (s.empty() ? "" : ",") + std::to_string(i);
-  return s;
-}
-
-std::vector<uint64_t> SplitIds(const std::string& s, const std::string& what) {
-  std::vector<uint64_t> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    uint64_t id = 0;
-    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
-    SHOAL_CHECK(!item.empty() && ec == std::errc() && end == item.data() + item.size(),
-                what + ": \"" + item + "\" is not a checkpoint id");
-    out.push_back(id);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -67,12 +46,12 @@ std::vector<std::string> WorkerCheckpoints::GatherAll(const std::string& key_pre
 
 CheckpointState WorkerCheckpoints::Resume() {
   std::vector<uint64_t> mine = ckpt_.Written();
-  store_->Set("checkpoint-held-" + std::to_string(rank_), Join(mine));
+  store_->Set("checkpoint-held-" + std::to_string(rank_), JoinIntList(mine));
   std::vector<std::string> held = GatherAll("checkpoint-held-", "--resume");
   std::set<uint64_t> common(mine.begin(), mine.end());
   std::string each;
   for (int r = 0; r < world_; ++r) {
-    std::vector<uint64_t> ids = SplitIds(held[size_t(r)], "--resume: worker " + std::to_string(r) + "'s list");
+    std::vector<uint64_t> ids = ParseIntList<uint64_t>(held[size_t(r)], "--resume: worker " + std::to_string(r) + "'s list");
     std::set<uint64_t> theirs(ids.begin(), ids.end()), both;
     std::set_intersection(common.begin(), common.end(), theirs.begin(), theirs.end(),
                           std::inserter(both, both.begin()));
@@ -108,7 +87,7 @@ void WorkerCheckpoints::Save(CheckpointState state) {
       const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       SHOAL_CHECK(left > 0, "checkpoint " + std::to_string(id) + ": worker " + std::to_string(r) +
                                 " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s");
-      std::vector<uint64_t> got = SplitIds(store_->Get(key, int(left)), "checkpoint: worker " + std::to_string(r) + "'s id");
+      std::vector<uint64_t> got = ParseIntList<uint64_t>(store_->Get(key, int(left)), "checkpoint: worker " + std::to_string(r) + "'s id");
       if (got.size() == 1 && got[0] >= id) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
       sleep_ms = std::min(sleep_ms * 2, 20);

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <glog/logging.h>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/int_list.h"
 
 namespace shoal {
 
@@ -45,13 +45,15 @@ void Coordinator::SetCheckpointer(Checkpointer* c, bool rejoin) {
       SHOAL_CHECK(used == g->size() && v < 0xffffffffUL, "not a generation");
       before = uint32_t(v);
     }
-    std::string rank;
-    std::istringstream in(l.value_or(""));
-    while (std::getline(in, rank, ','))
-      if (!rank.empty()) left_.insert(std::stoi(rank));
   } catch (const std::exception&) {
-    throw Error(c->path() + ": the coordinator's notes are damaged (generation '" + g.value_or("") +
-                "', finished workers '" + l.value_or("") + "')");
+    throw Error(c->path() + ": the coordinator's note '" + kGenerationNote + "' is damaged ('" + g.value_or("") +
+                "' is not a recovery generation)");
+  }
+  const std::string what = c->path() + ": the coordinator's note '" + kLeftNote + "' (the workers that finished)";
+  for (int r : ParseIntList<int>(l.value_or(""), what)) {
+    SHOAL_CHECK(r >= 0 && r < cfg_.world_size(), what + " names worker " + std::to_string(r) + ", but the job has " +
+                                                     std::to_string(cfg_.world_size()) + " workers");
+    left_.insert(r);
   }
   CheckpointRecord rec = c->Committed();
   last_restart_ = "server shard 0 (the coordinator) restarted from checkpoint " + std::to_string(rec.id) + " (step " +
@@ -64,9 +66,7 @@ void Coordinator::SetCheckpointer(Checkpointer* c, bool rejoin) {
 }
 
 void Coordinator::Persist(uint32_t generation) const {
-  std::string left;
-  for (int r : left_) left += (left.empty() ? "" : ",") + std::to_string(r);
-  checkpointer_->PutNote(kLeftNote, left);
+  checkpointer_->PutNote(kLeftNote, JoinIntList(std::vector<int>(left_.begin(), left_.end())));
   checkpointer_->PutNote(kGenerationNote, std::to_string(generation));
 }
 

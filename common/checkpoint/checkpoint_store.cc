@@ -14,6 +14,7 @@
 
 #include "common/byte_codec.h"
 #include "common/error.h"
+#include "common/int_list.h"
 
 namespace shoal {
 namespace {
@@ -53,11 +54,7 @@ CheckpointRecord DecodeRecord(ByteReader& r, const std::string& what) {
 
 }  // namespace
 
-std::string IdList(const std::vector<uint64_t>& ids) {
-  std::string s;
-  for (uint64_t i : ids) s += (s.empty() ? "" : ", ") + std::to_string(i);
-  return s.empty() ? "none" : s;
-}
+std::string IdList(const std::vector<uint64_t>& ids) { return ids.empty() ? "none" : JoinIntList(ids, ", "); }
 
 CheckpointStart CheckpointStartFrom(bool resume, bool fresh) {
   SHOAL_CHECK(!(resume && fresh), "--resume and --fresh contradict each other: continue the run, or start over");

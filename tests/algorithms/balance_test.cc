@@ -66,6 +66,19 @@ TEST(Balancer, EveryRankAgreesOnTheSplitFromGatheredThroughput) {
     EXPECT_EQ(again.sizes(), b.sizes());
     st.Put("balance/sizes", "1,2,3");
     EXPECT_THROW(again.Load(st), Error);  // sums to 6, not 12
+    // Wraps to 12 in 64 bits: refused before it is summed, not taken as a split.
+    st.Put("balance/sizes", "9223372036854775807,9223372036854775807,14");
+    EXPECT_THROW(again.Load(st), Error);
+    for (const char* bad : {"4,,4", "4,4,x", "4,4,99999999999999999999", "4,4,4,"}) {
+      st.Put("balance/sizes", bad);
+      try {
+        again.Load(st);
+        ADD_FAILURE() << bad << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("entry 'balance/sizes'"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_EQ(again.sizes(), b.sizes());  // a refused entry leaves the split as it was
   });
   // rates 1, 4, 4 of 12: 4/3 -> 1 (+1 by remainder), 16/3 -> 5
   EXPECT_EQ(sizes[0], (std::vector<int64_t>{2, 5, 5}));

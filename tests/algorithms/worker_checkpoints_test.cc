@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "common/rendezvous/store.h"
 
 namespace shoal {
@@ -84,6 +85,25 @@ TEST(WorkerCheckpoints, CommitOnceEveryRankWroteAndResumeTheNewestAllHold) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(got[r].record.id, 20u) << r;
     EXPECT_EQ(got[r].entries.at("w/x"), State(20, 2.f).entries.at("w/x")) << r;
+  }
+}
+
+// A peer's list in the store is read strictly: a damaged one is an error naming the peer,
+// not a checkpoint id made of junk.
+TEST(WorkerCheckpoints, ADamagedPeerListIsRefusedNamingThePeer) {
+  const std::string tmp = FreshDir();
+  JobConfig cfg;
+  cfg.checkpoint_dir = tmp + "/ckpt";
+  FileStore store(tmp + "/run");
+  for (const char* bad : {"4,,6", "4,x", "4,-6", "18446744073709551616"}) {
+    store.Set("checkpoint-held-1", bad);
+    WorkerCheckpoints wc(cfg, 0, 2, &store, CheckpointStart::kFresh);
+    try {
+      wc.Resume();
+      ADD_FAILURE() << "worker 1's list \"" << bad << "\" was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--resume: worker 1's list: item "), std::string::npos) << e.what();
+    }
   }
 }
 

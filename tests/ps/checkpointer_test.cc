@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "server/aggregation.h"
 #include "server/checkpointer.h"
+#include "server/coordinator.h"
 #include "server/kv_shard.h"
 
 namespace shoal {
@@ -180,6 +181,43 @@ TEST(Checkpointer, ANewJobRefusesAnEarlierRunsCheckpointsAndFreshClearsThem) {
   EXPECT_TRUE(again.Written().empty());
   EXPECT_EQ(again.Committed().id, 0u);
   EXPECT_THROW(CheckpointStartFrom(true, true), Error);
+}
+
+// Shard 0 restarted alone takes back the workers that finished from its notes; a damaged
+// note is an error naming the store, the note and the item, never a crash or a wrong set.
+TEST(Checkpointer, TheCoordinatorsFinishedWorkersNoteIsReadStrictly) {
+  const JobConfig cfg = PsJob("ps_async");  // 2 workers
+  const std::string dir = Dir("notes");
+  {
+    Checkpointer c(dir, 0, CheckpointStart::kNew);
+    Coordinator first(cfg, [](const PeerId&, OutMessage&) {});
+    first.SetCheckpointer(&c);  // generation 0, nobody finished
+    EXPECT_EQ(c.Note("coordinator/left"), std::optional<std::string>(""));
+    c.PutNote("coordinator/left", "0,1");
+  }
+  {
+    Checkpointer c(dir, 0, CheckpointStart::kResume);
+    Coordinator again(cfg, [](const PeerId&, OutMessage&) {});
+    again.SetCheckpointer(&c, /*rejoin=*/true);
+    EXPECT_TRUE(again.JobOver());  // both workers had finished
+    EXPECT_EQ(again.generation(), 1u);
+    EXPECT_EQ(c.Note("coordinator/left"), std::optional<std::string>("0,1"));
+  }
+  for (const char* bad : {"0,,1", "0,x", "0,+1", "0,4294967296", "0,2", "-1"}) {
+    Checkpointer c(dir, 0, CheckpointStart::kResume);
+    c.PutNote("coordinator/left", bad);
+    Coordinator again(cfg, [](const PeerId&, OutMessage&) {});
+    try {
+      again.SetCheckpointer(&c, true);
+      ADD_FAILURE() << "finished workers \"" << bad << "\" were accepted";
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("shard-0: the coordinator's note 'coordinator/left'"), std::string::npos) << m;
+      EXPECT_NE(m.find(std::string(bad) == "0,2" || std::string(bad) == "-1" ? "but the job has 2 workers" : "item 2"),
+                std::string::npos)
+          << m;
+    }
+  }
 }
 
 // A disk that fills up mid-write (a file-size limit: EFBIG, as ENOSPC would): the write
