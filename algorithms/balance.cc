@@ -79,9 +79,7 @@ bool Balancer::MaybeRebalance(int64_t steps_done) {
   return true;
 }
 
-void Balancer::Save(CheckpointState* out) const {
-  out->Put("balance/sizes", JoinIntList(sizes_));
-}
+void Balancer::Save(CheckpointState* out) const { out->Put("balance/sizes", JoinIntList(sizes_)); }
 
 void Balancer::Load(const CheckpointState& in) {
   if (!in.Has("balance/sizes")) return;  // written before balancing started: the equal split

@@ -51,7 +51,8 @@ CheckpointState WorkerCheckpoints::Resume() {
   std::set<uint64_t> common(mine.begin(), mine.end());
   std::string each;
   for (int r = 0; r < world_; ++r) {
-    std::vector<uint64_t> ids = ParseIntList<uint64_t>(held[size_t(r)], "--resume: worker " + std::to_string(r) + "'s list");
+    std::vector<uint64_t> ids =
+        ParseIntList<uint64_t>(held[size_t(r)], "--resume: worker " + std::to_string(r) + "'s list");
     std::set<uint64_t> theirs(ids.begin(), ids.end()), both;
     std::set_intersection(common.begin(), common.end(), theirs.begin(), theirs.end(),
                           std::inserter(both, both.begin()));
@@ -87,7 +88,8 @@ void WorkerCheckpoints::Save(CheckpointState state) {
       const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       SHOAL_CHECK(left > 0, "checkpoint " + std::to_string(id) + ": worker " + std::to_string(r) +
                                 " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s");
-      std::vector<uint64_t> got = ParseIntList<uint64_t>(store_->Get(key, int(left)), "checkpoint: worker " + std::to_string(r) + "'s id");
+      std::vector<uint64_t> got =
+          ParseIntList<uint64_t>(store_->Get(key, int(left)), "checkpoint: worker " + std::to_string(r) + "'s id");
       if (got.size() == 1 && got[0] >= id) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
       sleep_ms = std::min(sleep_ms * 2, 20);

@@ -13,7 +13,8 @@ namespace {
 // A hostile value may be megabytes long; the error quotes enough of it to recognise.
 std::string Quote(std::string_view s) {
   constexpr size_t kMax = 64;
-  return "\"" + std::string(s.substr(0, kMax)) + (s.size() > kMax ? "...\" (" + std::to_string(s.size()) + " bytes)" : "\"");
+  return "\"" + std::string(s.substr(0, kMax)) +
+         (s.size() > kMax ? "...\" (" + std::to_string(s.size()) + " bytes)" : "\"");
 }
 
 }  // namespace

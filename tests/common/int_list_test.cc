@@ -48,7 +48,8 @@ TEST(IntList, EmptyItemsJunkAndSignsAreRefused) {
             std::string::npos)
       << Refusal<int64_t>("5,6,x7");
   // A checkpoint id or rank count has no sign.
-  EXPECT_NE(Refusal<uint64_t>("1,-2").find("item 2 \"-2\" (at byte 2) of \"1,-2\" is not a non-negative integer"), std::string::npos)
+  EXPECT_NE(Refusal<uint64_t>("1,-2").find("item 2 \"-2\" (at byte 2) of \"1,-2\" is not a non-negative integer"),
+            std::string::npos)
       << Refusal<uint64_t>("1,-2");
   EXPECT_EQ(ParseIntList<int>("-2", "r"), std::vector<int>{-2});
 }
