@@ -46,6 +46,7 @@ if command -v nvidia-smi > /dev/null; then
 else
   echo "nvidia-smi: not found (no NVIDIA driver on this machine: no CUDA device)"
 fi
+echo "gpu-check: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 # The first test that needs the CUDA libraries tells whether they load; say which are missing.
 missing="$(ldd "$HERE/tests/cuda_device_test" 2> /dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')"
 [[ -n "$missing" ]] && echo "gpu-check: CUDA libraries not found on LD_LIBRARY_PATH: $missing(tests needing them fail to load)"
