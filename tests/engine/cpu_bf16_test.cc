@@ -87,7 +87,9 @@ TEST_F(CpuBf16Agrees, ConvolutionForwardAndBackward) {
   for (int i = 0; i < 4; ++i) {
     double e = RelErr(out[1][i], out[0][i]);
     EXPECT_LT(e, 0.02) << names[i];
-    if (i < 3) EXPECT_GT(e, 0.0) << names[i] << ": identical to fp32, so bf16 did not run";
+    if (i < 3) {
+      EXPECT_GT(e, 0.0) << names[i] << ": identical to fp32, so bf16 did not run";
+    }
   }
 }
 

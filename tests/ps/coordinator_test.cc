@@ -80,11 +80,13 @@ TEST(Coordinator, DeadWorkerIsReportedAndBarrierFails) {
   EXPECT_TRUE(found);
   // Asked again later (ps_ssp does, to leave dead clocks out), without registering again.
   found = false;
-  for (auto& m : c0.Members())
-    if (m.role == msg::Role::WORKER && m.rank == 1)
+  for (auto& m : c0.Members()) {
+    if (m.role == msg::Role::WORKER && m.rank == 1) {
       found = !m.alive;
-    else if (m.role == msg::Role::WORKER && m.rank == 0)
+    } else if (m.role == msg::Role::WORKER && m.rank == 0) {
       EXPECT_TRUE(m.alive);
+    }
+  }
   EXPECT_TRUE(found) << "MEMBERS did not report worker 1 dead";
   try {
     c0.Barrier("after-crash");
