@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/dtype_bits.h"
 #include "common/error.h"
 
 namespace shoal {
@@ -28,49 +29,11 @@ DType ParseDType(const std::string& name) {
 uint16_t FloatToHalf(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t mant = x & 0x007fffffu;
-  int32_t exp = int32_t((x >> 23) & 0xff);
-  if (exp == 0xff) return uint16_t(sign | 0x7c00u | (mant ? 0x200u : 0));  // inf / nan
-  exp = exp - 127 + 15;
-  if (exp >= 0x1f) return uint16_t(sign | 0x7c00u);  // overflow -> inf
-  if (exp <= 0) {                                    // subnormal or zero
-    if (exp < -10) return uint16_t(sign);
-    mant |= 0x00800000u;
-    uint32_t shift = uint32_t(14 - exp);
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1);
-    uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return uint16_t(sign | half);
-  }
-  uint32_t half = sign | (uint32_t(exp) << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;  // may carry into exp: fine
-  return uint16_t(half);
+  return dtype_bits::HalfFromFloatBits(x);
 }
 
 float HalfToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t x;
-  if (exp == 0) {
-    if (mant == 0) {
-      x = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while (!(mant & 0x400u));
-      x = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 0x1f) {
-    x = sign | 0x7f800000u | (mant << 13);
-  } else {
-    x = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
+  uint32_t x = dtype_bits::FloatBitsFromHalf(h);
   float f;
   std::memcpy(&f, &x, 4);
   return f;
@@ -79,10 +42,7 @@ float HalfToFloat(uint16_t h) {
 uint16_t FloatToBf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40);  // quiet nan
-  uint32_t lsb = (x >> 16) & 1u;
-  x += 0x7fffu + lsb;
-  return uint16_t(x >> 16);
+  return dtype_bits::Bf16FromFloatBits(x);
 }
 
 void EncodeFloats(const float* src, size_t n, DType t, void* dst) {

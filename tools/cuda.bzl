@@ -2,13 +2,15 @@
 
 NVCC = "/usr/local/cuda/bin/nvcc"
 
-def cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
+def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_hdrs = [], **kwargs):
+    """nvcc_hdrs: headers from other packages that the .cu files include (e.g. //common:dtype_bits.h)."""
     objs = []
     for src in srcs:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + [h for h in native.glob(["**/*.h", "**/*.cuh"], allow_empty = True) if h not in hdrs] + hdrs,
+            srcs = [src] + [h for h in native.glob(["**/*.h", "**/*.cuh"], allow_empty = True) if h not in hdrs] + hdrs +
+                   nvcc_hdrs,
             outs = [obj],
             # Each nvcc gets its own TMPDIR: parallel sandboxes share /tmp and clobber
             # each other's intermediate files otherwise.

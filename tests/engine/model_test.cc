@@ -298,7 +298,9 @@ TEST(Model, Resnet50TrainStepOnSmallImages) {
     const double ss = be->SumSquares(p.grad);
     ASSERT_TRUE(std::isfinite(ss)) << p.name;
     // zero-γ blocks still pass gradient to their γ and to the stem through the shortcuts
-    if (p.name == "conv.weight" || p.name.find("bn3.gamma") != std::string::npos) EXPECT_GT(ss, 0.0) << p.name;
+    if (p.name == "conv.weight" || p.name.find("bn3.gamma") != std::string::npos) {
+      EXPECT_GT(ss, 0.0) << p.name;
+    }
   }
 }
 
