@@ -16,7 +16,7 @@ mkdir -p "$OUT" "$OBJ" "$GEN/common/messages"
 # The production code the targets reach: transport decoding, the server (shard 0 with its
 # coordinator and update rule), the job-file loader, the data readers, the checkpointer.
 SRCS=(
-  common/config.cc common/dtype.cc common/metrics.cc
+  common/config.cc common/dtype.cc common/int_list.cc common/metrics.cc
   common/transport/transport.cc common/transport/heartbeat.cc common/transport/pipe.cc
   common/rendezvous/rendezvous.cc common/rendezvous/store.cc common/ps/client.cc
   common/checkpoint/checkpoint_store.cc
