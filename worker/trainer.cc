@@ -28,9 +28,9 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // alias the model's tensors; on a GPU they are host mirrors copied each step, unless the
 // algorithm takes device params: then they alias the model's device tensors (on_device)
 // and only checkpoints, the weights' hash and the export copy weights to the host.
-class HostParams {
+class ParamViews {
  public:
-  HostParams(Model& model, Backend& backend, bool device_params = false) : model_(model), backend_(backend) {
+  ParamViews(Model& model, Backend& backend, bool device_params = false) : model_(model), backend_(backend) {
     host_ = backend.device().is_cpu();
     device_ = !host_ && device_params;
     for (auto& p : model.parameters()) {
@@ -230,7 +230,6 @@ class Trainer {
     if (cfg_.weight_init == "uniform") mo.init = WeightInit::kFanInUniform;
     model_ = MakeModel(cfg_.model, *backend_, mo);
     model_->InitParameters(cfg_.seed);
-    params_ = std::make_unique<HostParams>(*model_, *backend_);
   }
 
   // The algorithm, connected to its peers, with the starting weights (its own, rank 0's,
@@ -253,8 +252,7 @@ class Trainer {
     env_.rejoin = opts_.resume && opts_.rejoin;
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
     // A CUDA worker whose algorithm takes device params hands it the model's own tensors.
-    if (!backend_->device().is_cpu() && algo_->TakesDeviceParams())
-      params_ = std::make_unique<HostParams>(*model_, *backend_, /*device_params=*/true);
+    params_ = std::make_unique<ParamViews>(*model_, *backend_, algo_->TakesDeviceParams());
     // Overlap: each node's gradients go to the algorithm as soon as the backward pass has
     // finished them (the engine only calls back; it knows nothing of algorithms).
     // Asked again every step: auto wants them only once it has chosen an algorithm that does.
@@ -578,7 +576,7 @@ class Trainer {
   std::shared_ptr<Dataset> train_set_;
   std::unique_ptr<DataLoader> train_, test_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<HostParams> params_;
+  std::unique_ptr<ParamViews> params_;
   MetricsWriter metrics_;
   AlgorithmEnv env_;
   std::unique_ptr<Algorithm> algo_;
