@@ -11,6 +11,10 @@ namespace {
 
 constexpr uint32_t kTensorMagic = 0x4b434853;  // "SHCK"
 
+// A tensor record's bytes before its buffer, less the update rule's state: magic, dtype,
+// rank, shape, version, the state's length, the buffer's length (Snapshot's `head`).
+uint64_t HeadBytes(const StoredTensor& t) { return 4 + 1 + 4 + 8 * t.shape.size() + 8 + 8 + 8; }
+
 }  // namespace
 
 Checkpointer::Checkpointer(const std::string& dir, int shard, CheckpointStart start)
@@ -19,9 +23,10 @@ Checkpointer::Checkpointer(const std::string& dir, int shard, CheckpointStart st
 std::unique_ptr<CheckpointStore::Pending> Checkpointer::Snapshot(const CheckpointRecord& rec, uint64_t keep,
                                                                  const KvShard& kv) const {
   auto p = store_.Begin(rec, keep);
-  // Room for the tensors up front, in one allocation: the snapshot's one copy of them.
+  // Room for the tensors up front, in one allocation: the snapshot's one copy of them (an
+  // update rule's state, unknown until saved, may grow it later).
   uint64_t bytes = 0;
-  for (auto& [name, t] : kv.tensors()) bytes += name.size() + t.buf->size() + 64;
+  for (auto& [name, t] : kv.tensors()) bytes += p->EntryRoom(name.size(), HeadBytes(t) + t.buf->size());
   p->Reserve(bytes);
   for (auto& [name, t] : kv.tensors()) {
     ByteWriter head;  // everything but the buffer, which goes into the batch straight from the shard

@@ -136,7 +136,7 @@ void CheckpointStore::Pending::Add(const std::string& key, std::initializer_list
     slices.emplace_back(part.data(), part.size());
     bytes += part.size();
   }
-  Reserve(full_key.size() + bytes);
+  Reserve(EntryRoom(key.size(), bytes));
   rocksdb::Slice k(full_key);
   Check(batch_->Put(rocksdb::SliceParts(&k, 1), rocksdb::SliceParts(slices.data(), int(slices.size()))),
         "checkpoint " + std::to_string(rec_.id) + " entry '" + key + "'");
@@ -144,10 +144,14 @@ void CheckpointStore::Pending::Add(const std::string& key, std::initializer_list
   bytes_ += bytes;
 }
 
+uint64_t CheckpointStore::Pending::EntryRoom(size_t key_size, uint64_t value_size) const {
+  constexpr uint64_t kRecordOverhead = 32;  // a record's tag and length varints, with room to spare
+  return EntryPrefix(rec_.id).size() + key_size + value_size + kRecordOverhead;
+}
+
 void CheckpointStore::Pending::Reserve(uint64_t bytes) {
-  constexpr uint64_t kPerEntry = 32;  // a record's tag and length varints, with room to spare
   const std::string& rep = batch_->Data();
-  const uint64_t need = bytes + kPerEntry + tail_;
+  const uint64_t need = bytes + tail_;
   if (rep.capacity() - rep.size() >= need) return;
   std::string grown;
   grown.reserve(rep.size() + std::max<uint64_t>(need, rep.size()));  // at least doubles: no quadratic copying
@@ -165,6 +169,8 @@ std::unique_ptr<CheckpointStore::Pending> CheckpointStore::Begin(const Checkpoin
   const uint64_t committed = Committed().id;
   for (uint64_t o : Written())
     if (o != rec.id && o != committed && (o < keep || o > rec.id)) p->drop_.push_back(o);
+  // The manifest (its key, record and entry count: under 100 bytes) and a Delete plus a
+  // DeleteRange per dropped checkpoint.
   p->tail_ = 256 + p->drop_.size() * 2 * (EntryPrefix(0).size() + 32);
   return p;
 }
@@ -173,12 +179,10 @@ void CheckpointStore::Write(std::unique_ptr<Pending> p) {
   const CheckpointRecord& rec = p->rec_;
   ByteWriter count;
   count.Put(p->entries_);
-  const std::string manifest = EncodeRecord(rec) + count.str();
-  p->tail_ = 0;
-  p->Reserve(ManifestKey(rec.id).size() + manifest.size() + p->drop_.size() * 2 * (EntryPrefix(0).size() + 32));
+  p->Reserve(0);  // the room Begin kept for the manifest and the drops
   rocksdb::WriteBatch& batch = *p->batch_;
   // The manifest last: a checkpoint without one does not exist.
-  Check(batch.Put(ManifestKey(rec.id), manifest), "checkpoint manifest");
+  Check(batch.Put(ManifestKey(rec.id), EncodeRecord(rec) + count.str()), "checkpoint manifest");
   for (uint64_t o : p->drop_) {
     batch.Delete(ManifestKey(o));
     batch.DeleteRange(EntryPrefix(o), EntryPrefix(o) + "\xff");

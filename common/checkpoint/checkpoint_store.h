@@ -63,6 +63,8 @@ class CheckpointStore {
     // where a failed one throws std::bad_alloc and leaves the store as it was: RocksDB's own
     // appends do not survive one (Debian's build asserts and aborts).
     void Reserve(uint64_t bytes);
+    // What Add of a key and value of these sizes takes of the batch (for Reserve up front).
+    uint64_t EntryRoom(size_t key_size, uint64_t value_size) const;
     const CheckpointRecord& record() const { return rec_; }
     uint64_t bytes() const { return bytes_; }
 
