@@ -13,18 +13,14 @@ CXX="${FUZZ_CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang-14 libclang-rt-14-dev)" >&2; exit 1; }
 mkdir -p "$OUT" "$OBJ" "$GEN/common/messages"
 
-# The production code the targets reach: transport decoding, the server (shard 0 with its
-# coordinator and update rule), the job-file loader, the data readers, the checkpointer.
-SRCS=(
-  common/config.cc common/dtype.cc common/int_list.cc common/metrics.cc
-  common/transport/transport.cc common/transport/heartbeat.cc common/transport/pipe.cc
-  common/rendezvous/rendezvous.cc common/rendezvous/store.cc common/ps/client.cc
-  common/checkpoint/checkpoint_store.cc
-  server/server.cc server/coordinator.cc server/kv_shard.cc server/checkpointer.cc server/aggregation.cc
-  algorithms/optimizers/optimizer.cc
-  worker/data/idx_reader.cc worker/data/cifar_reader.cc worker/data/file_util.cc
-  worker/data/dataset.cc worker/data/synthetic.cc
-)
+# The production code the targets reach (transport decoding, the server with its
+# coordinator and update rule, the job-file loader, the data readers, the checkpointer):
+# the .cc sources of their Bazel deps (tests/fuzz/BUILD), so this build never keeps a list
+# of its own. Generated code (the Cap'n Proto schema) is compiled below.
+query='kind("source file", deps(tests("//tests/fuzz:all"))) except (//tests/...:* + //third_party/...:*)'
+mapfile -t SRCS < <(cd "$ROOT" && bazel query --noshow_progress --ui_event_filters=-info "$query" 2>/dev/null |
+  grep '^//.*\.cc$' | sed -e 's|^//||' -e 's|:|/|' -e 's|^/||')
+[[ ${#SRCS[@]} -gt 0 ]] || { echo "fuzz: bazel query for the targets' sources failed: bazel query '$query'" >&2; exit 1; }
 
 SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 CXXFLAGS=(-std=c++17 -O1 -g -DTOML_HEADER_ONLY=1 -I"$ROOT" -I"$GEN" "${SAN[@]}"
