@@ -27,12 +27,21 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // The model's parameters and gradients as views for the algorithm layer. On the CPU they
 // alias the model's tensors; on a GPU they are host mirrors copied each step, unless the
 // algorithm takes device params: then they alias the model's device tensors (on_device)
-// and only checkpoints, the weights' hash and the export copy weights to the host.
+// and only checkpoints, the weights' hash and the export copy weights to the host. Host
+// mirrors are the backend's staging memory (pinned on CUDA), and a whole model's copies
+// are queued before one wait.
 class ParamViews {
  public:
   ParamViews(Model& model, Backend& backend, bool device_params = false) : model_(model), backend_(backend) {
     host_ = backend.device().is_cpu();
     device_ = !host_ && device_params;
+    float* mirror = nullptr;
+    if (!host_ && !device_) {
+      size_t floats = 0;
+      for (auto& p : model.parameters()) floats += size_t(p.value.numel()) * 2;
+      mirrors_ = backend.AllocHost(floats * sizeof(float));
+      mirror = static_cast<float*>(mirrors_.get());
+    }
     for (auto& p : model.parameters()) {
       ParamView v;
       v.name = p.name;
@@ -44,9 +53,9 @@ class ParamViews {
         v.g = p.grad.data<float>();
         v.on_device = device_;
       } else {
-        mirrors_.emplace_back(size_t(v.n) * 2);
-        v.w = mirrors_.back().data();
+        v.w = mirror;
         v.g = v.w + v.n;
+        mirror += 2 * v.n;
       }
       views_.push_back(v);
     }
@@ -63,22 +72,26 @@ class ParamViews {
       Down(ps[i].value, views_[i].w);
       if (grads) Down(ps[i].grad, views_[i].g);
     }
+    backend_.Synchronize();
   }
   // One final gradient, device -> host (waits for the backward kernels that produce it).
   void GradToHost(size_t i) {
     if (device_)
       backend_.Synchronize();  // correctness first: the whole queue, not this gradient's event
-    else if (!host_)
+    else if (!host_) {
       Down(model_.parameters()[i].grad, views_[i].g);
+      backend_.Synchronize();
+    }
   }
   // Host -> device after it.
   void PushWeights() {
     if (host_ || device_) return;
     auto ps = model_.parameters();
     for (size_t i = 0; i < ps.size(); ++i) {
-      backend_.CopyFromHost(ps[i].value, views_[i].w);
+      backend_.CopyFromHostAsync(ps[i].value, views_[i].w);
       copied_bytes_ += ps[i].value.bytes();
     }
+    backend_.Synchronize();
   }
   // Host views of the weights for code that reads or writes them on the host (checkpoints,
   // hash, export): the views themselves, or with device params host copies (g left null),
@@ -110,8 +123,9 @@ class ParamViews {
   int64_t copied_bytes() const { return copied_bytes_; }
 
  private:
+  // Queued; the caller synchronizes.
   void Down(const Tensor& t, float* dst) {
-    backend_.CopyToHost(t, dst);
+    backend_.CopyToHostAsync(t, dst);
     copied_bytes_ += t.bytes();
   }
 
@@ -119,7 +133,7 @@ class ParamViews {
   Backend& backend_;
   bool host_;
   bool device_ = false;
-  std::vector<std::vector<float>> mirrors_;
+  std::shared_ptr<void> mirrors_;  // weights and gradients, w then g per parameter
   std::vector<ParamView> views_;
   std::vector<std::vector<float>> weight_copies_;  // device params: HostWeights' memory
   std::vector<ParamView> host_views_;

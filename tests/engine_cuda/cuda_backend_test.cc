@@ -5,6 +5,7 @@
 // (cuda_device_test covers the no-device behaviour).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -135,6 +136,36 @@ struct ConvCase {
   int stride, pad;
   bool bias;
 };
+
+// The trainer's host mirrors: staging memory from AllocHost (pinned on CUDA), a whole
+// model's copies queued in both directions, one Synchronize each way.
+TEST_F(CudaVsReference, QueuedCopiesThroughStagingMemoryArriveAfterOneSynchronize) {
+  const std::vector<Shape> shapes = {{64, 3, 3, 3}, {64}, {1000, 2048}, {7}};
+  size_t floats = 0;
+  for (auto& s : shapes) floats += size_t(NumElements(s));
+  std::shared_ptr<void> staging = gpu_->AllocHost(floats * sizeof(float));
+  ASSERT_NE(staging, nullptr);
+  float* host = static_cast<float*>(staging.get());
+  for (size_t i = 0; i < floats; ++i) host[i] = float(i % 977) * 0.5f - 100.f;
+  std::vector<Tensor> dev;
+  float* at = host;
+  for (auto& s : shapes) {
+    dev.push_back(gpu_->Empty(s));
+    gpu_->CopyFromHostAsync(dev.back(), at);
+    at += NumElements(s);
+  }
+  gpu_->Synchronize();
+  std::vector<float> want(host, host + floats);
+  std::fill(host, host + floats, std::nanf(""));
+  at = host;
+  for (auto& t : dev) {
+    gpu_->Scale(2.f, t);
+    gpu_->CopyToHostAsync(t, at);
+    at += t.numel();
+  }
+  gpu_->Synchronize();
+  for (size_t i = 0; i < floats; ++i) ASSERT_EQ(host[i], 2.f * want[i]) << "element " << i;
+}
 
 TEST_F(CudaVsReference, ConvolutionForwardAndBackward) {
   const ConvCase cases[] = {{2, 3, 9, 9, 4, 3, 1, 1, true},

@@ -45,6 +45,14 @@ class Backend {
   virtual void CopyToHost(const Tensor& src, void* dst) = 0;
   virtual void Copy(const Tensor& src, Tensor& dst) = 0;  // same device
   virtual void Synchronize() {}
+  // Host memory for staging this device's copies: page-locked on CUDA, so copies run at
+  // full bus speed and the Async variants below do not wait; plain memory elsewhere.
+  virtual std::shared_ptr<void> AllocHost(size_t bytes);
+  // Queued copies, complete after the next Synchronize(): the host side must stay untouched
+  // until then. Many copies then one Synchronize cost one wait instead of one per tensor.
+  // Defaults: the synchronous copies.
+  virtual void CopyFromHostAsync(Tensor& dst, const void* src) { CopyFromHost(dst, src); }
+  virtual void CopyToHostAsync(const Tensor& src, void* dst) { CopyToHost(src, dst); }
 
   // ---- convolution, weights OIHW, bias [O] (may be undefined)
   virtual void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) = 0;

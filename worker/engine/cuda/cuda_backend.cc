@@ -127,21 +127,37 @@ void CudaBackend::Fill(Tensor& t, float value) {
   Check(cudak::Fill(t.raw(), ElemType(t.dtype()), t.numel(), value, stream_), Where("Fill"));
 }
 
-void CudaBackend::CopyFromHost(Tensor& dst, const void* src) {
+void CudaBackend::CopyFromHostAsync(Tensor& dst, const void* src) {
   Expect(dst, "CopyFromHost", "dst", dst.dtype());
   SHOAL_CHECK(src != nullptr || dst.bytes() == 0, Where("CopyFromHost") + ": null host pointer");
   Activate();
   Check(cudaMemcpyAsync(dst.raw(), src, dst.bytes(), cudaMemcpyHostToDevice, stream_), Where("CopyFromHost"));
-  // Waiting keeps the call safe for pinned sources, which the caller may reuse at once.
-  Check(cudaStreamSynchronize(stream_), Where("CopyFromHost"));
 }
 
-void CudaBackend::CopyToHost(const Tensor& src, void* dst) {
+void CudaBackend::CopyToHostAsync(const Tensor& src, void* dst) {
   Expect(src, "CopyToHost", "src", src.dtype());
   SHOAL_CHECK(dst != nullptr || src.bytes() == 0, Where("CopyToHost") + ": null host pointer");
   Activate();
   Check(cudaMemcpyAsync(dst, src.raw(), src.bytes(), cudaMemcpyDeviceToHost, stream_), Where("CopyToHost"));
+}
+
+// Waiting keeps the synchronous copies safe for pinned host memory, which the caller may
+// reuse (or read) at once.
+void CudaBackend::CopyFromHost(Tensor& dst, const void* src) {
+  CopyFromHostAsync(dst, src);
+  Check(cudaStreamSynchronize(stream_), Where("CopyFromHost"));
+}
+
+void CudaBackend::CopyToHost(const Tensor& src, void* dst) {
+  CopyToHostAsync(src, dst);
   Check(cudaStreamSynchronize(stream_), Where("CopyToHost"));
+}
+
+std::shared_ptr<void> CudaBackend::AllocHost(size_t bytes) {
+  Activate();
+  void* p = nullptr;
+  Check(cudaMallocHost(&p, bytes ? bytes : 1), Where("AllocHost") + " (" + std::to_string(bytes) + " bytes pinned)");
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
 }
 
 void CudaBackend::Copy(const Tensor& src, Tensor& dst) {

@@ -63,6 +63,10 @@ class CudaBackend final : public Backend {
   // Same dtype: a device copy; different dtypes: an elementwise conversion.
   void Copy(const Tensor& src, Tensor& dst) override;
   void Synchronize() override;
+  // Page-locked (cudaMallocHost), freed by its last reference.
+  std::shared_ptr<void> AllocHost(size_t bytes) override;
+  void CopyFromHostAsync(Tensor& dst, const void* src) override;
+  void CopyToHostAsync(const Tensor& src, void* dst) override;
 
   void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) override;
   void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx, Tensor& dw,
