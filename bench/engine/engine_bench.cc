@@ -19,7 +19,8 @@ DEFINE_string(model, "lenet", "mlp | lenet | resnet20 | resnet50");
 DEFINE_string(device, "cpu", "cpu | cuda:N");
 DEFINE_int32(threads, 2, "CPU threads (0 = all cores)");
 DEFINE_int32(batch, 64, "batch size");
-DEFINE_string(precision, "fp32", "fp32 | bf16: the arithmetic of convolutions and fully connected layers");
+DEFINE_string(precision, "fp32",
+              "fp32 | bf16 | fp16 (CUDA only): the arithmetic of convolutions and fully connected layers");
 DEFINE_int32(warmup, 5, "untimed steps first");
 DEFINE_double(seconds, 5.0, "time to measure for (at least 5 steps)");
 

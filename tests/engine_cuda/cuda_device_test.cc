@@ -27,6 +27,23 @@ TEST(CudaDevice, MissingDeviceIsReportedNotFatal) {
   }
 }
 
+// The mixed-precision backend: without a device the only complaint is the missing device.
+TEST(CudaDevice, MixedPrecisionBackendIsBuilt) {
+  std::string why;
+  if (CudaDeviceCount(&why) > 0) {
+    for (DType dt : {DType::kBF16, DType::kF16}) EXPECT_EQ(MakeCudaBackend(0, dt)->compute_dtype(), dt);
+    return;
+  }
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    try {
+      MakeCudaBackend(0, dt);
+      FAIL() << "MakeCudaBackend succeeded without a device";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find("no CUDA device"), 0u) << e.what();
+    }
+  }
+}
+
 TEST(CudaDevice, BadIndexThrows) {
   EXPECT_THROW(MakeCudaBackend(-1), Error);
   EXPECT_THROW(MakeCudaBackend(1 << 20), Error);

@@ -122,8 +122,9 @@ class Backend {
 // refused (CPUs have no fp16 arithmetic faster than fp32).
 std::unique_ptr<Backend> MakeCpuBackend(int threads = 0, DType compute = DType::kF32);
 // The CUDA backend on device `index`; throws shoal::Error with a clear message when no
-// CUDA device is present (never crashes).
-std::unique_ptr<Backend> MakeCudaBackend(int index);
+// CUDA device is present (never crashes). compute kBF16/kF16: convolutions and fully
+// connected layers on tensor cores in that type, fp32 everywhere else (cuda_backend.h).
+std::unique_ptr<Backend> MakeCudaBackend(int index, DType compute = DType::kF32);
 std::unique_ptr<Backend> MakeBackend(const Device& d, int threads = 0, DType compute = DType::kF32);
 
 }  // namespace shoal

@@ -20,6 +20,9 @@ const char* Sgemm(Handle h, bool trans_a, bool trans_b, int m, int n, int k, flo
 // The same for fp16 (type 1) or bf16 (type 2) matrices, accumulating in fp32.
 const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
                      int lda, const void* b, int ldb, float beta, void* c, int ldc);
+// fp16/bf16 A and B, fp32 C (the mixed mode's y, dx and accumulating dw), fp32 accumulation.
+const char* GemmMixed(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+                      int lda, const void* b, int ldb, float beta, float* c, int ldc);
 
 }  // namespace blas
 }  // namespace shoal

@@ -269,7 +269,7 @@ void CudaBackend::Gemm(DType dt, bool ta, bool tb, int m, int n, int k, float al
 }
 
 void CudaBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
-  const DType dt = x.dtype();
+  const DType dt = Mixed() ? DType::kF32 : x.dtype();  // the interface's type
   Expect(x, "LinearForward", "x", dt);
   Expect(w, "LinearForward", "w", dt);
   Expect(y, "LinearForward", "y", dt);
@@ -283,16 +283,17 @@ void CudaBackend::LinearForward(const Tensor& x, const Tensor& w, const Tensor& 
     Expect(b, "LinearForward", "b", dt);
     ExpectShape(b, {out}, "LinearForward", "b");
   }
+  const int N = AsInt(n, "N"), I = AsInt(in, "I"), O = AsInt(out, "O");
   Activate();
-  Gemm(dt, true, false, AsInt(out, "O"), AsInt(n, "N"), AsInt(in, "I"), 1.f, w.raw(), int(in), x.raw(), int(in), 0.f,
-       y.raw(), int(out), "LinearForward gemm");
+  if (Mixed()) return MixedLinearForward(x, w, b, y);
+  Gemm(dt, true, false, O, N, I, 1.f, w.raw(), int(in), x.raw(), int(in), 0.f, y.raw(), int(out), "LinearForward gemm");
   if (b.defined())
     Check(cudak::BiasAdd(ElemType(dt), y.raw(), b.raw(), n, out, 1, stream_), Where("LinearForward bias"));
 }
 
 void CudaBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                                  Tensor* db) {
-  const DType dt = x.dtype();
+  const DType dt = Mixed() ? DType::kF32 : x.dtype();  // the interface's type
   Expect(x, "LinearBackward", "x", dt);
   Expect(w, "LinearBackward", "w", dt);
   Expect(dy, "LinearBackward", "dy", dt);
@@ -314,6 +315,7 @@ void CudaBackend::LinearBackward(const Tensor& x, const Tensor& w, const Tensor&
   }
   const int N = AsInt(n, "N"), I = AsInt(in, "I"), O = AsInt(out, "O");
   Activate();
+  if (Mixed()) return MixedLinearBackward(x, w, dy, dx, dw, db);
   // dw^T [I, O] += x^T [I, N] * (dy^T [O, N])^T
   Gemm(dt, false, true, I, O, N, 1.f, x.raw(), I, dy.raw(), O, 1.f, dw.raw(), I, "LinearBackward dw gemm");
   if (db != nullptr)
@@ -387,13 +389,15 @@ double CudaBackend::SumSquares(const Tensor& x) {
 
 // ---- factories declared in backend.h
 
-std::unique_ptr<Backend> MakeCudaBackend(int index) {
+std::unique_ptr<Backend> MakeCudaBackend(int index, DType compute) {
   std::string why;
   const int n = CudaDeviceCount(&why);
   if (n == 0) throw Error("no CUDA device: " + why);
   SHOAL_CHECK(index >= 0 && index < n,
               "cuda:" + std::to_string(index) + " does not exist: " + std::to_string(n) + " CUDA device(s) present");
-  return std::make_unique<CudaBackend>(index);
+  CudaBackend::Options options;
+  options.compute = compute;
+  return std::make_unique<CudaBackend>(index, options);
 }
 
 }  // namespace shoal

@@ -11,6 +11,17 @@
 // take fp16 or bf16 activations (all activations, weights and their gradients of one call
 // in that type; batch-norm parameters and statistics stay fp32), computing in fp32 with
 // tensor cores. The loss and SumSquares take fp32 only.
+//
+// Options::compute = kBF16/kF16 is the model-level mixed mode (Backend::compute_dtype()),
+// the CPU backend's contract: every tensor at the interface is fp32 (weights, gradients,
+// activations), and only convolution and the fully connected layer compute in the narrow
+// type. They cast their inputs and weights on the way in, run on tensor cores with fp32
+// accumulation and hand back fp32 (parameter gradients still accumulate in fp32).
+// Convolutions run NHWC there: one kernel casts and transposes x (and dy) to NHWC and w to
+// KRSC (layout_cast.h), another brings cuDNN's NHWC output back to fp32 NCHW, adding the
+// bias on the way. ConvForwardTrain keeps the narrow NHWC copy of x in `saved` for the
+// backward. Channel counts that are not multiples of 8 (the 3-channel input layer) stay NCHW:
+// cuDNN's NHWC tensor-core kernels want multiples of 8.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -39,6 +50,8 @@ struct CudaConvPlan {
   cudnnMathType_t fwd_math{}, bwd_data_math{}, bwd_filter_math{};
   size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
   bool has_fwd = false, has_bwd = false;
+  // Mixed mode: x, w, y live in cuDNN as NHWC / KRSC (else NCHW / OIHW).
+  bool nhwc = false;
 };
 
 class CudaBackend final : public Backend {
@@ -46,6 +59,7 @@ class CudaBackend final : public Backend {
   struct Options {
     bool allow_tf32 = false;
     size_t max_workspace_bytes = size_t(1) << 30;  // per convolution algorithm
+    DType compute = DType::kF32;                   // kBF16 / kF16: the mixed mode above
   };
   // Throws shoal::Error when the device cannot be used.
   CudaBackend(int index, Options options);
@@ -54,6 +68,7 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return {DeviceKind::kCuda, index_}; }
   std::string Name() const override { return name_; }
+  DType compute_dtype() const override { return options_.compute; }
   cudaStream_t stream() const { return stream_; }
 
   Tensor Empty(const Shape& shape, DType dtype = DType::kF32) override;
@@ -71,6 +86,10 @@ class CudaBackend final : public Backend {
   void ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) override;
   void ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx, Tensor& dw,
                     Tensor* db) override;
+  void ConvForwardTrain(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y,
+                        Tensor& saved) override;
+  void ConvBackwardSaved(const Tensor& x, const Tensor& saved, const Tensor& w, const Tensor& dy, const ConvParams& p,
+                         Tensor* dx, Tensor& dw, Tensor* db) override;
 
   void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
@@ -101,7 +120,9 @@ class CudaBackend final : public Backend {
   double SumSquares(const Tensor& x) override;
 
  private:
-  using ConvKey = std::array<int64_t, 11>;
+  using ConvKey = std::array<int64_t, 12>;
+
+  bool Mixed() const { return options_.compute != DType::kF32; }
 
   // fp32 data computed without TF32: only FMA convolution kernels qualify.
   bool ExactFp32(DType dt) const { return dt == DType::kF32 && !options_.allow_tf32; }
@@ -125,6 +146,20 @@ class CudaBackend final : public Backend {
   CudaConvPlan& PlanFor(const Tensor& x, const Tensor& w, const ConvParams& p, const char* op);
   void ChooseForwardAlgo(CudaConvPlan& plan);
   void ChooseBackwardAlgos(CudaConvPlan& plan);
+  // The convolution bodies; `saved` is null for the non-training entry points.
+  void ConvFwd(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y, Tensor* saved);
+  void ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
+               Tensor& dw, Tensor* db);
+  // Mixed mode (fp32 interface, narrow compute), cuda_conv.cc and cuda_backend.cc.
+  void MixedConvFwd(CudaConvPlan& pl, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor* saved);
+  void MixedConvBwd(CudaConvPlan& pl, const Tensor& x, const Tensor* saved, const Tensor& w, const Tensor& dy,
+                    Tensor* dx, Tensor& dw, Tensor* db);
+  void MixedLinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+  void MixedLinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db);
+  // fp32 src (n images of [c, hw]) into the compute type at dst, NHWC; and back into fp32.
+  void ToCompute(const float* src, void* dst, int64_t n, int64_t c, int64_t hw, const char* what);
+  void FromCompute(const void* src, float* dst, const float* bias, bool accumulate, int64_t n, int64_t c, int64_t hw,
+                   const char* what);
 
   const int index_;
   const Options options_;

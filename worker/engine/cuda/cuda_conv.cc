@@ -48,17 +48,22 @@ bool PickAlgo(const std::vector<Perf>& ranked, int count, bool exact_fp32, size_
 }  // namespace
 
 CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvParams& p, const char* op) {
-  const DType dt = x.dtype();
-  Expect(x, op, "x", dt);
-  Expect(w, op, "w", dt);
+  // Mixed mode: fp32 at the interface, the compute type inside; else one type throughout.
+  const DType io = Mixed() ? DType::kF32 : x.dtype();
+  const DType dt = Mixed() ? options_.compute : io;
+  Expect(x, op, "x", io);
+  Expect(w, op, "w", io);
   SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4,
               Where(op) + ": x " + Dims(x.shape()) + " and w " + Dims(w.shape()) + " must be NCHW and OIHW");
   SHOAL_CHECK(x.dim(1) == w.dim(1), Where(op) + ": x " + Dims(x.shape()) + " has " + std::to_string(x.dim(1)) +
                                         " channels but w " + Dims(w.shape()) + " expects " + std::to_string(w.dim(1)));
   SHOAL_CHECK(p.stride >= 1 && p.pad >= 0,
               Where(op) + ": stride " + std::to_string(p.stride) + " / pad " + std::to_string(p.pad) + " invalid");
-  const ConvKey key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),   w.dim(1),
-                    w.dim(2), w.dim(3), p.stride, p.pad,    int64_t(dt)};
+  // NHWC only where both channel counts are multiples of 8, what cuDNN's NHWC tensor-core
+  // kernels are built for; the 3-channel input layer and other odd shapes stay NCHW.
+  const bool nhwc = Mixed() && x.dim(1) % 8 == 0 && w.dim(0) % 8 == 0;
+  const ConvKey key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),    w.dim(1),
+                    w.dim(2), w.dim(3), p.stride, p.pad,    int64_t(dt), int64_t(nhwc)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
@@ -67,11 +72,13 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   auto plan = std::make_unique<CudaConvPlan>();
   const std::string where = Where(op) + " x " + Dims(x.shape()) + " w " + Dims(w.shape());
   const cudnnDataType_t type = cudautil::CudnnType(dt);
+  const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   plan->dtype = dt;
-  Check(cudnnSetTensor4dDescriptor(plan->x.get(), CUDNN_TENSOR_NCHW, type, int(x.dim(0)), int(x.dim(1)), int(x.dim(2)),
+  plan->nhwc = nhwc;
+  Check(cudnnSetTensor4dDescriptor(plan->x.get(), format, type, int(x.dim(0)), int(x.dim(1)), int(x.dim(2)),
                                    int(x.dim(3))),
         where);
-  Check(cudnnSetFilter4dDescriptor(plan->w.get(), type, CUDNN_TENSOR_NCHW, int(w.dim(0)), int(w.dim(1)), int(w.dim(2)),
+  Check(cudnnSetFilter4dDescriptor(plan->w.get(), type, format, int(w.dim(0)), int(w.dim(1)), int(w.dim(2)),
                                    int(w.dim(3))),
         where);
   Check(cudnnSetConvolution2dDescriptor(plan->conv.get(), p.pad, p.pad, p.stride, p.stride, 1, 1,
@@ -89,7 +96,7 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   plan->o = o;
   plan->ho = ho;
   plan->wo = wo;
-  Check(cudnnSetTensor4dDescriptor(plan->y.get(), CUDNN_TENSOR_NCHW, type, n, o, ho, wo), where);
+  Check(cudnnSetTensor4dDescriptor(plan->y.get(), format, type, n, o, ho, wo), where);
   auto& ref = *plan;
   plans_.emplace(key, std::move(plan));
   return ref;
@@ -144,15 +151,38 @@ void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
 }
 
 void CudaBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y) {
+  ConvFwd(x, w, b, p, y, nullptr);
+}
+
+void CudaBackend::ConvForwardTrain(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y,
+                                   Tensor& saved) {
+  ConvFwd(x, w, b, p, y, &saved);
+}
+
+void CudaBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
+                               Tensor& dw, Tensor* db) {
+  ConvBwd(x, nullptr, w, dy, p, dx, dw, db);
+}
+
+void CudaBackend::ConvBackwardSaved(const Tensor& x, const Tensor& saved, const Tensor& w, const Tensor& dy,
+                                    const ConvParams& p, Tensor* dx, Tensor& dw, Tensor* db) {
+  ConvBwd(x, &saved, w, dy, p, dx, dw, db);
+}
+
+void CudaBackend::ConvFwd(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y,
+                          Tensor* saved) {
   Activate();
   CudaConvPlan& pl = PlanFor(x, w, p, "ConvForward");
-  Expect(y, "ConvForward", "y", pl.dtype);
+  const DType io = Mixed() ? DType::kF32 : pl.dtype;  // the interface's type
+  Expect(y, "ConvForward", "y", io);
   ExpectShape(y, {pl.n, pl.o, pl.ho, pl.wo}, "ConvForward", "y");
   if (b.defined()) {
-    Expect(b, "ConvForward", "b", pl.dtype);
+    Expect(b, "ConvForward", "b", io);
     ExpectShape(b, {pl.o}, "ConvForward", "b");
   }
   if (!pl.has_fwd) ChooseForwardAlgo(pl);
+  if (Mixed()) return MixedConvFwd(pl, x, w, b, y, saved);
+  // One type throughout: cuDNN reads x directly, nothing worth keeping in `saved`.
   const float one = 1.f, zero = 0.f;
   Check(cudnnSetConvolutionMathType(pl.conv.get(), pl.fwd_math), Where("ConvForward"));
   void* ws = Workspace(pl.fwd_bytes);
@@ -164,23 +194,26 @@ void CudaBackend::ConvForward(const Tensor& x, const Tensor& w, const Tensor& b,
           Where("ConvForward bias"));
 }
 
-void CudaBackend::ConvBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvParams& p, Tensor* dx,
-                               Tensor& dw, Tensor* db) {
+void CudaBackend::ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, const Tensor& dy, const ConvParams& p,
+                          Tensor* dx, Tensor& dw, Tensor* db) {
   Activate();
   CudaConvPlan& pl = PlanFor(x, w, p, "ConvBackward");
-  Expect(dy, "ConvBackward", "dy", pl.dtype);
+  const DType io = Mixed() ? DType::kF32 : pl.dtype;  // the interface's type
+  Expect(dy, "ConvBackward", "dy", io);
   ExpectShape(dy, {pl.n, pl.o, pl.ho, pl.wo}, "ConvBackward", "dy");
-  Expect(dw, "ConvBackward", "dw", pl.dtype);
+  Expect(dw, "ConvBackward", "dw", io);
   ExpectShape(dw, w.shape(), "ConvBackward", "dw");
   if (dx) {
-    Expect(*dx, "ConvBackward", "dx", pl.dtype);
+    Expect(*dx, "ConvBackward", "dx", io);
     ExpectShape(*dx, x.shape(), "ConvBackward", "dx");
   }
   if (db) {
-    Expect(*db, "ConvBackward", "db", pl.dtype);
+    Expect(*db, "ConvBackward", "db", io);
     ExpectShape(*db, {pl.o}, "ConvBackward", "db");
   }
   if (!pl.has_bwd) ChooseBackwardAlgos(pl);
+  if (Mixed()) return MixedConvBwd(pl, x, saved, w, dy, dx, dw, db);
+  (void)saved;  // one type throughout: cuDNN reads x directly
   const float one = 1.f, zero = 0.f;
   // beta = 1 accumulates into dw, as the Backend contract asks of parameter gradients.
   Check(cudnnSetConvolutionMathType(pl.conv.get(), pl.bwd_filter_math), Where("ConvBackward"));

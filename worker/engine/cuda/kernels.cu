@@ -386,19 +386,32 @@ const char* Sgemm(Handle h, bool trans_a, bool trans_b, int m, int n, int k, flo
                          trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc));
 }
 
-const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
-                     int lda, const void* b, int ldb, float beta, void* c, int ldc) {
+namespace {
+// Narrow A and B of `type`, C of c_type, fp32 accumulation on tensor cores.
+const char* GemmEx(Handle h, int type, bool c_narrow, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                   const void* a, int lda, const void* b, int ldb, float beta, void* c, int ldc) {
   cudaDataType_t t;
   if (type == cudak::kF16) {
     t = CUDA_R_16F;
   } else if (type == cudak::kBF16) {
     t = CUDA_R_16BF;
   } else {
-    return "GemmHalf: element type must be fp16 or bf16";
+    return "GemmHalf/GemmMixed: element type must be fp16 or bf16";
   }
   return Msg(cublasGemmEx(static_cast<cublasHandle_t>(h), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, t, lda, b, t, ldb, &beta, c, t, ldc,
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                          trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, t, lda, b, t, ldb, &beta, c,
+                          c_narrow ? t : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+}  // namespace
+
+const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+                     int lda, const void* b, int ldb, float beta, void* c, int ldc) {
+  return GemmEx(h, type, true, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+const char* GemmMixed(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+                      int lda, const void* b, int ldb, float beta, float* c, int ldc) {
+  return GemmEx(h, type, false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace blas
