@@ -127,6 +127,10 @@ TEST_P(CudaMixedMode, ConvolutionAgreesWithFp32) {
         m.ConvForwardTrain(mx, mw, mb, p, my, saved);
         EXPECT_TRUE(saved.defined());
         EXPECT_EQ(saved.dtype(), GetParam());
+        // NHWC where both channel counts are multiples of 8, else the NCHW fallback.
+        const bool nhwc = cc.c % 8 == 0 && cc.o % 8 == 0;
+        const Shape want = nhwc ? Shape{cc.n, cc.h, cc.w, cc.c} : xs;
+        EXPECT_EQ(saved.shape(), want);
         m.ConvBackwardSaved(mx, saved, mw, mdy, p, &mdx, mdw, &mdb);
       } else {
         m.ConvForward(mx, mw, mb, p, my);
