@@ -308,12 +308,18 @@ void CheckJobLimits(const JobConfig& c) {
   range("[data] batch_size", c.batch_size, 1, kMaxBatchSize);
   range("[train] epochs", c.epochs, 1, kMaxEpochs);
   range("[data] synthetic_samples", c.synthetic_samples, 1, kMaxSamples);
+  range("[train] threads", c.threads, 0, kMaxThreads);
+  range("[train] max_steps", c.max_steps, 0, INT64_MAX);
   // The synthetic training set holds synthetic_samples per worker; the ranges above keep
   // this product from overflowing, the limit keeps it a data set that fits in memory.
   if (c.synthetic_samples * world > kMaxSamples)
     throw Error(c.path + ": [data] synthetic_samples: " + std::to_string(c.synthetic_samples) + " per worker x " +
                 std::to_string(world) + " workers = " + std::to_string(c.synthetic_samples * world) +
                 " samples, more than the limit of " + std::to_string(kMaxSamples));
+  // Addresses too: a worker's --coordinator must pass what [cluster] coordinator passes, or
+  // a flag could take a keyless job off this machine.
+  if (!c.coordinator.empty()) CheckHostPort(c.path, "[cluster] coordinator", c.coordinator);
+  CheckPlaintextPolicy(c);
 }
 
 namespace {
@@ -616,9 +622,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.epochs = train.Int("epochs", 1, 1, kMaxEpochs);
   c.target_accuracy = train.Double("target_accuracy", 0.0, 0.0, 1.0);
   c.max_steps = train.Int("max_steps", 0, 0, INT64_MAX);
-  c.threads = train.Int("threads", 0, 0, 1024);
+  c.threads = train.Int("threads", 0, 0, kMaxThreads);
   c.log_every_steps = train.Int("log_every_steps", 50, 1, INT64_MAX);
-  CheckPlaintextPolicy(c);
   CheckJobLimits(c);
   return c;
 }

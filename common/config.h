@@ -136,8 +136,12 @@ constexpr int64_t kMaxSamples = int64_t(1) << 31;
 constexpr int64_t kMaxBatchSize = int64_t(1) << 20;
 constexpr int64_t kMaxWorkers = 4096;
 constexpr int64_t kMaxEpochs = 1000000;
-// Checks the ranges whose products other code forms (ParseJobConfig runs it; run it again
-// after command-line overrides): throws "FILE: [data] synthetic_samples: ..." naming the key.
+// More threads than this is a typo, not a machine (the OpenMP runtime crashes making 100000).
+constexpr int64_t kMaxThreads = 1024;
+// Checks the values that command-line flags may override: the ranges whose products other
+// code forms, the thread count, the coordinator's host:port and the plaintext policy
+// (ParseJobConfig runs it; run it again after command-line overrides): throws
+// "FILE: [data] synthetic_samples: ..." naming the key.
 void CheckJobLimits(const JobConfig& c);
 
 // Loads and validates; throws shoal::Error("FILE: [section] key: expected ..., got ...").

@@ -70,9 +70,12 @@ int main(int argc, char** argv) {
     if (rank.world > 0 && rank.world != cfg.world_size())
       throw shoal::Error(FLAGS_config + ": [cluster] workers: the job file says " + std::to_string(cfg.world_size()) +
                          " worker(s) but " + rank.source + " started " + std::to_string(rank.world));
-    if (FLAGS_epochs > 0) cfg.epochs = FLAGS_epochs;
-    if (FLAGS_max_steps >= 0) cfg.max_steps = FLAGS_max_steps;
-    if (FLAGS_batch_size > 0) cfg.batch_size = FLAGS_batch_size;
+    // Each flag's default (0, or -1 for max_steps) means "the job file's value"; any other
+    // value overrides it and is checked below, so a negative one is refused, not ignored.
+    if (FLAGS_epochs != 0) cfg.epochs = FLAGS_epochs;
+    if (FLAGS_max_steps != -1) cfg.max_steps = FLAGS_max_steps;
+    if (FLAGS_batch_size != 0) cfg.batch_size = FLAGS_batch_size;
+    if (FLAGS_threads != 0) cfg.threads = FLAGS_threads;
     if (!output_dir.empty()) cfg.output_dir = output_dir;
     if (!FLAGS_coordinator.empty()) cfg.coordinator = FLAGS_coordinator;
     shoal::CheckJobLimits(cfg);  // the overrides are job values too
@@ -88,7 +91,6 @@ int main(int argc, char** argv) {
     opts.resume = FLAGS_resume;
     opts.fresh = FLAGS_fresh;
     opts.rejoin = FLAGS_rejoin;
-    opts.threads = FLAGS_threads;
     shoal::TrainResult r = shoal::Train(cfg, opts);
     printf("worker %d: done after %lld steps, test_accuracy %.4f, %.0f samples/s\n", rank.rank, (long long)r.steps,
            r.test_accuracy, r.samples_per_s);

@@ -1,0 +1,72 @@
+// shoal-worker's command-line overrides get the job file's checks: a bad one stops the
+// worker at once with exit code 2 (not restarted by the launcher) and a line naming it,
+// never a crash, a silently ignored value, or a keyless job taken off this machine.
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/training/job_runner.h"
+
+namespace shoal {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs one worker of a one-worker synthetic job with `flags`; bounded by timeout(1).
+Outcome RunWorker(const std::string& flags) {
+  const std::string dir = testing::FreshDir("worker_flags");
+  std::ofstream(dir + "/job.toml") << "[job]\nname = \"flags\"\noutput_dir = \"" << dir
+                                   << "/out\"\n[cluster]\nworkers = 1\n[model]\nname = \"mlp\"\n"
+                                      "[data]\nformat = \"synthetic\"\nsynthetic_samples = 64\nbatch_size = 16\n"
+                                      "[algorithm]\nname = \"local\"\n[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
+  const std::string cmd = "timeout -s KILL 60 " + testing::BinDir() + "/worker/shoal-worker --config " + dir +
+                          "/job.toml --rank 0 " + flags + " > " + dir + "/log.txt 2>&1";
+  const int st = system(cmd.c_str());
+  Outcome o;
+  o.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream in(dir + "/log.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  o.output = ss.str();
+  return o;
+}
+
+void ExpectRefused(const std::string& flags, const std::string& names) {
+  SCOPED_TRACE(flags);
+  Outcome o = RunWorker(flags);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find(names), std::string::npos) << o.output;
+}
+
+TEST(WorkerFlags, GoodOverridesRun) {
+  Outcome o = RunWorker("--threads 1 --max_steps 2 --epochs 1 --batch_size 8");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("done after 2 steps"), std::string::npos) << o.output;
+}
+
+// --threads 100000 crashed the worker (SIGSEGV making threads); negative counts were ignored.
+TEST(WorkerFlags, OutOfRangeCountsAreRefusedByName) {
+  ExpectRefused("--threads 100000", "[train] threads: expected an integer in [0, 1024], got 100000");
+  ExpectRefused("--threads -5", "[train] threads");
+  ExpectRefused("--batch_size -4", "[data] batch_size");
+  ExpectRefused("--epochs -1", "[train] epochs");
+  ExpectRefused("--max_steps -7", "[train] max_steps");
+}
+
+// --coordinator skipped the job file's host:port check (a bad port waited out the
+// rendezvous timeout) and its plaintext policy (a keyless job's traffic left loopback).
+TEST(WorkerFlags, CoordinatorFlagGetsTheJobFilesAddressChecks) {
+  ExpectRefused("--coordinator 127.0.0.1:99999", "[cluster] coordinator: expected \"host:port\" with port 1-65535");
+  ExpectRefused("--coordinator garbage", "[cluster] coordinator: expected \"host:port\"");
+  ExpectRefused("--coordinator 10.1.2.3:7700", "allow_plaintext");
+}
+
+}  // namespace
+}  // namespace shoal
