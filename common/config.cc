@@ -492,6 +492,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
     job.Fail("name", "expected a non-empty name without slashes, spaces or quotes, got \"" + c.name + "\"");
   c.seed = uint64_t(job.Int("seed", 42, 0, INT64_MAX));
   c.output_dir = job.String("output_dir", "runs/" + c.name);
+  // "" would put logs/ and metrics.jsonl at the filesystem root.
+  if (c.output_dir.empty()) job.Fail("output_dir", "expected a directory, got \"\" (leave the key out for runs/<name>)");
   c.checkpoint_dir = job.String("checkpoint_dir", "");
   c.checkpoint_every_steps = job.Int("checkpoint_every_steps", 0, 0, INT64_MAX);
   c.max_restarts = job.Int("max_restarts", 0, 0, 1000);
@@ -539,13 +541,17 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
             ws.host = *v.value<std::string>();
           else if (key == "device" && v.is_string())
             ws.device = *v.value<std::string>();
-          else if (key == "slowdown" && v.is_number() && *v.value<double>() >= 0)
+          // Bounded: both become sleeps, and a std::chrono sleep of 1e300 s overflows its
+          // nanosecond count (a slowdown of 1e300 ran at full speed).
+          else if (key == "slowdown" && v.is_number() && *v.value<double>() >= 0 && *v.value<double>() <= 1000)
             ws.slowdown = *v.value<double>();
-          else if (key == "bandwidth_mbps" && v.is_number() && *v.value<double>() >= 0)
+          else if (key == "bandwidth_mbps" && v.is_number() &&
+                   (*v.value<double>() == 0 || (*v.value<double>() >= 0.01 && *v.value<double>() <= 1e7)))
             ws.bandwidth_mbps = *v.value<double>();
           else
             throw Error(where + " " + key + ": unexpected " + Describe(&v) +
-                        " (keys: host string, device \"cpu\"|\"cuda:N\", slowdown >= 0, bandwidth_mbps >= 0)");
+                        " (keys: host string, device \"cpu\"|\"cuda:N\", slowdown 0-1000, bandwidth_mbps 0 (no "
+                        "limit) or 0.01-1e7)");
         }
         if (!(ws.device == "cpu" || ws.device == "cuda" || ws.device.rfind("cuda:", 0) == 0))
           throw Error(where + " device: expected \"cpu\" or \"cuda:N\", got \"" + ws.device + "\"");

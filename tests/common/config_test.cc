@@ -101,6 +101,21 @@ TEST(Config, StatusPageKeys) {
             "job.toml: [job] straggler_ratio: expected a number in [1.05, 1000], got 1");
 }
 
+// Found by hand: slowdown = 1e300 overflowed the sleep's nanosecond count and ran at full
+// speed, a bandwidth of 1e-30 Mbit/s did the same to the rate limiter's wait, and
+// output_dir = "" wrote logs/, metrics.jsonl and plot.png to the filesystem root.
+TEST(Config, WorkerSleepsAndOutputDirAreBounded) {
+  auto workers = [](const std::string& table) { return ErrorOf(Replace(kGood, "workers = 4", "workers = " + table)); };
+  EXPECT_NE(workers("[{slowdown = 1e300}]").find("job.toml: [cluster] workers[0] slowdown: unexpected float 1e+300"),
+            std::string::npos);
+  EXPECT_NE(workers("[{}, {bandwidth_mbps = 1e-30}]").find("workers[1] bandwidth_mbps: unexpected float 1e-30"),
+            std::string::npos);
+  EXPECT_NE(workers("[{bandwidth_mbps = 1e300}]").find("bandwidth_mbps"), std::string::npos);
+  EXPECT_EQ(workers("[{slowdown = 1000.0, bandwidth_mbps = 0.01}, {bandwidth_mbps = 0}]"), "");
+  EXPECT_EQ(ErrorOf(Replace(kGood, "output_dir = \"runs/x\"", "output_dir = \"\"")),
+            "job.toml: [job] output_dir: expected a directory, got \"\" (leave the key out for runs/<name>)");
+}
+
 TEST(Config, ErrorsNameFileKeyAndExpectation) {
   EXPECT_EQ(ErrorOf(Replace(kGood, "batch_size = 64", "batch_size = -3")),
             "job.toml: [data] batch_size: expected an integer in [1, 1048576], got -3");
