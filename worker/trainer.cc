@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "common/error.h"
 #include "common/metrics.h"
 #include "worker/data/data_loader.h"
+#include "worker/data/file_util.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model.h"
 
@@ -178,6 +180,9 @@ class Trainer {
     if (rank_ < 0 || rank_ >= world_)
       throw Error(cfg.path + ": [cluster] workers: rank " + std::to_string(rank_) + " is outside the job's " +
                   std::to_string(world_) + " worker(s)");
+    // Checked now rather than at the end: a path that cannot be written would lose the
+    // whole run's weights after the run.
+    if (rank_ == 0 && !cfg.export_weights.empty()) CheckExportPath(cfg);
   }
 
   // The backend of this worker's device and its shard of the data.
@@ -571,6 +576,16 @@ class Trainer {
     char hex[32];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
     return hex;
+  }
+
+  static void CheckExportPath(const JobConfig& cfg) {
+    const std::string& path = cfg.export_weights;
+    const std::string where = cfg.path + ": [job] export_weights = \"" + path + "\": ";
+    if (data::DirExists(path)) throw Error(where + "is a directory (expected a file to write the weights to)");
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    if (access(dir.c_str(), W_OK) != 0)
+      throw Error(where + "cannot write in " + dir + ": " + std::string(strerror(errno)));
   }
 
   // Raw fp32, parameters in the model's stable order (Model::ParamLayout()).

@@ -1,6 +1,7 @@
 // shoal-worker's command-line overrides get the job file's checks: a bad one stops the
 // worker at once with exit code 2 (not restarted by the launcher) and a line naming it,
-// never a crash, a silently ignored value, or a keyless job taken off this machine.
+// never a crash, a silently ignored value, or a keyless job taken off this machine; and
+// what would fail at the end of a run (the export path) fails before it starts.
 #include <sys/wait.h>
 
 #include <fstream>
@@ -19,10 +20,11 @@ struct Outcome {
   std::string output;
 };
 
-// Runs one worker of a one-worker synthetic job with `flags`; bounded by timeout(1).
-Outcome RunWorker(const std::string& flags) {
+// Runs one worker of a one-worker synthetic job with `flags` (and `job_keys` in [job]);
+// bounded by timeout(1).
+Outcome RunWorker(const std::string& flags, const std::string& job_keys = "") {
   const std::string dir = testing::FreshDir("worker_flags");
-  std::ofstream(dir + "/job.toml") << "[job]\nname = \"flags\"\noutput_dir = \"" << dir
+  std::ofstream(dir + "/job.toml") << "[job]\nname = \"flags\"\n" << job_keys << "\noutput_dir = \"" << dir
                                    << "/out\"\n[cluster]\nworkers = 1\n[model]\nname = \"mlp\"\n"
                                       "[data]\nformat = \"synthetic\"\nsynthetic_samples = 64\nbatch_size = 16\n"
                                       "[algorithm]\nname = \"local\"\n[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
@@ -66,6 +68,20 @@ TEST(WorkerFlags, CoordinatorFlagGetsTheJobFilesAddressChecks) {
   ExpectRefused("--coordinator 127.0.0.1:99999", "[cluster] coordinator: expected \"host:port\" with port 1-65535");
   ExpectRefused("--coordinator garbage", "[cluster] coordinator: expected \"host:port\"");
   ExpectRefused("--coordinator 10.1.2.3:7700", "allow_plaintext");
+}
+
+// An export path that cannot be written failed only after the whole run had trained.
+TEST(WorkerStart, AnUnwritableExportPathStopsTheWorkerBeforeTraining) {
+  const std::string dir = testing::FreshDir("export");
+  for (const std::string& path : {dir, dir + "/no/such/dir/w.bin"}) {
+    SCOPED_TRACE(path);
+    Outcome o = RunWorker("--max_steps 2", "export_weights = \"" + path + "\"");
+    EXPECT_EQ(o.exit_code, 1) << o.output;
+    EXPECT_NE(o.output.find("[job] export_weights = \"" + path + "\""), std::string::npos) << o.output;
+    EXPECT_EQ(o.output.find("test_accuracy"), std::string::npos) << o.output;
+  }
+  Outcome o = RunWorker("--max_steps 2", "export_weights = \"" + dir + "/w.bin\"");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
 }
 
 }  // namespace
