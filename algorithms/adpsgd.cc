@@ -82,7 +82,8 @@ class AdPsgd : public Algorithm {
     if (passive()) {
       router_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
       router_->SetMaxMessageBytes(int64_t(total_) * 4 + 4096);  // a model's worth and its header, no more
-      std::string ep = router_->Bind("tcp://" + env_.config->workers[size_t(env_.rank)].host + ":*");
+      const std::string& host = env_.config->workers[size_t(env_.rank)].host;  // may be a name: see ZmqRing::Wire
+      std::string ep = ReachableEndpoint(host, router_->Bind(ListenEndpoint(host + ":*")));
       store.Set("adpsgd-" + std::to_string(env_.rank), ep);
       responder_ = std::thread([this] { Respond(); });
     }

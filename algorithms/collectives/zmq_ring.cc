@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/transport/transport.h"
 
 namespace shoal {
 namespace {
@@ -66,8 +67,9 @@ void ZmqRing::Wire(Store& store) {
   po.max_message_bytes = SegmentBytes() + int64_t(sizeof(Header));
   in_ = std::make_unique<PipeIn>(*ctx_, po);
   out_ = std::make_unique<PipeOut>(*ctx_, po);
-  std::string bind = "tcp://" + opts_.bind_host + ":*";
-  std::string ep = in_->Bind(bind);
+  // The job names hosts (an address or a name, "localhost" too); a name cannot be bound, so
+  // bind as the shards do and publish the name with the port the kernel picked.
+  std::string ep = ReachableEndpoint(opts_.bind_host, in_->Bind(ListenEndpoint(opts_.bind_host + ":*")));
   std::string id = opts_.prefix + "-" + std::to_string(rank) + "-" + std::to_string(getpid()) + "-" +
                    std::to_string(reinterpret_cast<uintptr_t>(this));
   // Peers on this host connect over a Unix socket: faster than TCP loopback.

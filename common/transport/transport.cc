@@ -518,6 +518,12 @@ std::string ListenEndpoint(const std::string& host_port) {
   return "tcp://" + std::string(loopback ? (host == "localhost" ? "127.0.0.1" : host) : "*") + host_port.substr(colon);
 }
 
+std::string ReachableEndpoint(const std::string& host, const std::string& bound) {
+  auto colon = bound.rfind(':');
+  SHOAL_CHECK(colon != std::string::npos, "bound endpoint '" + bound + "' has no port");
+  return "tcp://" + host + bound.substr(colon);
+}
+
 std::pair<std::string, std::string> CurveKeyPair() {
   char pub[41], sec[41];
   if (zmq_curve_keypair(pub, sec) != 0) throw Error("zmq_curve_keypair failed: this libzmq lacks CURVE support");

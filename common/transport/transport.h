@@ -181,6 +181,10 @@ struct BadMessage : std::runtime_error {
 // "host:port" -> the endpoint to bind: loopback stays loopback, anything else listens on all
 // interfaces (the host's name may not be one of its interface addresses).
 std::string ListenEndpoint(const std::string& host_port);
+// Where peers reach a socket bound at ListenEndpoint(host + ":*"): "tcp://host:PORT", PORT
+// taken from `bound` (what Bind returned, e.g. "tcp://0.0.0.0:41233"). A host given by name
+// ("localhost", "node3") cannot be bound, only connected to.
+std::string ReachableEndpoint(const std::string& host, const std::string& bound);
 
 // Generates a Z85 key pair (public, secret).
 std::pair<std::string, std::string> CurveKeyPair();
