@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -635,6 +636,9 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
 }
 
 JobConfig LoadJobConfig(const std::string& path) {
+  struct stat st;
+  // A directory opens and reads as empty on Linux, which would read as "[job] name: missing".
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(path + ": is a directory, not a job file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open job file");
   std::ostringstream ss;

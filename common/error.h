@@ -1,4 +1,5 @@
-// Errors: one exception type whose message names what failed and where.
+// Errors: one exception type whose message names what failed and where, and one kind of
+// it for input that a retry cannot fix.
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -8,6 +9,14 @@ namespace shoal {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// The job itself is wrong for this process (a data file, a model that does not fit the
+// data, a device the machine lacks, a rank outside the job): processes exit 2 on it, the
+// code launchers read as "do not restart", since a restart would fail the same way.
+class InputError : public Error {
+ public:
+  using Error::Error;
 };
 
 // SHOAL_CHECK(cond, msg): throws shoal::Error(msg) when cond is false. Used for input

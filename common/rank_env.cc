@@ -1,6 +1,7 @@
 #include "common/rank_env.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "common/error.h"
 
@@ -21,6 +22,8 @@ bool ReadInt(const char* name, int* out) {
 }  // namespace
 
 RankInfo ResolveRank(int flag_rank) {
+  // -1 is the flag's "not given"; any other negative value is a typo, never "ask the environment".
+  if (flag_rank < -1) throw Error("--rank " + std::to_string(flag_rank) + ": expected a rank of 0 or more");
   RankInfo r;
   r.world = 0;
   struct Source {

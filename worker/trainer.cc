@@ -628,11 +628,21 @@ class Trainer {
 }  // namespace
 
 TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
-  Trainer t(cfg, opts);
-  t.LoadData();
-  t.BuildModel();
-  t.StartAlgorithm();
-  return t.TrainEpochs();
+  std::unique_ptr<Trainer> t;
+  // Everything before the first message to another process depends only on the job, the
+  // files and the machine: an error there is the input's (InputError), not a failure a
+  // restart could get past.
+  try {
+    t = std::make_unique<Trainer>(cfg, opts);
+    t->LoadData();
+    t->BuildModel();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError(e.what());
+  }
+  t->StartAlgorithm();
+  return t->TrainEpochs();
 }
 
 }  // namespace shoal

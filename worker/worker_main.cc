@@ -94,6 +94,9 @@ int main(int argc, char** argv) {
     shoal::TrainResult r = shoal::Train(cfg, opts);
     printf("worker %d: done after %lld steps, test_accuracy %.4f, %.0f samples/s\n", rank.rank, (long long)r.steps,
            r.test_accuracy, r.samples_per_s);
+  } catch (const shoal::InputError& e) {
+    fprintf(stderr, "shoal-worker %d: %s\n", rank.rank, e.what());
+    return 2;  // the job's own fault: a restart would fail the same way
   } catch (const shoal::Error& e) {
     fprintf(stderr, "shoal-worker %d: %s\n", rank.rank, e.what());
     return 1;

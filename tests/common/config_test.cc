@@ -220,6 +220,12 @@ TEST(Config, MissingFile) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "/nonexistent/job.toml: cannot open job file");
   }
+  try {
+    LoadJobConfig("/tmp");  // opens and reads as empty: it must not read as a job missing [job] name
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "/tmp: is a directory, not a job file");
+  }
 }
 
 TEST(Config, SectionGettersCheckTypesAndRanges) {

@@ -59,6 +59,7 @@ TEST(WorkerFlags, OutOfRangeCountsAreRefusedByName) {
   ExpectRefused("--threads -5", "[train] threads");
   ExpectRefused("--batch_size -4", "[data] batch_size");
   ExpectRefused("--epochs -1", "[train] epochs");
+  ExpectRefused("--rank -5", "--rank -5: expected a rank of 0 or more");
   ExpectRefused("--max_steps -7", "[train] max_steps");
 }
 
@@ -76,12 +77,31 @@ TEST(WorkerStart, AnUnwritableExportPathStopsTheWorkerBeforeTraining) {
   for (const std::string& path : {dir, dir + "/no/such/dir/w.bin"}) {
     SCOPED_TRACE(path);
     Outcome o = RunWorker("--max_steps 2", "export_weights = \"" + path + "\"");
-    EXPECT_EQ(o.exit_code, 1) << o.output;
+    EXPECT_EQ(o.exit_code, 2) << o.output;
     EXPECT_NE(o.output.find("[job] export_weights = \"" + path + "\""), std::string::npos) << o.output;
     EXPECT_EQ(o.output.find("test_accuracy"), std::string::npos) << o.output;
   }
   Outcome o = RunWorker("--max_steps 2", "export_weights = \"" + dir + "/w.bin\"");
   EXPECT_EQ(o.exit_code, 0) << o.output;
+}
+
+// What only the machine or the files can refuse (a data file, a device) is the job's fault
+// too: exit code 2, so `shoal run` does not restart a job that would fail the same way.
+TEST(WorkerStart, MissingDataAndMissingDevicesAreInputErrors) {
+  const std::string dir = testing::FreshDir("input_errors");
+  Outcome o = RunWorker("--device cuda:9");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("worker 0"), std::string::npos) << o.output;
+
+  const std::string job = "[job]\nname = \"nodata\"\nmax_restarts = 2\n[cluster]\nworkers = 2\n[model]\nname = \"mlp\"\n"
+                          "[data]\nformat = \"idx\"\ntrain = \"" + dir + "/no/such/train\"\ntest = \"" + dir +
+                          "/no/such/test\"\nbatch_size = 16\n[algorithm]\nname = \"allreduce\"\n"
+                          "[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
+  testing::JobRun r = testing::RunJob(dir, job, 60);
+  EXPECT_NE(r.exit_code, 0) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find(dir + "/no/such/train"), std::string::npos) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("not restarting"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text.find("restart 1 of"), std::string::npos) << r.stderr_text;
 }
 
 }  // namespace
