@@ -134,6 +134,7 @@ class AdPsgd : public Algorithm {
     comm_->AllReduce(&v, 1, ReduceOp::kSum);
     return v > 0;
   }
+  int64_t skipped_steps() const override { return updater_.skipped(); }
   int64_t bytes_sent() const override { return comm_->bytes_sent() + gossip_bytes_.load(); }
   // Each worker its own model (with the averages peers made into it), its optimizer and
   // its choice of peers.

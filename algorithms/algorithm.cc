@@ -52,6 +52,24 @@ void ScaleGradients(const std::vector<ParamView>& params, double weight, DeviceO
   }
 }
 
+bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device) {
+  std::vector<std::pair<const float*, int64_t>> on_device;
+  for (auto& p : params) {
+    if (p.on_device) {
+      on_device.emplace_back(p.g, p.n);
+      continue;
+    }
+    // Summed rather than tested one by one: any NaN or inf makes the sum non-finite, and
+    // the loop vectorizes. 0 * x keeps a NaN or inf as NaN, finite values as 0.
+    float acc = 0.f;
+    for (int64_t i = 0; i < p.n; ++i) acc += 0.f * p.g[i];
+    if (acc != 0.f) return false;
+  }
+  if (on_device.empty()) return true;
+  SHOAL_CHECK(device, "checking the gradient of \"" + params[0].name + "\": it is in device memory, and no DeviceOps");
+  return device->AllFinite(on_device);
+}
+
 DeviceUpdater& LocalUpdater::Device(const ParamView& p) {
   if (!device_) {
     SHOAL_CHECK(bool(env_.device),
@@ -62,7 +80,11 @@ DeviceUpdater& LocalUpdater::Device(const ParamView& p) {
   return *device_;
 }
 
-void LocalUpdater::Apply(const std::vector<ParamView>& params, int64_t step) {
+bool LocalUpdater::Apply(const std::vector<ParamView>& params, int64_t step) {
+  if (!GradientsFinite(params, env_.device.get())) {
+    ++skipped_;
+    return false;
+  }
   if (states_.size() != params.size()) states_.resize(params.size());
   StepContext ctx;
   ctx.lr = float(env_.schedule->At(step));
@@ -79,6 +101,7 @@ void LocalUpdater::Apply(const std::vector<ParamView>& params, int64_t step) {
     }
   }
   if (device) device_->Sync();  // the weights are final when Apply returns, as on the host
+  return true;
 }
 
 void LocalUpdater::Save(const std::vector<ParamView>& params, const std::string& prefix, CheckpointState* out) const {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/collectives/communicator.h"
@@ -62,6 +63,8 @@ class DeviceOps {
   virtual void Free(float* p) = 0;
   virtual void Copy(float* dst, const float* src, int64_t n) = 0;  // device to device
   virtual void Scale(float* p, int64_t n, float f) = 0;            // p[i] *= f, the host's float product
+  // Whether every float of every span (device memory) is finite: one answer for the lot.
+  virtual bool AllFinite(const std::vector<std::pair<const float*, int64_t>>& spans) = 0;
 };
 
 struct StepInfo {
@@ -149,6 +152,10 @@ class Algorithm {
   virtual bool TakesDeviceParams() const { return false; }
   // Extra figures for progress lines and metrics (bytes_sent, staleness, ...).
   virtual int64_t bytes_sent() const { return 0; }
+  // Steps so far whose gradients were not all finite and so were not applied (the guard:
+  // no NaN or inf reaches weights or optimizer state). Where the weights must agree, the
+  // ranks agree on the skip. The trainer's loss scaler halves its scale when this grows.
+  virtual int64_t skipped_steps() const { return 0; }
   virtual void AddMetrics(JsonObject* out) const { (void)out; }
   // Checkpoints on the servers (PS algorithms): they resume in Init when env.resume is set
   // and say here how many global steps the restored model has done.
@@ -182,6 +189,9 @@ bool BalanceOn(const AlgorithmEnv& env);
 double GradientWeight(const StepInfo& info, int world);
 // Multiplies every gradient by `weight` (nothing for 1); on-device views through `device`.
 void ScaleGradients(const std::vector<ParamView>& params, double weight, DeviceOps* device = nullptr);
+// Whether every gradient of `params` is finite (no NaN, no inf); on-device views through
+// `device`.
+bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device = nullptr);
 
 using AlgorithmFactory = std::function<std::unique_ptr<Algorithm>(const AlgorithmEnv&)>;
 
@@ -202,7 +212,11 @@ void RestoreWeights(const CheckpointState& in, const std::vector<ParamView>& par
 class LocalUpdater {
  public:
   explicit LocalUpdater(const AlgorithmEnv& env) : env_(env) {}
-  void Apply(const std::vector<ParamView>& params, int64_t step);
+  // The guard: when any gradient is not finite the step is skipped (weights and states
+  // untouched), counted, and Apply returns false. With an averaged gradient (allreduce)
+  // every rank sees the same bits and so skips the same steps.
+  bool Apply(const std::vector<ParamView>& params, int64_t step);
+  int64_t skipped() const { return skipped_; }
   std::vector<OptimizerState>& states() { return states_; }
   // Its states as checkpoint entries "<prefix><tensor name>", and back.
   void Save(const std::vector<ParamView>& params, const std::string& prefix, CheckpointState* out) const;
@@ -214,6 +228,7 @@ class LocalUpdater {
   AlgorithmEnv env_;
   std::vector<OptimizerState> states_;
   std::unique_ptr<DeviceUpdater> device_;  // made on the first on-device view
+  int64_t skipped_ = 0;
 };
 
 }  // namespace shoal

@@ -67,6 +67,7 @@ class Auto : public Algorithm {
     if (chosen_) chosen_->Finish(params);
   }
   bool ModelChangedAtFinish() const override { return chosen_ && chosen_->ModelChangedAtFinish(); }
+  int64_t skipped_steps() const override { return updater_.skipped() + (chosen_ ? chosen_->skipped_steps() : 0); }
   bool AgreeToStop(bool mine) override {
     if (chosen_) return chosen_->AgreeToStop(mine);
     float v = mine ? 1.f : 0.f;

@@ -64,6 +64,7 @@ class Bmuf : public Algorithm {
     comm_->AllReduce(&v, 1, ReduceOp::kSum);
     return v > 0;
   }
+  int64_t skipped_steps() const override { return updater_.skipped(); }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   bool BalancesBatches() const override { return balance_; }
   void AddMetrics(JsonObject* out) const override { out->Add("blocks", blocks_); }

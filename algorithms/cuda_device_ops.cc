@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <vector>
 
 #include "algorithms/device_scale.h"
@@ -89,9 +90,28 @@ class CudaDeviceOps : public DeviceOps {
     CheckCuda(ScaleFloatsDevice(p, n, f, nullptr), "device ops: scale");
     CheckCuda(cudaStreamSynchronize(nullptr), "device ops: scale");
   }
+  bool AllFinite(const std::vector<std::pair<const float*, int64_t>>& spans) override {
+    SetDevice(device_);
+    std::lock_guard<std::mutex> lock(flag_mu_);  // one flag; calls may come from any thread
+    if (!flag_)
+      CheckCuda(cudaMalloc(reinterpret_cast<void**>(&flag_), sizeof(int)), "device ops: cudaMalloc of the finite flag");
+    CheckCuda(cudaMemsetAsync(flag_, 0, sizeof(int), nullptr), "device ops: finite check");
+    for (auto& [p, n] : spans) CheckCuda(FlagNonFiniteDevice(p, n, flag_, nullptr), "device ops: finite check");
+    int bad = 0;
+    CheckCuda(cudaMemcpy(&bad, flag_, sizeof(int), cudaMemcpyDeviceToHost), "device ops: finite check");
+    return bad == 0;
+  }
+  ~CudaDeviceOps() override {
+    if (flag_) {
+      cudaSetDevice(device_);
+      cudaFree(flag_);
+    }
+  }
 
  private:
   int device_;
+  std::mutex flag_mu_;
+  int* flag_ = nullptr;
 };
 
 }  // namespace

@@ -46,6 +46,15 @@ class Dgc : public Algorithm {
 
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
     ScaleGradients(params, GradientWeight(info, comm_->size()));  // uneven batches: the global mean
+    // The guard: a non-finite gradient must reach neither this worker's residuals nor
+    // anyone's weights, and every rank must skip the same step (the weights agree), so the
+    // ranks agree on it with one float.
+    float bad = GradientsFinite(params) ? 0.f : 1.f;
+    comm_->AllReduce(&bad, 1, ReduceOp::kSum);
+    if (bad > 0) {
+      ++skipped_;
+      return;
+    }
     float lr = float(env_.schedule->At(info.step));
     double epoch = double(info.step) / double(std::max<int64_t>(1, env_.steps_per_epoch));
     const int N = comm_->size();
@@ -91,6 +100,7 @@ class Dgc : public Algorithm {
     return v > 0;
   }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
+  int64_t skipped_steps() const override { return skipped_; }
   bool BalancesBatches() const override { return balance_; }
   void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
     comp_->Save(params, sparse_, "dgc/", out);
@@ -125,7 +135,7 @@ class Dgc : public Algorithm {
   int64_t sparse_total_ = 0;
   std::vector<float> dense_sum_;
   std::vector<std::vector<float>> dense_v_;
-  int64_t sent_pairs_ = 0, dense_elems_ = 0;
+  int64_t sent_pairs_ = 0, dense_elems_ = 0, skipped_ = 0;
   double sparsity_now_ = 0;
 };
 

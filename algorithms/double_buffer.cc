@@ -54,6 +54,7 @@ class DoubleBuffer : public Algorithm {
     if (had) pending_ = std::async(std::launch::deferred, [] {});  // keep the result for the next Step
     return v > 0;
   }
+  int64_t skipped_steps() const override { return updater_.skipped(); }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   bool BalancesBatches() const override { return balance_; }
   // The exchange in flight is settled and its result kept: it is the update of the next

@@ -10,6 +10,7 @@ class Local : public Algorithm {
   explicit Local(const AlgorithmEnv& env) : updater_(env) {}
   std::string Name() const override { return "local"; }
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override { updater_.Apply(params, info.step); }
+  int64_t skipped_steps() const override { return updater_.skipped(); }
   void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
     updater_.Save(params, "opt/", out);
   }

@@ -185,6 +185,42 @@ void CheckPlaintextPolicy(const JobConfig& c) {
       refuse("[cluster] workers[" + std::to_string(r) + "] host", c.workers[r].host);
 }
 
+// [model] loss_scale = "dynamic" | "none" | <number>, loss_scale_init, loss_scale_growth_interval.
+void ReadLossScale(const SectionReader& model, JobConfig* c) {
+  std::ostringstream range;
+  range << "(0, " << kMaxLossScale << " = 2^126]";
+  c->loss_scale = c->precision == "fp16" ? "dynamic" : "none";
+  if (const toml::node* n = model.Get("loss_scale")) {
+    if (n->is_string()) {
+      c->loss_scale = *n->value<std::string>();
+      if (c->loss_scale != "dynamic" && c->loss_scale != "none")
+        model.Fail("loss_scale", "expected \"dynamic\", \"none\" or a number in " + range.str() + ", got \"" +
+                                     c->loss_scale + "\"");
+    } else if (n->is_number()) {
+      double v = *n->value<double>();
+      if (!(v > 0 && v <= kMaxLossScale)) {
+        std::ostringstream os;
+        os << "expected \"dynamic\", \"none\" or a number in " << range.str() << ", got " << v;
+        model.Fail("loss_scale", os.str());
+      }
+      c->loss_scale = "fixed";
+      c->loss_scale_init = v;
+    } else {
+      model.Fail("loss_scale", "expected \"dynamic\", \"none\" or a number in " + range.str() + ", got " + Describe(n));
+    }
+  }
+  const bool dynamic = c->loss_scale == "dynamic";
+  for (const char* k : {"loss_scale_init", "loss_scale_growth_interval"})
+    if (model.Get(k) && !dynamic)
+      model.Fail(k, std::string("only used with loss_scale = \"dynamic\" (loss_scale is ") +
+                        (c->loss_scale == "fixed" ? "a fixed number" : "\"" + c->loss_scale + "\"") + ")");
+  if (dynamic) {
+    c->loss_scale_init = model.Double("loss_scale_init", 65536, 0, kMaxLossScaleInit);
+    if (!(c->loss_scale_init > 0)) model.Fail("loss_scale_init", "expected a number in (0, 1e+300], got 0");
+    c->loss_scale_growth_interval = model.Int("loss_scale_growth_interval", 2000, 1, int64_t(1) << 40);
+  }
+}
+
 }  // namespace
 
 std::string JobConfig::CoordinatorAddress(bool has_servers) const {
@@ -591,7 +627,9 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
     }
   }
 
-  SectionReader model(file, root, "model", {"name", "zero_gamma_init", "label_smoothing", "init", "precision"});
+  SectionReader model(file, root, "model",
+                      {"name", "zero_gamma_init", "label_smoothing", "init", "precision", "loss_scale", "loss_scale_init",
+                       "loss_scale_growth_interval"});
   c.model = model.String("name", "mlp");
   static const std::set<std::string> kModels = {"mlp", "lenet", "resnet20", "resnet50"};
   if (!kModels.count(c.model))
@@ -604,6 +642,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.weight_init = model.String("init", "auto");
   if (c.weight_init != "auto" && c.weight_init != "he_normal" && c.weight_init != "uniform")
     model.Fail("init", "expected \"auto\", \"he_normal\" or \"uniform\", got \"" + c.weight_init + "\"");
+  ReadLossScale(model, &c);
 
   SectionReader data(file, root, "data",
                      {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes",

@@ -51,6 +51,13 @@ struct WorkerSpec {
 // coordinator says otherwise.
 constexpr int kDefaultCoordinatorPort = 7700;
 
+// The largest fixed loss scale and the most a dynamic one grows to: 2^126, whose inverse
+// (what gradients are unscaled by) is still a normal float.
+constexpr double kMaxLossScale = 85070591730234615865843651857942052864.0;
+// A dynamic scale may start higher (up to 1e300): above fp32's range the scaled loss
+// gradient overflows, those steps are skipped and the scale halves until it fits.
+constexpr double kMaxLossScaleInit = 1e300;
+
 struct JobConfig {
   std::string path;  // the file it came from
 
@@ -97,6 +104,13 @@ struct JobConfig {
   double label_smoothing = 0.0;
   std::string precision = "fp32";    // of convolutions and fully connected layers: fp32 | bf16 | fp16
   std::string weight_init = "auto";  // auto (the model's default) | he_normal | uniform
+  // Loss scaling (worker/loss_scaler.h): "none" | "dynamic" | "fixed" (the file's number).
+  // Default: "dynamic" with precision = "fp16", else "none". loss_scale_init is the
+  // dynamic scale's start (at most kMaxLossScaleInit), or the fixed scale (at most
+  // kMaxLossScale).
+  std::string loss_scale = "none";
+  double loss_scale_init = 65536;
+  int64_t loss_scale_growth_interval = 2000;  // good steps before a dynamic scale doubles
 
   // [data]
   std::string data_format = "idx";  // idx | cifar | synthetic

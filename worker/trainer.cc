@@ -19,6 +19,7 @@
 #include "worker/data/file_util.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model.h"
+#include "worker/loss_scaler.h"
 
 namespace shoal {
 namespace {
@@ -176,7 +177,7 @@ EvalResult Evaluate(Model& model, Backend& backend, DataLoader& test) {
 class Trainer {
  public:
   Trainer(const JobConfig& cfg, const TrainerOptions& opts)
-      : cfg_(cfg), opts_(opts), rank_(opts.rank), world_(cfg.world_size()) {
+      : cfg_(cfg), opts_(opts), rank_(opts.rank), world_(cfg.world_size()), scaler_(LossScaler::FromConfig(cfg)) {
     if (rank_ < 0 || rank_ >= world_)
       throw Error(cfg.path + ": [cluster] workers: rank " + std::to_string(rank_) + " is outside the job's " +
                   std::to_string(world_) + " worker(s)");
@@ -279,6 +280,7 @@ class Trainer {
       if (!overlap_) return;
       for (size_t i = first; i < last; ++i) {
         params_->GradToHost(i);
+        scaler_.Unscale(params_->views()[i], env_.device.get());  // the exchange carries true gradients
         algo_->GradReady(params_->views(), i);
       }
     });
@@ -292,6 +294,7 @@ class Trainer {
       RestoreWeights(st, params_->HostWeights());
       params_->WeightsFromHost();
       algo_->LoadState(params_->views(), st);
+      scaler_.Load(st);
       resumed_step_ = st.record.step;
       step_ = resumed_step_;  // the balance record names the step it applies from
       StartBalancing(&st);
@@ -409,6 +412,8 @@ class Trainer {
                        .Add("compute_s", compute_s_)
                        .Add("comm_s", comm_s_)
                        .Add("wait_s", wait_s_)
+                       .Add("loss_scale", scaler_.scale_double())
+                       .Add("skipped_steps", scaler_.skipped_steps())
                        .Add("weights_hash", hash));
     return res;
   }
@@ -428,11 +433,13 @@ class Trainer {
     model_->ZeroGrad();
     overlap_ = algo_->WantsGradReady();
     if (overlap_) algo_->BeginBackward(params_->views());
-    float loss = model_->TrainStep(x_, batch_.labels.data()).loss;
+    float loss = model_->TrainStep(x_, batch_.labels.data(), scaler_.scale()).loss;
     if (!std::isfinite(loss))
       throw Error("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step_) +
                   " (lower [optimizer] lr?)");
     params_->PullWeightsAndGrads(/*grads=*/!overlap_);
+    if (!overlap_)  // with overlap the hook unscaled each gradient as it became final
+      for (auto& v : params_->views()) scaler_.Unscale(v, env_.device.get());
     // A slowed worker stands for a slower device: its extra time counts as compute, so
     // its compute_s (and the launcher's straggler figures) show what such a device would.
     const double slowdown = cfg_.workers[size_t(rank_)].slowdown;
@@ -449,6 +456,9 @@ class Trainer {
     info.global_samples = balancer_ ? balancer_->global() : 0;
     algo_->Step(params_->views(), info);
     params_->PushWeights();
+    const int64_t skipped = algo_->skipped_steps();  // its guard met a NaN or inf
+    scaler_.Update(skipped > skipped_seen_);
+    skipped_seen_ = skipped;
     comm_s_ += Since(t2);
     ++step_;
     if (balancer_) {
@@ -532,6 +542,7 @@ class Trainer {
     st.record.batch = step_ % env_.steps_per_epoch;
     SaveWeights(params_->HostWeights(), &st);
     algo_->SaveState(params_->views(), &st);
+    scaler_.Save(&st);
     if (balancer_) balancer_->Save(&st);
     uint64_t bytes = 0;
     for (auto& [k, v] : st.entries) bytes += v.size();
@@ -552,6 +563,7 @@ class Trainer {
         .Add("comm_s", comm_s_)
         .Add("wait_s", wait_s_);
     f.Add("bytes_sent", algo_->bytes_sent());
+    f.Add("loss_scale", scaler_.scale_double()).Add("skipped_steps", scaler_.skipped_steps());
     // Host<->device parameter traffic of the step path: 0 on the CPU and with device params.
     f.Add("param_copy_bytes_per_step", (params_->copied_bytes() - copied_at_window_) / std::max<int64_t>(1, loss_n_))
         .Add("device_params", params_->on_device());
@@ -610,6 +622,8 @@ class Trainer {
   AlgorithmEnv env_;
   std::unique_ptr<Algorithm> algo_;
   bool overlap_ = false;  // the algorithm takes gradients during the backward pass
+  LossScaler scaler_;
+  int64_t skipped_seen_ = 0;  // algo_->skipped_steps() after the last step
   int64_t copied_at_window_ = 0;  // params_->copied_bytes() at the last train record
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
   std::unique_ptr<Balancer> balancer_;  // while the algorithm balances batches

@@ -126,6 +126,13 @@ class ParameterServer : public Algorithm {
   }
 
   void StepOnce(const std::vector<ParamView>& params, const StepInfo& info) {
+    // The guard: a gradient that is not all finite is not pushed; zeros go in its place, so
+    // the servers never see a NaN or inf while a synchronous step's accounting (every
+    // worker's push) and the clocks still complete. The step is counted as skipped.
+    if (!GradientsFinite(params)) {
+      ++skipped_;
+      for (auto& p : params) std::fill(p.g, p.g + p.n, 0.f);
+    }
     std::vector<TensorRef> grads;
     for (auto& p : params) grads.push_back({p.name, DType::kF32, Shape(p), p.g, size_t(p.n) * 4, nullptr});
     if (mode_ == Mode::kSsp) {
@@ -161,6 +168,7 @@ class ParameterServer : public Algorithm {
     client_->Leave();  // the servers go once every worker has
   }
   int64_t ResumedStep() const override { return resumed_step_; }
+  int64_t skipped_steps() const override { return skipped_; }
   bool ModelChangedAtFinish() const override { return mode_ == Mode::kSync; }
 
   bool AgreeToStop(bool mine) override {
@@ -377,7 +385,7 @@ class ParameterServer : public Algorithm {
   AlgorithmEnv env_;
   Mode mode_;
   bool checkpoints_ = false;  // [job] checkpoint_dir is set
-  int64_t resumed_step_ = 0, last_step_ = 0;
+  int64_t resumed_step_ = 0, last_step_ = 0, skipped_ = 0;
   int64_t staleness_ = 3;
   int wait_timeout_ms_ = 60000;
   std::unique_ptr<Client> client_;

@@ -150,6 +150,54 @@ TEST(Config, ErrorsNameFileKeyAndExpectation) {
             std::string::npos);
 }
 
+// [model] loss_scale: its default follows precision, a number is a fixed scale, and the
+// dynamic scaler's keys are refused where nothing reads them.
+TEST(Config, LossScale) {
+  auto with = [](const std::string& keys) {
+    return ParseJobConfig(Replace(kGood, "name = \"lenet\"", "name = \"lenet\"\n" + keys), "job.toml");
+  };
+  JobConfig c = with("");
+  EXPECT_EQ(c.loss_scale, "none");
+  c = with("precision = \"fp16\"");
+  EXPECT_EQ(c.loss_scale, "dynamic");
+  EXPECT_EQ(c.loss_scale_init, 65536.0);
+  EXPECT_EQ(c.loss_scale_growth_interval, 2000);
+  c = with("precision = \"fp16\"\nloss_scale = \"none\"");
+  EXPECT_EQ(c.loss_scale, "none");
+  c = with("loss_scale = 1024");
+  EXPECT_EQ(c.loss_scale, "fixed");
+  EXPECT_EQ(c.loss_scale_init, 1024.0);
+  c = with("loss_scale = \"dynamic\"\nloss_scale_init = 8.5e37\nloss_scale_growth_interval = 10");
+  EXPECT_EQ(c.loss_scale, "dynamic");
+  EXPECT_EQ(c.loss_scale_init, 8.5e37);
+  EXPECT_EQ(c.loss_scale_growth_interval, 10);
+
+  auto error = [&](const std::string& keys) { return ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"lenet\"\n" + keys)); };
+  EXPECT_NE(error("loss_scale = \"auto\"").find("[model] loss_scale: expected \"dynamic\", \"none\" or a number in "
+                                               "(0, 8.50706e+37 = 2^126], got \"auto\""),
+            std::string::npos)
+      << error("loss_scale = \"auto\"");
+  EXPECT_NE(error("loss_scale = 0").find("[model] loss_scale: expected"), std::string::npos);
+  EXPECT_NE(error("loss_scale = -4").find("got -4"), std::string::npos);
+  EXPECT_NE(error("loss_scale = 1e39").find("got 1e+39"), std::string::npos);
+  EXPECT_NE(error("loss_scale = true").find("[model] loss_scale: expected"), std::string::npos);
+  EXPECT_NE(error("loss_scale = 1024\nloss_scale_init = 2")
+                .find("[model] loss_scale_init: only used with loss_scale = \"dynamic\" (loss_scale is a fixed number)"),
+            std::string::npos);
+  EXPECT_NE(error("loss_scale_growth_interval = 5")
+                .find("[model] loss_scale_growth_interval: only used with loss_scale = \"dynamic\" (loss_scale is "
+                      "\"none\")"),
+            std::string::npos);
+  EXPECT_NE(error("loss_scale = \"dynamic\"\nloss_scale_init = 0").find("[model] loss_scale_init: expected a number in (0, 1e+300], got 0"),
+            std::string::npos);
+  EXPECT_NE(error("loss_scale = \"dynamic\"\nloss_scale_init = 1e301").find("[model] loss_scale_init: expected a number"),
+            std::string::npos);
+  EXPECT_EQ(with("loss_scale = \"dynamic\"\nloss_scale_init = 1e42").loss_scale_init, 1e42);  // beyond fp32: skips first
+  EXPECT_NE(error("loss_scale = \"dynamic\"\nloss_scale_growth_interval = 0")
+                .find("[model] loss_scale_growth_interval: expected an integer in [1, "),
+            std::string::npos);
+}
+
 TEST(Config, SyntaxErrorsGiveLineAndColumn) {
   std::string e = ErrorOf("[job]\nname = \"x\"\nseed = = 3\n");
   EXPECT_EQ(e.rfind("job.toml:3:", 0), 0u) << e;

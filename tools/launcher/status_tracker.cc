@@ -113,6 +113,8 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
   w.samples_per_s = JsonNumber(line, "samples_per_s").value_or(0);
   w.bytes_sent = JsonNumber(line, "bytes_sent").value_or(w.bytes_sent);
   w.batch_size = int64_t(JsonNumber(line, "batch_size").value_or(double(w.batch_size)));
+  w.loss_scale = JsonNumber(line, "loss_scale").value_or(w.loss_scale);
+  w.skipped_steps = JsonNumber(line, "skipped_steps").value_or(w.skipped_steps);
   w.step = step;
   w.prev_train_step = w.last_train_step;
   w.last_train_step = int64_t(step);
@@ -271,7 +273,7 @@ std::optional<std::string> StatusTracker::TakeEvalLine(double now_s, bool force)
       Fmt("%.4f", loss_) + " test_acc " + Fmt("%.4f", acc) +
       (first->second.size() > 1 && hi - lo >= 5e-5 ? " (workers " + Fmt("%.4f", lo) + "-" + Fmt("%.4f", hi) + ")"
                                                    : "") +
-      " samples/s " + Fmt("%.0f", sps) + " [" + Fmt("%.0f", now_s) + " s]";
+      " samples/s " + Fmt("%.0f", sps) + SkippedNote() + " [" + Fmt("%.0f", now_s) + " s]";
   last_eval_step_printed_ = step;
   pending_evals_.erase(first);
   pending_eval_wall_.erase(step);
@@ -295,7 +297,14 @@ std::string StatusTracker::ProgressLine(double now_s, double step) const {
   for (auto& [r, w] : workers_) sps += w.failed ? 0 : w.samples_per_s;
   return "epoch " + Fmt("%.0f", epoch_) + " step " + Fmt("%.0f", step >= 0 ? step : step_) + " loss " +
          Fmt("%.4f", loss_) + " test_acc " + Fmt("%.4f", acc_) + " samples/s " + Fmt("%.0f", sps) +
-         (std::isnan(staleness_) ? "" : " staleness " + Fmt("%.1f", staleness_)) + " [" + Fmt("%.0f", now_s) + " s]";
+         (std::isnan(staleness_) ? "" : " staleness " + Fmt("%.1f", staleness_)) + SkippedNote() + " [" +
+         Fmt("%.0f", now_s) + " s]";
+}
+
+std::string StatusTracker::SkippedNote() const {
+  double most = 0;
+  for (auto& [r, w] : workers_) most = std::max(most, w.skipped_steps);
+  return most > 0 ? " skipped_steps " + Fmt("%.0f", most) : "";
 }
 
 std::string StatusTracker::Json(double now_s, const std::string& state, int restarts) const {
@@ -323,7 +332,8 @@ std::string StatusTracker::Json(double now_s, const std::string& state, int rest
     s += std::string(r ? "," : "") + "{\"rank\":" + std::to_string(r) + ",\"host\":" + Str(spec.host) +
          ",\"device\":" + Str(spec.device) + ",\"batch_size\":" + std::to_string(w.batch_size) +
          ",\"state\":" + Str(st) + ",\"step\":" + Num(w.step) + ",\"loss\":" + Num(w.loss) +
-         ",\"samples_per_s\":" + Num(w.samples_per_s) + ",\"bytes_sent\":" + Num(w.bytes_sent);
+         ",\"samples_per_s\":" + Num(w.samples_per_s) + ",\"bytes_sent\":" + Num(w.bytes_sent) +
+         ",\"loss_scale\":" + Num(w.loss_scale) + ",\"skipped_steps\":" + Num(w.skipped_steps);
     if (w.measured)
       s += ",\"compute_ms\":" + Num(1e3 * w.compute) + ",\"exchange_ms\":" + Num(1e3 * w.exchange) +
            ",\"wait_ms\":" + Num(1e3 * w.wait) + ",\"step_ms\":" + Num(1e3 * w.wall) + ",\"slower\":" + Num(w.slower);

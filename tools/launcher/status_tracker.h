@@ -81,6 +81,7 @@ class StatusTracker {
     int64_t batch_size = 0;
     int64_t last_train_step = -1, prev_train_step = -1, last_eval_step = -1;
     double samples_per_s = 0, loss = NAN, step = 0, bytes_sent = 0;
+    double loss_scale = NAN, skipped_steps = 0;  // the loss scaler's (worker/loss_scaler.h)
     bool ended = false, gone = false, failed = false;
     // The previous train event's cumulative counters: the window's start.
     bool have_base = false;
@@ -102,6 +103,8 @@ class StatusTracker {
   void OnEval(int rank, const std::string& line);
   void Judge(int rank, int64_t step);
   void FlushEval(int64_t step);
+  // " skipped_steps N" (the most any worker skipped) when some worker skipped a step, else "".
+  std::string SkippedNote() const;
   Worker& At(int rank);
 
   const JobConfig cfg_;

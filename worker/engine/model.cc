@@ -119,10 +119,14 @@ void Model::Backward(const Tensor& dlogits) {
   }
 }
 
-StepResult Model::TrainStep(const Tensor& x, const int32_t* labels) {
+StepResult Model::TrainStep(const Tensor& x, const int32_t* labels, float loss_scale) {
   const Tensor& logits = Forward(x, true);
   StepResult r;
   r.loss = loss_.Forward(logits, labels, true, &r.correct);
+  if (loss_scale != 1.0f) {
+    Tensor dlogits = loss_.grad();  // the loss's own buffer, refilled by its next Forward
+    be_.Scale(loss_scale, dlogits);
+  }
   Backward(loss_.grad());
   return r;
 }

@@ -85,7 +85,9 @@ class Model {
   // dlogits: gradient of the loss w.r.t. the last Forward(train=true)'s output.
   void Backward(const Tensor& dlogits);
   // Forward(train) + loss + Backward. Does NOT zero gradients (call ZeroGrad first).
-  StepResult TrainStep(const Tensor& x, const int32_t* labels);
+  // loss_scale multiplies dlogits (loss scaling: every gradient comes out that many times
+  // too large; the caller divides it back); the returned loss is not scaled.
+  StepResult TrainStep(const Tensor& x, const int32_t* labels, float loss_scale = 1.0f);
   StepResult EvalStep(const Tensor& x, const int32_t* labels);  // forward only, eval mode
   void ZeroGrad();
   // Called from Backward, on its thread, once per node with parameters (nodes without any
