@@ -81,6 +81,11 @@ DeviceUpdater& LocalUpdater::Device(const ParamView& p) {
 }
 
 bool LocalUpdater::Apply(const std::vector<ParamView>& params, int64_t step) {
+  for (auto& p : params)
+    if (p.on_device) {
+      Device(p);  // a binary without the CUDA optimizer says so before anything else
+      break;
+    }
   if (!GradientsFinite(params, env_.device.get())) {
     ++skipped_;
     return false;

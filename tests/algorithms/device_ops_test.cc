@@ -10,6 +10,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <tuple>
 #include <random>
 #include <string>
 #include <vector>
@@ -186,6 +188,42 @@ TEST(DeviceOps, ScaleGradientsOnDeviceViewsGivesTheHostBits) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("\"fc.w\": it is in device memory"), std::string::npos) << e.what();
   }
+}
+
+// The guard on device views: the CUDA finite check finds a NaN or inf anywhere (first,
+// last, in the short tensor), and LocalUpdater then leaves the device weights and states
+// bit-identical, counted as skipped.
+TEST(DeviceOps, NonFiniteDeviceGradientsAreFoundAndTheStepSkipped) {
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  auto ops = MakeCudaDeviceOps(0);
+  std::vector<std::vector<float>> w = {std::vector<float>(70001, 0.5f), std::vector<float>(3, -1.f)};
+  std::vector<std::vector<float>> good = {std::vector<float>(70001, 0.25f), std::vector<float>(3, 0.125f)};
+  Params gpu(w, true);
+  gpu.SetGrads(good);
+  EXPECT_TRUE(GradientsFinite(gpu.views, ops.get()));
+  const float kInf = std::numeric_limits<float>::infinity(), kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (auto [t, i, v] : {std::tuple<size_t, size_t, float>{0, 0, kNaN}, {0, 70000, kInf}, {1, 2, -kInf}}) {
+    auto bad = good;
+    bad[t][i] = v;
+    gpu.SetGrads(bad);
+    EXPECT_FALSE(GradientsFinite(gpu.views, ops.get())) << t << "," << i;
+  }
+  LocalUpdater u(EnvFor("momentum", true));
+  gpu.SetGrads(good);
+  ASSERT_TRUE(u.Apply(gpu.views, 0));
+  CheckpointState before;
+  u.Save(gpu.views, "opt/", &before);
+  std::vector<std::vector<float>> wb = {gpu.Weights(0), gpu.Weights(1)};
+  auto bad = good;
+  bad[1][1] = kNaN;
+  gpu.SetGrads(bad);
+  EXPECT_FALSE(u.Apply(gpu.views, 1));
+  EXPECT_EQ(u.skipped(), 1);
+  CheckpointState after;
+  u.Save(gpu.views, "opt/", &after);
+  EXPECT_EQ(after.entries, before.entries);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(gpu.Weights(i), wb[i]);
 }
 
 }  // namespace
