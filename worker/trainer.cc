@@ -379,6 +379,8 @@ class Trainer {
     params_->PullWeightsAndGrads();
     algo_->Finish(params_->views());
     params_->PushWeights();
+    if (algo_->skipped_steps() > skipped_seen_) scaler_.Update(true);  // double_buffer's last step
+    skipped_seen_ = algo_->skipped_steps();
     // A run resumed from the checkpoint at its very end trained no epoch here, and still
     // reports the model's accuracy.
     if (algo_->ModelChangedAtFinish() || !evaluated_) {
