@@ -102,6 +102,8 @@ class StatusPage : public ::testing::Test {
     toml.replace(toml.find("workers = 2"), 11, "workers = [{slowdown = 3.0}, {}]");
     toml.replace(toml.find("log_every_steps = 20"), 20, "log_every_steps = 4");
     toml.replace(toml.find("max_test_samples = 2000"), 23, "max_test_samples = 500");
+    // A fixed power-of-two scale changes no bit of the training and shows on the page.
+    toml.replace(toml.find("name = \"lenet\""), 14, "name = \"lenet\"\nloss_scale = 1024");
     std::ofstream(*dir_ + "/job.toml") << toml;
     launcher_ = fork();
     if (launcher_ == 0) {
@@ -277,6 +279,7 @@ TEST_F(StatusPage, ChromiumRendersTheRowsAndCurves) {
       << "no accuracy curve";
   EXPECT_NE(dom.find("shoal job status"), std::string::npos);
   EXPECT_NE(dom.find("allreduce"), std::string::npos);
+  EXPECT_NE(dom.find("worker 1 loss scale</th><td class=\"l\">2^10, 0 steps skipped"), std::string::npos) << dom;
 
   const char* outputs = getenv("TEST_UNDECLARED_OUTPUTS_DIR");
   std::string png = std::string(outputs ? outputs : *dir_) + "/status_page.png";

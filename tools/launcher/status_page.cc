@@ -120,6 +120,11 @@ function render(s) {
   add("last checkpoint", s.checkpoint ? "id " + s.checkpoint.id + " at step " + s.checkpoint.step +
       " (" + fmt(s.checkpoint.wall_s, 0) + " s)" : "none yet");
   add("restarts", s.restarts);
+  const scale = (v) => v === null ? "-" : Number.isInteger(Math.log2(v)) ? "2^" + Math.log2(v) : v.toPrecision(4);
+  for (const w of s.workers)
+    if (w.skipped_steps > 0 || (w.loss_scale !== null && w.loss_scale !== 1))
+      add("worker " + w.rank + " loss scale", scale(w.loss_scale) + ", " + fmt(w.skipped_steps, 0) +
+          " steps skipped (gradients not finite)");
   add("straggler ratio", s.straggler_ratio + "x the other workers' median time per step");
   for (const c of s.stragglers)
     add("worker " + c.rank, (c.straggler ? "straggler, " + fmt(c.slower, 1) + "x slower" : "keeps up again") +
