@@ -16,14 +16,17 @@
 #include "algorithms/optimizers/optimizer.h"
 #include "common/checkpoint/checkpoint_state.h"
 #include "common/config.h"
+#include "common/device_fence.h"
 #include "common/metrics.h"
 
 namespace shoal {
 
 // One model tensor as fp32 memory: weights and this step's gradient. Host memory, unless
 // on_device: then w and g point into the worker's CUDA device memory (the trainer gives such
-// views only to an algorithm whose TakesDeviceParams() is true), and the work that wrote
-// them is finished when the algorithm is called.
+// views only to an algorithm whose TakesDeviceParams() is true). The work that wrote them
+// is finished when Step is called; in GradReady it may still be queued: then `ready` marks
+// it, and device ops on g must be ordered after it (DeviceOps::After; the contract is in
+// common/device_fence.h). Null `ready`: nothing to wait for.
 struct ParamView {
   std::string name;
   float* w = nullptr;
@@ -32,6 +35,7 @@ struct ParamView {
   bool no_weight_decay = false;
   std::vector<int64_t> shape;  // servers infer "no weight decay" from rank-1 shapes
   bool on_device = false;
+  std::shared_ptr<const DeviceFence> ready;
 };
 
 // The optimizer on on-device tensors, one device state per tensor index (created zeroed on
@@ -65,6 +69,9 @@ class DeviceOps {
   virtual void Scale(float* p, int64_t n, float f) = 0;            // p[i] *= f, the host's float product
   // Whether every float of every span (device memory) is finite: one answer for the lot.
   virtual bool AllFinite(const std::vector<std::pair<const float*, int64_t>>& spans) = 0;
+  // Orders every later call after the work `fence` marks, device-side (a stream wait, not
+  // a host wait); a null fence is a no-op.
+  virtual void After(const DeviceFence* fence) = 0;
 };
 
 struct StepInfo {

@@ -25,7 +25,8 @@ class CudaDeviceUpdater : public DeviceUpdater {
 
   void Apply(const ParamView& p, size_t index, const StepContext& ctx) override {
     SetDevice();
-    // The legacy default stream: ordered after the backward kernels of every blocking stream.
+    // The default stream. The backend's stream is non-blocking, so this is ordered after the
+    // backward kernels by the trainer's Synchronize before Step, not by the stream.
     opt_->Apply(p.w, p.g, p.n, !p.no_weight_decay, ctx, &State(index, p.n), nullptr);
   }
   void Sync() override {
@@ -100,6 +101,12 @@ class CudaDeviceOps : public DeviceOps {
     int bad = 0;
     CheckCuda(cudaMemcpy(&bad, flag_, sizeof(int), cudaMemcpyDeviceToHost), "device ops: finite check");
     return bad == 0;
+  }
+  // The stream every op here uses (the default one) waits on the event; the host goes on.
+  void After(const DeviceFence* fence) override {
+    if (!fence) return;
+    SetDevice(device_);
+    CheckCuda(cudaStreamWaitEvent(nullptr, static_cast<cudaEvent_t>(fence->native()), 0), "device ops: wait on a fence");
   }
   ~CudaDeviceOps() override {
     if (flag_) {

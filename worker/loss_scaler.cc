@@ -33,6 +33,7 @@ void LossScaler::Unscale(const ParamView& p, DeviceOps* device) const {
   auto mul = [&](float f) {
     if (p.on_device) {
       SHOAL_CHECK(device, "unscaling the gradient of \"" + p.name + "\": it is in device memory, and no DeviceOps");
+      device->After(p.ready.get());  // the backward kernels that wrote g may still be queued
       device->Scale(p.g, p.n, f);
       return;
     }

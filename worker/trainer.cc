@@ -78,9 +78,11 @@ class ParamViews {
     backend_.Synchronize();
   }
   // One final gradient, device -> host (waits for the backward kernels that produce it).
+  // Device params: no host wait; the view's `ready` marks the kernels queued so far, and
+  // the algorithm's device ops wait on it device-side (common/device_fence.h).
   void GradToHost(size_t i) {
     if (device_)
-      backend_.Synchronize();  // correctness first: the whole queue, not this gradient's event
+      views_[i].ready = backend_.RecordFence();
     else if (!host_) {
       Down(model_.parameters()[i].grad, views_[i].g);
       backend_.Synchronize();

@@ -116,6 +116,10 @@ void BucketScheduler::Begin(const std::vector<ParamView>& params) {
 void BucketScheduler::Pack(const std::vector<ParamView>& params, size_t index) {
   if (packed_[index]) return;
   const ParamView& p = params[index];
+  // The copy's stream waits, device-side, for the kernels that wrote g (common/device_fence.h);
+  // the copy itself is finished when it returns, so the communication thread's stream
+  // reads a complete bucket.
+  if (on_device_) device_->After(p.ready.get());
   CopyFloats(Buf() + offset_of_[index], p.g, p.n);
   packed_[index] = 1;
   --missing_[bucket_of_[index]];

@@ -4,11 +4,12 @@
 // weights compared after each step; a checkpoint written from device states continues on
 // the CPU (and back) with the same weights. Needs a CUDA device and says why it skips
 // without one; the no-CUDA-optimizer error is checked everywhere. ScaleGradients on device
-// views gives the host loop's bits.
+// views gives the host loop's bits. After(fence) orders a copy after another stream's work.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <tuple>
@@ -188,6 +189,50 @@ TEST(DeviceOps, ScaleGradientsOnDeviceViewsGivesTheHostBits) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("\"fc.w\": it is in device memory"), std::string::npos) << e.what();
   }
+}
+
+// A raw CUDA event as the trainer's marker (the backend's own is private to it).
+class EventFence : public DeviceFence {
+ public:
+  explicit EventFence(cudaStream_t s) {
+    CheckCuda(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "test: event");
+    CheckCuda(cudaEventRecord(e_, s), "test: record");
+  }
+  ~EventFence() override { cudaEventDestroy(e_); }
+  void Wait() const override { CheckCuda(cudaEventSynchronize(e_), "test: wait"); }
+  void* native() const override { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// The ordering GradReady relies on (common/device_fence.h): work queued on a non-blocking
+// stream (as the backend's backward kernels) and marked by a fence is finished before a
+// DeviceOps copy queued after After(fence) reads its memory, with no host wait between.
+// Without After the copy runs at once and reads the zeros (the stream is kept busy for
+// milliseconds by repeated 256 MB fills).
+TEST(DeviceOps, AfterAFenceACopyReadsWhatTheMarkedStreamWrote) {
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  auto ops = MakeCudaDeviceOps(0);
+  const int64_t n = int64_t(64) << 20;
+  float* src = ops->Alloc(n);  // zeroed, finished
+  float* dst = ops->Alloc(1024);
+  cudaStream_t s = nullptr;
+  CheckCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "test: stream");
+  for (int k = 0; k < 20; ++k) CheckCuda(cudaMemsetAsync(src, k % 2 ? 0 : 0x11, size_t(n) * 4, s), "test: fill");
+  CheckCuda(cudaMemsetAsync(src, 0x3f, size_t(n) * 4, s), "test: fill");
+  EventFence fence(s);
+  ops->After(nullptr);  // no marker: nothing to wait for
+  ops->After(&fence);
+  ops->Copy(dst, src + n - 1024, 1024);
+  std::vector<uint32_t> got(1024);
+  CheckCuda(cudaMemcpy(got.data(), dst, got.size() * 4, cudaMemcpyDeviceToHost), "test");
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(0x3f3f3f3fu, got[i]) << "float " << i;
+  CheckCuda(cudaStreamSynchronize(s), "test");
+  cudaStreamDestroy(s);
+  ops->Free(src);
+  ops->Free(dst);
 }
 
 // The guard on device views: the CUDA finite check finds a NaN or inf anywhere (first,

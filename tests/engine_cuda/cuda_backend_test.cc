@@ -167,6 +167,31 @@ TEST_F(CudaVsReference, QueuedCopiesThroughStagingMemoryArriveAfterOneSynchroniz
   for (size_t i = 0; i < floats; ++i) ASSERT_EQ(host[i], 2.f * want[i]) << "element " << i;
 }
 
+// RecordFence marks the work queued so far: waiting on the marker (not the stream) is
+// enough for a queued copy to have arrived. The CPU engine gives no marker (done already).
+TEST_F(CudaVsReference, AFenceMarksTheWorkQueuedBeforeIt) {
+  const Shape s = {1000, 2048};
+  const size_t floats = size_t(NumElements(s));
+  std::shared_ptr<void> staging = gpu_->AllocHost(floats * sizeof(float));
+  float* host = static_cast<float*>(staging.get());
+  for (size_t i = 0; i < floats; ++i) host[i] = float(i % 977) - 400.f;
+  Tensor t = gpu_->Empty(s);
+  gpu_->CopyFromHostAsync(t, host);
+  gpu_->Synchronize();
+  std::vector<float> want(host, host + floats);
+  std::fill(host, host + floats, std::nanf(""));
+  gpu_->Scale(3.f, t);
+  gpu_->CopyToHostAsync(t, host);
+  std::shared_ptr<const DeviceFence> fence = gpu_->RecordFence();
+  ASSERT_EQ(fence != nullptr, cuda_);
+  if (fence) {
+    ASSERT_NE(fence->native(), nullptr);
+    fence->Wait();
+  }
+  for (size_t i = 0; i < floats; ++i) ASSERT_EQ(host[i], 3.f * want[i]) << "element " << i;
+  gpu_->Synchronize();
+}
+
 TEST_F(CudaVsReference, ConvolutionForwardAndBackward) {
   const ConvCase cases[] = {{2, 3, 9, 9, 4, 3, 1, 1, true},
                             {3, 2, 12, 10, 5, 5, 2, 0, true},

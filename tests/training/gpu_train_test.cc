@@ -3,7 +3,8 @@
 // on the step path (param_copy_bytes_per_step 0, device_params true), and a checkpoint
 // written from device weights and states resumes to the same end as the run that never
 // stopped; the same job under "local" (host mirrors) shows what the copies were; and a
-// precision = "bf16" resnet20 (the CUDA backend's mixed mode) learns.
+// precision = "bf16" resnet20 (the CUDA backend's mixed mode) learns; overlapped NCCL
+// buckets (gradients handed over behind CUDA events) give the step path's weights.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,6 +67,30 @@ TEST(GpuTraining, AllReduceKeepsParamsOnTheDeviceAndLearns) {
   // The CUDA engine and optimizers use no atomics (the same bits run to run), so a
   // difference here is the checkpoint's, not the GPU's.
   EXPECT_EQ(JsonField(ends.back(), "weights_hash").value_or("!"), hash);
+}
+
+// Overlap on device params: each final gradient goes to the exchange behind a CUDA event
+// (no host wait on the backend's stream; common/device_fence.h), and the buckets then leave
+// during the backward pass. Same bits as the run without overlap, so the ordering held.
+TEST(GpuTraining, OverlappedNcclBucketsGiveTheSameWeightsAsTheStepPath) {
+  if (CudaDevices() < 1) GTEST_SKIP() << "no CUDA device on this machine";
+  std::string hashes[2];
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    std::string dir = FreshDir(overlap ? "gpu_overlap_on" : "gpu_overlap_off");
+    std::string algo = std::string("name = \"allreduce\"\ncollective = \"nccl\"\nbucket_bytes = 1024\noverlap = ") +
+                       (overlap ? "true" : "false");
+    JobRun r = RunJob(dir, GpuJob("gpu-overlap", dir, algo), 300);
+    ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+    auto train = Events(r, "train");
+    ASSERT_FALSE(train.empty()) << r.stdout_text;
+    double early = JsonNumber(train.back(), "overlapped_buckets").value_or(-1);
+    if (overlap)
+      EXPECT_GE(early, 1) << train.back();
+    else
+      EXPECT_EQ(early, 0) << train.back();
+    hashes[overlap] = JsonField(Events(r, "end").at(0), "weights_hash").value_or(overlap ? "!" : "?");
+  }
+  EXPECT_EQ(hashes[1], hashes[0]);
 }
 
 TEST(GpuTraining, HostMirrorsAreCountedWhereTheAlgorithmTakesHostParams) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/device_fence.h"
 #include "worker/engine/tensor.h"
 
 namespace shoal {
@@ -45,6 +46,9 @@ class Backend {
   virtual void CopyToHost(const Tensor& src, void* dst) = 0;
   virtual void Copy(const Tensor& src, Tensor& dst) = 0;  // same device
   virtual void Synchronize() {}
+  // A marker of the work queued so far (common/device_fence.h states the ordering
+  // contract); null where every call is finished when it returns (the CPU).
+  virtual std::shared_ptr<const DeviceFence> RecordFence() { return nullptr; }
   // Host memory for staging this device's copies: page-locked on CUDA, so copies run at
   // full bus speed and the Async variants below do not wait; plain memory elsewhere.
   virtual std::shared_ptr<void> AllocHost(size_t bytes);

@@ -174,6 +174,30 @@ void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
   }
 }
 
+namespace {
+// One event per marker, destroyed with its last reference (a few microseconds to create;
+// a pool can come once measurements ask for it).
+class CudaFence : public DeviceFence {
+ public:
+  explicit CudaFence(cudaEvent_t e) : event_(e) {}
+  ~CudaFence() override { cudaEventDestroy(event_); }
+  void Wait() const override { Check(cudaEventSynchronize(event_), "CudaFence::Wait"); }
+  void* native() const override { return event_; }
+
+ private:
+  cudaEvent_t event_;
+};
+}  // namespace
+
+std::shared_ptr<const DeviceFence> CudaBackend::RecordFence() {
+  Activate();
+  cudaEvent_t e = nullptr;
+  Check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), Where("RecordFence: cudaEventCreate"));
+  auto fence = std::make_shared<CudaFence>(e);
+  Check(cudaEventRecord(e, stream_), Where("RecordFence: cudaEventRecord"));
+  return fence;
+}
+
 void CudaBackend::Synchronize() {
   Activate();
   Check(cudaStreamSynchronize(stream_), Where("Synchronize"));

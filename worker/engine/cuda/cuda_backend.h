@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
   // Same dtype: a device copy; different dtypes: an elementwise conversion.
   void Copy(const Tensor& src, Tensor& dst) override;
   void Synchronize() override;
+  std::shared_ptr<const DeviceFence> RecordFence() override;  // a cudaEvent on the stream
   // Page-locked (cudaMallocHost), freed by its last reference.
   std::shared_ptr<void> AllocHost(size_t bytes) override;
   void CopyFromHostAsync(Tensor& dst, const void* src) override;
