@@ -1,5 +1,6 @@
 // The status page's server over real loopback sockets: a job with keys gets a token, and a
-// request without it (or with a wrong one, or one a byte short) is answered 401.
+// request without it (or with a wrong one, or one a byte short) is answered 401, and
+// clients that never finish their request do not lock the others out.
 #include "tools/launcher/status_server.h"
 
 #include <arpa/inet.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 namespace shoal {
 namespace {
@@ -65,6 +67,27 @@ TEST(StatusServer, WithoutATokenEveryGetIsServed) {
   EXPECT_EQ(s.url(), "http://127.0.0.1:" + std::to_string(s.port()) + "/");
   EXPECT_EQ(Code(Get(s.port(), "/status.json")), 200);
   EXPECT_EQ(Code(Get(s.port(), "/")), 200);
+}
+
+// A connection that sends part of a request and then nothing (slowloris), many times over:
+// the server holds at most 64 connections, and a full table of idle half-requests must not
+// turn away a client that sends its whole request at once.
+TEST(StatusServer, ConnectionsThatNeverFinishTheirRequestDoNotLockOthersOut) {
+  StatusServer s("127.0.0.1", 0, "<html>page</html>");
+  std::vector<int> idle;
+  for (int i = 0; i < 80; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(s.port()));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(write(fd, "GET / HTTP/1.1\r\n", 16), 16);
+    idle.push_back(fd);
+  }
+  EXPECT_EQ(Code(Get(s.port(), "/status.json")), 200);
+  EXPECT_EQ(Code(Get(s.port(), "/")), 200);
+  for (int fd : idle) close(fd);
 }
 
 }  // namespace

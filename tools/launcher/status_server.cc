@@ -161,13 +161,27 @@ void StatusServer::Loop() {
     const double now = Now();
     const size_t polled = conns.size();  // connections accepted below were not polled yet
     if (n > 0 && (fds[1].revents & POLLIN)) {
+      // Connections given up on (deadline 0) are closed below; they no longer count.
+      int live = 0;
+      for (const Conn& c : conns) live += c.deadline != 0;
       while (true) {
         int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;  // EAGAIN, or a connection that went away before we took it
-        if (int(conns.size()) >= kMaxConnections) {
-          close(fd);  // full: the newcomer goes, the clients being served stay
-          continue;
+        if (live >= kMaxConnections) {
+          // Full: the oldest connection still waiting for its request goes, so that clients
+          // which never finish one (slowloris) cannot lock out one that sends it whole. If
+          // every connection is being answered, the newcomer goes instead.
+          Conn* oldest = nullptr;
+          for (Conn& c : conns)
+            if (!c.responding && c.deadline != 0 && (!oldest || c.deadline < oldest->deadline)) oldest = &c;
+          if (!oldest) {
+            close(fd);
+            continue;
+          }
+          oldest->deadline = 0;
+          --live;
         }
+        ++live;
         Conn c;
         c.fd = fd;
         c.deadline = now + kConnectionDeadlineS;
@@ -177,7 +191,7 @@ void StatusServer::Loop() {
     for (size_t i = 0; i < polled && n > 0; ++i) {
       Conn& c = conns[i];
       short re = fds[i + 2].revents;
-      if (!re) continue;
+      if (!re || c.deadline == 0) continue;  // 0: evicted above, closed below
       if (!c.responding && (re & (POLLIN | POLLHUP | POLLERR))) {
         char buf[4096];
         ssize_t got = recv(c.fd, buf, sizeof buf, 0);

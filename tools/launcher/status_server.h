@@ -3,7 +3,8 @@
 // the launcher last published). Its own thread runs one poll loop over non-blocking
 // sockets, so a client can never block the launcher: a request head over 8 KiB is answered
 // 431, a connection that has not finished within 5 s is closed, at most 64 connections are
-// open at once (more are closed on accept), and only GET and HEAD are served. Sockets are
+// open at once (when full, a newcomer evicts the oldest connection still sending its request,
+// so idle half-requests cannot lock clients out; if all are being answered, it is closed), and only GET and HEAD are served. Sockets are
 // close-on-exec, so the job's processes never inherit them. With a token, requests without
 // it get 401 (compared in constant time).
 //
