@@ -47,6 +47,8 @@ Client::Client(const JobConfig& cfg, const ClientOptions& opts) : cfg_(cfg), opt
   keys_.client_public = cfg_.curve_client_public;
   keys_.client_secret = cfg_.curve_client_secret;
   control_ = std::make_unique<Transport>(ctx_, Transport::Kind::kClient, keys_);
+  // With keys, a coordinator that refuses the handshake is told apart from one not there.
+  if (keys_.enabled()) control_->EnableMonitor();
   control_->Connect("tcp://" + cfg_.servers[0]);
 }
 
@@ -71,6 +73,7 @@ void Client::Header(msg::Header::Builder h, msg::Kind kind, uint64_t id) {
 }
 
 InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, bool resend) {
+  control_->DrainEvents();  // an earlier call's events say nothing about this one
   control_->Send(m);
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
   // Shard 0 may die and be started again alone: a request it had received is lost with it,
@@ -89,7 +92,7 @@ InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, b
       if (!control_->Recv(&r, wait)) {
         if (RemainingMs(deadline) == 0)
           throw Error(what + ": the coordinator (" + cfg_.servers[0] + ") did not answer within " +
-                      std::to_string(opts_.timeout_ms) + " ms");
+                      std::to_string(opts_.timeout_ms) + " ms" + control_->RefusalHint());
         control_->TrySend(m);
         resend_at = Clock::now() + period;
         continue;

@@ -57,12 +57,21 @@ bool RendezvousService::Handle(const InMessage& m, const std::function<void(OutM
 CoordinatorStore::CoordinatorStore(const std::string& endpoint, const CurveKeys& keys, int request_timeout_ms)
     : endpoint_(endpoint), request_timeout_ms_(request_timeout_ms) {
   link_ = std::make_unique<Transport>(ctx_, Transport::Kind::kClient, keys);
+  // With keys, a refused handshake is told apart from a coordinator that is not there.
+  if (keys.enabled()) link_->EnableMonitor();
   link_->Connect(endpoint);
 }
 
 CoordinatorStore::~CoordinatorStore() = default;
 
+namespace {
+std::string Why(const std::string& refusal) {
+  return refusal.empty() ? " (is rank 0 / shard 0 running there?)" : refusal;
+}
+}  // namespace
+
 InMessage CoordinatorStore::Ask(OutMessage& m, uint64_t id, const std::string& what, int timeout_ms) {
+  link_->DrainEvents();  // an earlier request's events say nothing about this one
   link_->Send(m);
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
@@ -70,7 +79,7 @@ InMessage CoordinatorStore::Ask(OutMessage& m, uint64_t id, const std::string& w
     int left = LeftMs(deadline);
     if (left == 0 || !link_->Recv(&r, left))
       throw Error("rendezvous: " + what + ": the coordinator at " + endpoint_ + " did not answer within " +
-                  std::to_string(timeout_ms) + " ms (is rank 0 / shard 0 running there?)");
+                  std::to_string(timeout_ms) + " ms" + Why(link_->RefusalHint()));
     auto h = r.header();
     if (h.getRequestId() != id) continue;  // a late answer to an earlier request
     if (h.getKind() == msg::Kind::ERROR) throw Error("rendezvous: " + what + ": " + std::string(h.getMessage()));

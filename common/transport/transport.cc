@@ -510,6 +510,34 @@ std::vector<SocketEvent> Transport::DrainEvents() {
   return out;
 }
 
+std::string Transport::RefusalHint() {
+  // A peer holding another job's keys cannot finish the CURVE handshake: it drops the
+  // connection (the client sees a handshake failure, or only the disconnect, again on every
+  // reconnect) and the request waits out its deadline. Say so rather than "not running".
+  int refused = 0, cut = 0;
+  std::string detail;
+  for (const SocketEvent& e : DrainEvents()) {
+    if (e.is_disconnect()) {
+      ++cut;
+      continue;
+    }
+    if (refused++) continue;
+    if (e.event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+      detail = ProtocolError(e.value);
+    else if (e.event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      detail = "authentication refused (status " + std::to_string(e.value) + ")";
+    else
+      detail = std::string("the peer closed it: ") + zmq_strerror(e.value);
+  }
+  if (refused)
+    return " (the CURVE handshake failed " + std::to_string(refused) + " time(s), first: " + detail +
+           "; do this job's [security] keys match the peer's?)";
+  if (cut > 0)
+    return " (the peer dropped the connection " + std::to_string(cut) +
+           " time(s) without an answer: does it hold this job's [security] keys?)";
+  return "";
+}
+
 std::string ListenEndpoint(const std::string& host_port) {
   auto colon = host_port.rfind(':');
   SHOAL_CHECK(colon != std::string::npos, "address '" + host_port + "' is not host:port");

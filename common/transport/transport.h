@@ -155,6 +155,9 @@ class Transport {
   // Reports handshake failures and disconnects through DrainEvents().
   void EnableMonitor();
   std::vector<SocketEvent> DrainEvents();
+  // For a client's "no answer" error: with the monitor on, why the connection never carried
+  // a message (a refused handshake: the peer holds other keys), as " (...)"; else "".
+  std::string RefusalHint();
 
   Kind kind() const { return kind_; }
   uint64_t bytes_sent() const { return bytes_sent_; }

@@ -73,6 +73,14 @@ TEST(Rendezvous, OnlyTheJobsClientKeyGetsIn) {
   CoordinatorStore intruder(server.endpoint(), other, 500);
   std::string e = ErrorOf([&] { intruder.Get("k", 500); });
   EXPECT_NE(e.find("did not answer"), std::string::npos) << e;
+  EXPECT_NE(e.find("[security] keys"), std::string::npos) << e;
+  // A worker of another job (other server keys too) is told the same, not "not running".
+  auto other_server = CurveKeyPair();
+  CurveKeys other_job{other_server.first, other_server.second, foreign.first, foreign.second};
+  CoordinatorStore stranger(server.endpoint(), other_job, 500);
+  e = ErrorOf([&] { stranger.Set("k", "w"); });
+  EXPECT_NE(e.find("did not answer"), std::string::npos) << e;
+  EXPECT_NE(e.find("[security] keys"), std::string::npos) << e;
   EXPECT_EQ(member.Get("k", 1000), "v");
 }
 
