@@ -21,7 +21,7 @@ bool ReadInt(const char* name, int* out) {
 
 }  // namespace
 
-RankInfo ResolveRank(int flag_rank) {
+RankInfo ResolveRank(int flag_rank, const std::string& no_rank) {
   // -1 is the flag's "not given"; any other negative value is a typo, never "ask the environment".
   if (flag_rank < -1) throw Error("--rank " + std::to_string(flag_rank) + ": expected a rank of 0 or more");
   RankInfo r;
@@ -46,6 +46,7 @@ RankInfo ResolveRank(int flag_rank) {
     r.rank = flag_rank;
     r.source = "flag";
   } else if (r.source.empty()) {
+    if (!no_rank.empty()) throw Error(no_rank);
     throw Error(
         "no rank: pass --rank R, or start under Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK) or with RANK "
         "set");

@@ -11,7 +11,9 @@ struct RankInfo {
   std::string source;  // "flag", "slurm", "openmpi", "env"
 };
 
-// flag_rank < 0: take it from the environment. Throws shoal::Error on malformed values.
-RankInfo ResolveRank(int flag_rank);
+// flag_rank < 0: take it from the environment. Throws shoal::Error on malformed values, and
+// when no rank is given at all: with `no_rank` as the message if set (a caller without a
+// --rank flag must not suggest one), else one naming --rank and the variables.
+RankInfo ResolveRank(int flag_rank, const std::string& no_rank = "");
 
 }  // namespace shoal

@@ -266,6 +266,22 @@ TEST(PsTraining, MpirunWithTheWrongTaskCountIsRefused) {
       << all;
 }
 
+// Started by hand, with no task rank in the environment: the error says to use srun or
+// mpirun, never to pass --rank (shoal-task has no such flag).
+TEST(PsTraining, ShoalTaskWithoutARankAsksForSrunOrMpirun) {
+  std::string dir = FreshDir("task-norank");
+  std::string job = dir + "/job.toml";
+  std::ofstream(job) << FmnistJob("task-norank", dir + "/out", 2, "mlp", 4000, 1,
+                                  std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kOpt);
+  std::string cmd = "env -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK -u RANK timeout -s KILL 30 " + BinDir() +
+                    "/tools/launcher/shoal-task --config " + job + " > " + dir + "/task.log 2>&1";
+  EXPECT_NE(system(cmd.c_str()), 0);
+  std::ifstream log(dir + "/task.log");
+  std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("start shoal-task with srun or mpirun"), std::string::npos) << all;
+  EXPECT_EQ(all.find("--rank"), std::string::npos) << all;
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace shoal

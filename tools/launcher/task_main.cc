@@ -64,11 +64,11 @@ int main(int argc, char** argv) {
   try {
     shoal::JobConfig cfg = shoal::LoadJobConfig(config);
     shoal::CheckJobKeys(cfg);
-    shoal::RankInfo task = shoal::ResolveRank(-1);
-    if (task.source.empty())
-      throw shoal::Error(
-          "no task rank in the environment (SLURM_PROCID, OMPI_COMM_WORLD_RANK or RANK): "
-          "start shoal-task with srun or mpirun");
+    // shoal-task has no --rank: the role's rank comes from the task's.
+    shoal::RankInfo task = shoal::ResolveRank(
+        -1,
+        "no task rank in the environment (SLURM_PROCID, OMPI_COMM_WORLD_RANK or RANK): "
+        "start shoal-task with srun or mpirun");
     const bool servers = shoal::FactsOf(cfg.algorithm).needs_servers;
     const int num_servers = servers ? int(cfg.servers.size()) : 0;
     const int tasks = num_servers + cfg.world_size();
