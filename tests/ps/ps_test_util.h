@@ -9,6 +9,7 @@
 
 namespace shoal::testing {
 
+// A loopback TCP port free at the time of the call, never one this process was given before.
 int FreePort();
 std::string TempPath(const std::string& name);
 void WriteFile(const std::string& path, const std::string& text);
