@@ -42,15 +42,17 @@ double GradientWeight(const StepInfo& info, int world) {
 
 void ScaleGradients(const std::vector<ParamView>& params, double weight, DeviceOps* device) {
   if (weight == 1.0) return;
-  const float f = float(weight);
-  for (auto& p : params) {
-    if (p.on_device) {
-      SHOAL_CHECK(device, "scaling the gradient of \"" + p.name + "\": it is in device memory, and no DeviceOps");
-      device->Scale(p.g, p.n, f);
-      continue;
-    }
-    for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;
+  for (auto& p : params) ScaleGradient(p, float(weight), device);
+}
+
+void ScaleGradient(const ParamView& p, float f, DeviceOps* device) {
+  if (p.on_device) {
+    SHOAL_CHECK(device, "scaling the gradient of \"" + p.name + "\": it is in device memory, and no DeviceOps");
+    device->After(p.ready.get());  // the backward kernels that wrote g may still be queued
+    device->Scale(p.g, p.n, f);
+    return;
   }
+  for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;
 }
 
 bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device) {

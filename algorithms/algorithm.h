@@ -196,6 +196,9 @@ bool BalanceOn(const AlgorithmEnv& env);
 double GradientWeight(const StepInfo& info, int world);
 // Multiplies every gradient by `weight` (nothing for 1); on-device views through `device`.
 void ScaleGradients(const std::vector<ParamView>& params, double weight, DeviceOps* device = nullptr);
+// One gradient times f (the float product); an on-device one through `device`, after the
+// kernels that wrote it (its `ready` fence).
+void ScaleGradient(const ParamView& p, float f, DeviceOps* device);
 // Whether every gradient of `params` is finite (no NaN, no inf); on-device views through
 // `device`.
 bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device = nullptr);

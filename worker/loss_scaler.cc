@@ -30,18 +30,9 @@ void LossScaler::Unscale(const ParamView& p, DeviceOps* device) const {
   // Products by normal floats only (a subnormal factor could be flushed to 0): 1/S when
   // S <= 2^126, else 2^-126 and then 2^126/S. Exact for powers of two absent underflow;
   // a scale beyond fp32 made the gradients inf or NaN, and they stay so.
-  auto mul = [&](float f) {
-    if (p.on_device) {
-      SHOAL_CHECK(device, "unscaling the gradient of \"" + p.name + "\": it is in device memory, and no DeviceOps");
-      device->After(p.ready.get());  // the backward kernels that wrote g may still be queued
-      device->Scale(p.g, p.n, f);
-      return;
-    }
-    for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;
-  };
-  if (scale_ <= kMaxLossScale) return mul(float(1.0 / scale_));
-  mul(float(1.0 / kMaxLossScale));
-  mul(float(kMaxLossScale / scale_));
+  if (scale_ <= kMaxLossScale) return ScaleGradient(p, float(1.0 / scale_), device);
+  ScaleGradient(p, float(1.0 / kMaxLossScale), device);
+  ScaleGradient(p, float(kMaxLossScale / scale_), device);
 }
 
 void LossScaler::Update(bool skipped) {
