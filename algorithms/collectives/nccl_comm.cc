@@ -82,6 +82,12 @@ struct NcclComm::Impl {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
+  // Staging -> host once the collective has finished (Finish): the stream is idle, so the
+  // copy cannot wait on a peer.
+  void Download(void* dst, const void* src, size_t bytes, const std::string& what) {
+    CheckCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), "nccl " + what + ": download");
+    CheckCuda(cudaStreamSynchronize(stream), "nccl " + what + ": download");
+  }
   [[noreturn]] void Fail(const std::string& why) {
     if (comm && !aborted) {
       ncclCommAbort(comm);
@@ -195,9 +201,12 @@ void NcclComm::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
   }
   CheckCuda(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, impl_->stream), "nccl all-reduce: upload");
   impl_->Settle(ncclAllReduce(dev, dev, size_t(n), impl_->Wire(wire), rop, impl_->comm, impl_->stream), "all-reduce");
-  void* dst = wire == DType::kF32 ? static_cast<void*>(data) : static_cast<void*>(impl_->host.data());
-  CheckCuda(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToHost, impl_->stream), "nccl all-reduce: download");
+  // The bounded wait comes before the download: a device-to-pageable-host cudaMemcpyAsync
+  // returns only once the copy is done, i.e. once the collective ahead of it ended, so with
+  // a peer gone it would block forever and no timeout or abort could ever run.
   impl_->Finish("all-reduce of " + std::to_string(n) + " elements");
+  void* dst = wire == DType::kF32 ? static_cast<void*>(data) : static_cast<void*>(impl_->host.data());
+  impl_->Download(dst, dev, bytes, "all-reduce");
   if (wire != DType::kF32) DecodeFloats(impl_->host.data(), size_t(n), wire, data);
   bytes_sent_ += int64_t(2 * bytes * size_t(size_ - 1) / size_t(size_));
 }
@@ -219,9 +228,8 @@ void NcclComm::AllGather(const void* in, int64_t bytes, void* out) {
   uint8_t* dev_out = dev + bytes;
   CheckCuda(cudaMemcpyAsync(dev, in, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream), "nccl all-gather: upload");
   impl_->Settle(ncclAllGather(dev, dev_out, size_t(bytes), ncclUint8, impl_->comm, impl_->stream), "all-gather");
-  CheckCuda(cudaMemcpyAsync(out, dev_out, size_t(bytes) * size_t(size_), cudaMemcpyDeviceToHost, impl_->stream),
-            "nccl all-gather: download");
-  impl_->Finish("all-gather of " + std::to_string(bytes) + " bytes");
+  impl_->Finish("all-gather of " + std::to_string(bytes) + " bytes");  // before the download (AllReduce)
+  impl_->Download(out, dev_out, size_t(bytes) * size_t(size_), "all-gather");
   bytes_sent_ += bytes * (size_ - 1);
 }
 
@@ -241,9 +249,8 @@ void NcclComm::Broadcast(void* data, int64_t bytes, int root) {
     CheckCuda(cudaMemcpyAsync(dev, data, size_t(bytes), cudaMemcpyHostToDevice, impl_->stream),
               "nccl broadcast: upload");
   impl_->Settle(ncclBroadcast(dev, dev, size_t(bytes), ncclUint8, root, impl_->comm, impl_->stream), "broadcast");
-  CheckCuda(cudaMemcpyAsync(data, dev, size_t(bytes), cudaMemcpyDeviceToHost, impl_->stream),
-            "nccl broadcast: download");
-  impl_->Finish("broadcast of " + std::to_string(bytes) + " bytes");
+  impl_->Finish("broadcast of " + std::to_string(bytes) + " bytes");  // before the download (AllReduce)
+  impl_->Download(data, dev, size_t(bytes), "broadcast");
   if (rank_ == root) bytes_sent_ += bytes;
 }
 

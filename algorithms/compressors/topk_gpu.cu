@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,15 @@ __global__ void SampleAbs(const float* x, int64_t n, uint64_t seed, float* sampl
   sample[i] = fabsf(x[pos]);
 }
 
-// Entries with |x| >= thr are appended (unordered) through an atomic counter.
+// Entries with |x| >= thr, and NaNs, are appended (unordered) through an atomic counter.
+// NaN passes too: `a >= thr` is false for it, so a NaN-bearing gradient could leave fewer
+// than k candidates even at thr = 0, and Gather would then read idx2 past the sorted ones
+// (uninitialized scratch used as indices into x: an illegal address). With `!(a < thr)` the
+// last attempt (thr = 0) keeps every entry, so found >= k always.
 __global__ void Compact(const float* x, int64_t n, float thr, int* count, int cap, float* cand_key, int32_t* cand_idx) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float a = fabsf(x[i]);
-    if (a >= thr) {
+    if (!(a < thr)) {
       int slot = atomicAdd(count, 1);
       if (slot < cap) {
         cand_key[slot] = a;
@@ -97,6 +102,9 @@ void SampledTopKGpuRaw(const float* x, int64_t n, int64_t k, int64_t base, uint6
   Check(cudaMemcpy(h.data(), sample, kSample * 4, cudaMemcpyDeviceToHost), "copy sample");
   double q = 1.0 - 1.5 * double(k) / double(n);
   int qi = std::clamp(int(q * kSample), 0, kSample - 1);
+  // NaN ranks as the largest (as Compact takes it); nth_element wants a strict weak order.
+  for (float& v : h)
+    if (v != v) v = INFINITY;
   std::nth_element(h.begin(), h.begin() + qi, h.end());
   float thr = k * 4 >= n ? 0.0f : h[size_t(qi)];
   int found = 0;
@@ -109,6 +117,7 @@ void SampledTopKGpuRaw(const float* x, int64_t n, int64_t k, int64_t base, uint6
     if (found >= k) break;
     thr = attempt == 2 ? 0.0f : thr * 0.5f;
   }
+  if (found < k) throw std::runtime_error("topk gpu: " + std::to_string(found) + " candidates for k = " + std::to_string(k));
   // Exact trim: sort the candidates by |x| descending, keep the first k.
   size_t temp = l.total - l.temp;
   Check(cub::DeviceRadixSort::SortPairsDescending(s + l.temp, temp, key, key2, idx, idx2, found), "sort");

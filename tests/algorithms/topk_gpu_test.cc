@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 
 #include "algorithms/compressors/topk.h"
@@ -70,6 +71,37 @@ TEST(TopKGpu, MatchesCpuTopK) {
       cudaFree(scratch);
     }
   }
+}
+
+// A gradient of NaNs (an overflowed fp16 step) still gives k in-range indices: NaN never
+// passed `|x| >= thr`, so fewer than k candidates reached the trim, and the gather read
+// uninitialized scratch as indices (an illegal address that poisons the CUDA context).
+TEST(TopKGpu, NanGradientGivesKInRangeIndices) {
+  std::string why;
+  if (!HaveDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const int64_t n = 50000, k = 1000, base = 7;
+  std::vector<float> x(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < n; i += 100) x[size_t(i)] = 0.5f;  // 500 finite values, fewer than k
+  float* dx;
+  int32_t* di;
+  float* dv;
+  void* scratch;
+  ASSERT_EQ(cudaMalloc(&dx, size_t(n) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&di, size_t(k) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dv, size_t(k) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&scratch, TopKGpuScratchBytes(n)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), size_t(n) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  SampledTopKGpu(dx, n, k, base, 9, di, dv, scratch);
+  std::vector<int32_t> gi(static_cast<size_t>(k));
+  ASSERT_EQ(cudaMemcpy(gi.data(), di, size_t(k) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int32_t i : gi) ASSERT_TRUE(i >= base && i < base + n) << i;
+  std::sort(gi.begin(), gi.end());
+  EXPECT_EQ(std::unique(gi.begin(), gi.end()), gi.end()) << "an index came twice";
+  cudaFree(dx);
+  cudaFree(di);
+  cudaFree(dv);
+  cudaFree(scratch);
 }
 
 }  // namespace

@@ -152,6 +152,34 @@ TEST(Nccl, OneRankPerGpuSumsExactlyAndHalfMeansAgree) {
   for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// A peer that dies after init: the survivor's host-buffer collective fails within its
+// timeout, naming the call, and never hangs (its download once sat before the bounded wait:
+// a device-to-pageable copy returns only when the collective ahead of it ends, i.e. never).
+TEST(Nccl, APeerThatDiesMakesTheOtherFailNotHang) {
+  if (DevicesSeenByAChild() < 2) GTEST_SKIP() << "needs two CUDA devices (one per rank)";
+  std::string dir = Dir("dead");
+  auto codes = RunRanks(
+      2,
+      [&](int rank) {
+        FileStore store(dir);
+        NcclOptions o;
+        o.device = rank;
+        o.timeout_ms = 5000;
+        NcclComm comm(rank, 2, store, o);
+        if (rank == 1) _exit(0);  // gone, without a word to the peer
+        std::vector<float> v(4096, 1.f);
+        try {
+          comm.AllReduce(v.data(), int64_t(v.size()), ReduceOp::kSum);
+          return 1;
+        } catch (const Error& e) {
+          return std::string(e.what()).find("all-reduce") != std::string::npos ? 0 : 2;
+        }
+      },
+      40);
+  EXPECT_EQ(codes[0], 0) << "1: the all-reduce returned without its peer, 2: the error does not name the call, "
+                            "137: it hung until RunRanks killed it";
+}
+
 // Values that take every branch of the fp16/bf16 rounding: ties either way, subnormals of
 // both formats, overflow to inf, inf, nan, signed zero, and a spread of ordinary numbers.
 std::vector<float> WireProbe() {
@@ -204,6 +232,15 @@ TEST(Nccl, DeviceWireCastsMatchTheHostBitForBit) {
   EXPECT_EQ(codes[0], 0) << "1: an encoding differs from EncodeFloats, 2: a decoding from DecodeFloats";
 }
 
+// A pageable-host-to-device cudaMemcpy may return before its DMA lands (CUDA's "API
+// synchronization behavior"), and NcclComm's stream is non-blocking, so it is not ordered
+// after the default stream: the communicator's contract asks the caller to finish the
+// writes first.
+void Upload(float* d, const float* h, size_t bytes) {
+  CheckCuda(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "upload");
+  CheckCuda(cudaDeviceSynchronize(), "upload");
+}
+
 // One rank, buffers in device memory: all-reduce (fp32, fp16, bf16 wire), broadcast and
 // all-gather work on them in place and give the bits the host path gives.
 TEST(Nccl, DeviceBuffersAreReducedInPlaceWithTheHostPathsBits) {
@@ -221,13 +258,13 @@ TEST(Nccl, DeviceBuffersAreReducedInPlaceWithTheHostPathsBits) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
         std::vector<float> host = v, dev(n);
         comm.AllReduce(host.data(), int64_t(n), op, t);
-        CheckCuda(cudaMemcpy(d, v.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+        Upload(d, v.data(), n * 4);
         comm.AllReduce(d, int64_t(n), op, t);
         CheckCuda(cudaMemcpy(dev.data(), d, n * 4, cudaMemcpyDeviceToHost), "download");
         if (memcmp(host.data(), dev.data(), n * 4) != 0) return 2;
       }
     std::vector<float> back(n);
-    CheckCuda(cudaMemcpy(d, v.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+    Upload(d, v.data(), n * 4);
     comm.Broadcast(d, int64_t(n * 4), 0);
     float* out = nullptr;
     CheckCuda(cudaMalloc(reinterpret_cast<void**>(&out), n * 4), "malloc");
