@@ -73,6 +73,10 @@ class CudaDeviceOps : public DeviceOps {
     const size_t bytes = sizeof(float) * size_t(n > 0 ? n : 1);
     CheckCuda(cudaMalloc(reinterpret_cast<void**>(&p), bytes), "device ops: cudaMalloc of " + std::to_string(bytes) + " bytes");
     CheckCuda(cudaMemset(p, 0, bytes), "device ops: cudaMemset");
+    // cudaMemset of device memory is asynchronous to the host (on the default stream), and
+    // the buffer may next be touched from a non-blocking stream (NCCL's, a test's), which
+    // the default stream does not order: wait, so "zeroed" holds for every stream.
+    CheckCuda(cudaStreamSynchronize(nullptr), "device ops: cudaMemset");
     return p;
   }
   void Free(float* p) override {
