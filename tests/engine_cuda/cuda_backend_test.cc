@@ -290,6 +290,29 @@ TEST_F(CudaVsReference, BatchNormOverFeatures) {
   ExpectClose(dbeta, "bn2d dbeta");
 }
 
+// A large epsilon over a small variance: the backward gets only the saved statistics (the
+// Backend contract has no eps there) and CudaBackend hands cuDNN a fixed 1e-5 beside them.
+// Should cuDNN re-derive 1/sqrt(var + eps) from that value instead of using save_invstd,
+// dx here is off by a factor of several, not by rounding.
+TEST_F(CudaVsReference, BatchNormBackwardKeepsTheForwardsEpsilon) {
+  const int64_t c = 3;
+  Pair x = Random({4, c, 5, 5}, -0.05f, 0.05f);
+  Pair gamma = Random({c}, 0.5f, 1.5f), beta = Random({c});
+  Pair rmean = Random({c}), rvar = Random({c}, 0.5f, 1.5f);
+  Pair smean = Empty({c}), sinv = Empty({c}), y = Empty(x.ref.shape());
+  ref_->BatchNormForwardTrain(x.ref, gamma.ref, beta.ref, 0.5f, 0.1f, rmean.ref, rvar.ref, smean.ref, sinv.ref, y.ref);
+  gpu_->BatchNormForwardTrain(x.gpu, gamma.gpu, beta.gpu, 0.5f, 0.1f, rmean.gpu, rvar.gpu, smean.gpu, sinv.gpu, y.gpu);
+  ExpectClose(y, "bn eps 0.5 y");
+  ExpectClose(sinv, "bn eps 0.5 save_invstd");
+  Pair dy = Random(x.ref.shape()), dx = Empty(x.ref.shape());
+  Pair dgamma = Random({c}), dbeta = Random({c});
+  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, dx.ref, dgamma.ref, dbeta.ref);
+  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, dgamma.gpu, dbeta.gpu);
+  ExpectClose(dx, "bn eps 0.5 dx");
+  ExpectClose(dgamma, "bn eps 0.5 dgamma");
+  ExpectClose(dbeta, "bn eps 0.5 dbeta");
+}
+
 TEST_F(CudaVsReference, ReluAddAxpyScale) {
   const Shape s{3, 4, 5, 6};
   Pair x = Random(s), y = Empty(s);
