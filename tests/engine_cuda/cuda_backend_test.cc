@@ -255,8 +255,8 @@ TEST_F(CudaVsReference, BatchNormSpatial) {
   Pair dy = Random(x.ref.shape());
   Pair dx = Empty(x.ref.shape());
   Pair dgamma = Random({c}), dbeta = Random({c});
-  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, dx.ref, dgamma.ref, dbeta.ref);
-  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, dgamma.gpu, dbeta.gpu);
+  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, 1e-5f, dx.ref, dgamma.ref, dbeta.ref);
+  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, 1e-5f, dx.gpu, dgamma.gpu, dbeta.gpu);
   ExpectClose(dx, "bn dx");
   ExpectClose(dgamma, "bn dgamma");
   ExpectClose(dbeta, "bn dbeta");
@@ -283,17 +283,16 @@ TEST_F(CudaVsReference, BatchNormOverFeatures) {
   ExpectClose(sinv, "bn2d save_invstd");
   Pair dy = Random(x.ref.shape()), dx = Empty(x.ref.shape());
   Pair dgamma = Random({c}), dbeta = Random({c});
-  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, dx.ref, dgamma.ref, dbeta.ref);
-  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, dgamma.gpu, dbeta.gpu);
+  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, 1e-5f, dx.ref, dgamma.ref, dbeta.ref);
+  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, 1e-5f, dx.gpu, dgamma.gpu, dbeta.gpu);
   ExpectClose(dx, "bn2d dx");
   ExpectClose(dgamma, "bn2d dgamma");
   ExpectClose(dbeta, "bn2d dbeta");
 }
 
-// A large epsilon over a small variance: the backward gets only the saved statistics (the
-// Backend contract has no eps there) and CudaBackend hands cuDNN a fixed 1e-5 beside them.
-// Should cuDNN re-derive 1/sqrt(var + eps) from that value instead of using save_invstd,
-// dx here is off by a factor of several, not by rounding.
+// A large epsilon over a small variance: should cuDNN's backward re-derive 1/sqrt(var + eps)
+// instead of using save_invstd, an epsilon other than the forward's puts dx off by a factor
+// of several, not by rounding.
 TEST_F(CudaVsReference, BatchNormBackwardKeepsTheForwardsEpsilon) {
   const int64_t c = 3;
   Pair x = Random({4, c, 5, 5}, -0.05f, 0.05f);
@@ -306,8 +305,8 @@ TEST_F(CudaVsReference, BatchNormBackwardKeepsTheForwardsEpsilon) {
   ExpectClose(sinv, "bn eps 0.5 save_invstd");
   Pair dy = Random(x.ref.shape()), dx = Empty(x.ref.shape());
   Pair dgamma = Random({c}), dbeta = Random({c});
-  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, dx.ref, dgamma.ref, dbeta.ref);
-  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, dgamma.gpu, dbeta.gpu);
+  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, smean.ref, sinv.ref, 0.5f, dx.ref, dgamma.ref, dbeta.ref);
+  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, smean.gpu, sinv.gpu, 0.5f, dx.gpu, dgamma.gpu, dbeta.gpu);
   ExpectClose(dx, "bn eps 0.5 dx");
   ExpectClose(dgamma, "bn eps 0.5 dgamma");
   ExpectClose(dbeta, "bn eps 0.5 dbeta");
@@ -447,8 +446,8 @@ TEST_P(CudaMixedPrecision, LayerOps) {
   ExpectClose(rv, tag + " bn running_var", 1e-4);
   ExpectClose(si, tag + " bn save_invstd", 1e-4);
   Pair bdx = EmptyAs(dt, x.ref.shape()), dg = Random({8}), dbe = Random({8});
-  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, sm.ref, si.ref, bdx.ref, dg.ref, dbe.ref);
-  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, sm.gpu, si.gpu, bdx.gpu, dg.gpu, dbe.gpu);
+  ref_->BatchNormBackward(x.ref, dy.ref, gamma.ref, sm.ref, si.ref, 1e-5f, bdx.ref, dg.ref, dbe.ref);
+  gpu_->BatchNormBackward(x.gpu, dy.gpu, gamma.gpu, sm.gpu, si.gpu, 1e-5f, bdx.gpu, dg.gpu, dbe.gpu);
   ExpectClose(bdx, tag + " bn dx", Tol());
   ExpectClose(dg, tag + " bn dgamma", 1e-3);
   ExpectClose(dbe, tag + " bn dbeta", 1e-3);

@@ -105,7 +105,7 @@ class HostReference final : public Backend {
   }
 
   void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& smean,
-                         const Tensor& sinv, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                         const Tensor& sinv, float /*eps: sinv already holds it*/, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
     BnView v(x);
     for (int64_t c = 0; c < v.c; ++c) {
       const double mean = smean.data<float>()[c], inv = sinv.data<float>()[c];

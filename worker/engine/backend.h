@@ -87,8 +87,9 @@ class Backend {
   virtual void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          const Tensor& running_mean, const Tensor& running_var, float eps,
                                          Tensor& y) = 0;
+  // eps: the forward's (cuDNN asks for it beside the saved statistics).
   virtual void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                                 const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+                                 const Tensor& save_invstd, float eps, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
 
   // ---- elementwise
   virtual void ReluForward(const Tensor& x, Tensor& y) = 0;

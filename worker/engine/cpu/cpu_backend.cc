@@ -200,7 +200,7 @@ void CpuBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma,
 }
 
 void CpuBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                                   const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+                                   const Tensor& save_invstd, float /*eps: in save_invstd*/, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   PinThreads();
   CheckF32(x, "BatchNormBackward", "x");
   CheckSameShape(x, dy, "BatchNormBackward");

@@ -98,7 +98,7 @@ class CudaBackend final : public Backend {
   void BatchNormForwardInference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                                  const Tensor& running_var, float eps, Tensor& y) override;
   void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
+                         const Tensor& save_invstd, float eps, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
 
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;

@@ -14,10 +14,6 @@ std::string Dims(const Shape& s) {
   return r + "]";
 }
 
-// cuDNN documents that backward must get the forward's epsilon, but with the saved mean and
-// inverse std passed in it does not read it; any valid value serves.
-constexpr double kBackwardEps = 1e-5;
-
 }  // namespace
 
 void CudaBackend::BnDescs(const Tensor& x, const char* op, cudnnTensorDescriptor_t* xd, cudnnTensorDescriptor_t* pd,
@@ -91,7 +87,7 @@ void CudaBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma
 }
 
 void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                                    const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+                                    const Tensor& save_invstd, float eps, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   const char* op = "BatchNormBackward";
   Expect(x, op, "x", x.dtype());
   Activate();
@@ -113,7 +109,8 @@ void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Ten
   // Data gradient overwrites (beta 0); parameter gradients accumulate (beta 1).
   Check(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &one, xd, x.raw(), xd,
                                         dy.raw(), xd, dx.raw(), pd, gamma.raw(), dgamma.raw(), dbeta.raw(),
-                                        kBackwardEps, save_mean.raw(), save_invstd.raw()),
+                                        // cuDNN asks for the forward's epsilon beside the saved statistics.
+                                        double(eps), save_mean.raw(), save_invstd.raw()),
         Where("cudnnBatchNormalizationBackward") + " " + Dims(x.shape()));
 }
 
