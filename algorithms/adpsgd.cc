@@ -207,8 +207,9 @@ class AdPsgd : public Algorithm {
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
       if (left <= 0 || !peer->link->Recv(&m, left)) {
         // A passive that stopped answering is dropped from the pairing; training goes on.
-        fprintf(stderr, "adpsgd: rank %d did not answer within %d ms; averaging without it from now on\n", peer->rank,
-                timeout_ms_);
+        // One that refused our handshake (another job's keys) is named as such.
+        fprintf(stderr, "adpsgd: rank %d did not answer within %d ms%s; averaging without it from now on\n",
+                peer->rank, timeout_ms_, peer->link->RefusalHint().c_str());
         peer->alive = false;
         return;
       }

@@ -133,9 +133,19 @@ void ZmqRing::WaitSendsReleased() {
   while (out_ && out_->in_flight() > 0) {
     if (std::chrono::steady_clock::now() > deadline)
       throw Error("ring rank " + std::to_string(rank_) + ": rank " + std::to_string(Mod(rank_ + 1, size_)) +
-                  " (right neighbour) took nothing for " + std::to_string(opts_.timeout_ms) + " ms");
+                  " (right neighbour) took nothing for " + std::to_string(opts_.timeout_ms) + " ms" + RightRefusal());
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+}
+
+// A ring whose ranks hold different keys stalls with every handshake refused: a rank waits
+// on its left neighbour while its own link to the right one never came up. Each rank says
+// so of its right link (it cannot tell from the left one), which names the peer.
+std::string ZmqRing::RightRefusal() {
+  std::string hint = out_ ? out_->RefusalHint() : "";
+  if (hint.empty()) return "";
+  return "; this rank's link to rank " + std::to_string(Mod(rank_ + 1, size_)) + " (right neighbour) never carried data" +
+         hint;
 }
 
 // Connections to our PULL socket are counted, not trusted one by one: anyone may connect
@@ -195,7 +205,7 @@ void ZmqRing::Recv(PipeMessage* msg, const char* what) {
     in_->Wait(100);
     if (std::chrono::steady_clock::now() > deadline)
       throw Error(std::string("ring ") + what + ": no data from rank " + std::to_string(Mod(rank_ - 1, size_)) +
-                  " for " + std::to_string(opts_.timeout_ms) + " ms");
+                  " for " + std::to_string(opts_.timeout_ms) + " ms" + RightRefusal());
   }
 }
 

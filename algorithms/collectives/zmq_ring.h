@@ -75,6 +75,8 @@ class ZmqRing : public Communicator {
   void Recv(PipeMessage* msg, const char* what);
   bool TryRecv(PipeMessage* msg, const char* what);
   void CheckMonitors(const char* what);
+  // For a timeout's error: " ...(why)" when the right neighbour refused our handshake, else "".
+  std::string RightRefusal();
   static Header HeaderOf(const PipeMessage& m);
 
   int rank_, size_;

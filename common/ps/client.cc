@@ -47,8 +47,6 @@ Client::Client(const JobConfig& cfg, const ClientOptions& opts) : cfg_(cfg), opt
   keys_.client_public = cfg_.curve_client_public;
   keys_.client_secret = cfg_.curve_client_secret;
   control_ = std::make_unique<Transport>(ctx_, Transport::Kind::kClient, keys_);
-  // With keys, a coordinator that refuses the handshake is told apart from one not there.
-  if (keys_.enabled()) control_->EnableMonitor();
   control_->Connect("tcp://" + cfg_.servers[0]);
 }
 
@@ -306,7 +304,8 @@ void Client::Wait(int ts) {
     if (left == 0) {
       std::string who;
       for (int s : it->second.waiting)
-        who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")";
+        who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")" +
+               shards_[size_t(s)]->RefusalHint();
       pending_.erase(it);
       throw Error("request " + std::to_string(ts) + ": shard(s) " + who + " did not answer within " +
                   std::to_string(opts_.timeout_ms) + " ms");

@@ -57,8 +57,6 @@ bool RendezvousService::Handle(const InMessage& m, const std::function<void(OutM
 CoordinatorStore::CoordinatorStore(const std::string& endpoint, const CurveKeys& keys, int request_timeout_ms)
     : endpoint_(endpoint), request_timeout_ms_(request_timeout_ms) {
   link_ = std::make_unique<Transport>(ctx_, Transport::Kind::kClient, keys);
-  // With keys, a refused handshake is told apart from a coordinator that is not there.
-  if (keys.enabled()) link_->EnableMonitor();
   link_->Connect(endpoint);
 }
 

@@ -127,12 +127,23 @@ PipeOut::PipeOut(TransportContext& ctx, const PipeOptions& o) {
     CurveOption(socket_, ZMQ_CURVE_SERVERKEY, o.keys.server_public, "server public key");
     CurveOption(socket_, ZMQ_CURVE_PUBLICKEY, o.keys.client_public, "client public key");
     CurveOption(socket_, ZMQ_CURVE_SECRETKEY, o.keys.client_secret, "client secret key");
+    try {
+      monitor_ = zmqi::StartMonitor(ctx.handle(), socket_, zmqi::kClientEvents);
+    } catch (...) {
+      zmq_close(socket_);
+      throw;
+    }
   }
 }
 
 PipeOut::~PipeOut() { Close(false); }
 
-void PipeOut::Close(bool abort) { CloseSocket(socket_, abort); }
+void PipeOut::Close(bool abort) {
+  if (socket_) zmqi::StopMonitor(socket_, &monitor_);
+  CloseSocket(socket_, abort);
+}
+
+std::string PipeOut::RefusalHint() { return zmqi::RefusalHint(zmqi::DrainMonitor(monitor_)); }
 
 void PipeOut::Connect(const std::string& endpoint) {
   if (zmq_connect(socket_, endpoint.c_str()) != 0) throw Error(ZmqError("connect to " + endpoint));

@@ -75,10 +75,15 @@ class PipeOut {
   // caller's memory, which must stay unchanged while in_flight() counts it.
   void Send(const void* head, size_t head_bytes, const void* payload, size_t bytes, bool zero_copy);
   int64_t in_flight() const { return in_flight_.load(); }
+  // With keys: why nothing got through since the last successful handshake (the peer
+  // refused ours: it holds other keys), naming its address, as " (...)"; else "". Like
+  // Transport::RefusalHint.
+  std::string RefusalHint();
   void Close(bool abort);
 
  private:
   void* socket_ = nullptr;
+  void* monitor_ = nullptr;  // with keys: handshakes, for RefusalHint
   std::atomic<int64_t> in_flight_{0};
 };
 

@@ -212,6 +212,8 @@ std::string SocketEvent::Describe() const {
     case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
       return "rejected a connection on " + endpoint + ": handshake did not complete (" + zmq_strerror(value) +
              "): the peer is not a ZeroMQ client with this job's security settings";
+    case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+      return "handshake succeeded on " + endpoint;
     case ZMQ_EVENT_DISCONNECTED:
       return "a peer on " + endpoint + " disconnected; any partly received message from it was discarded";
     default:
@@ -345,6 +347,9 @@ Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys) : 
       SetMaxMessageBytes(kMaxFrameBytes);
       SetInt(socket_, ZMQ_ROUTER_HANDOVER, 1, "router_handover");
     }
+    // A keyed client can be refused (a peer with another job's keys): its monitor lets
+    // every "no answer" error say so, through RefusalHint.
+    if (kind == Kind::kClient && keys.enabled()) EnableMonitor();
     if (keys.enabled()) {
       if (kind == Kind::kServer) {
         SetInt(socket_, ZMQ_CURVE_SERVER, 1, "curve_server");
@@ -363,10 +368,7 @@ Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys) : 
 }
 
 Transport::~Transport() {
-  if (monitor_) {
-    zmq_socket_monitor(socket_, nullptr, 0);
-    zmq_close(monitor_);
-  }
+  zmqi::StopMonitor(socket_, &monitor_);
   zmq_close(socket_);
 }
 
@@ -479,23 +481,51 @@ bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char
 }
 
 void Transport::EnableMonitor() {
-  char addr[64];
-  snprintf(addr, sizeof addr, "inproc://shoal-monitor-%p", static_cast<void*>(this));
+  if (monitor_) return;
+  // Clients also hear of successful handshakes: a refusal followed by a success is over.
   int events = ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED;
-  if (zmq_socket_monitor(socket_, addr, events) != 0) throw Error(ZmqError("cannot monitor socket"));
-  monitor_ = zmq_socket(ctx_.handle(), ZMQ_PAIR);
-  SetInt(monitor_, ZMQ_LINGER, 0, "linger");
-  if (zmq_connect(monitor_, addr) != 0) throw Error(ZmqError("cannot connect the socket monitor"));
+  monitor_ = zmqi::StartMonitor(ctx_.handle(), socket_, kind_ == Kind::kClient ? zmqi::kClientEvents : events);
 }
 
-std::vector<SocketEvent> Transport::DrainEvents() {
+std::vector<SocketEvent> Transport::DrainEvents() { return zmqi::DrainMonitor(monitor_); }
+
+std::string Transport::RefusalHint() { return zmqi::RefusalHint(DrainEvents()); }
+
+namespace zmqi {
+
+void* StartMonitor(void* ctx, void* s, int events) {
+  // A fresh name each time: a closed monitor's name may stay taken until ZeroMQ reaps it,
+  // so an owner's address (reused by the next allocation) would not do.
+  static std::atomic<uint64_t> next{0};
+  char addr[64];
+  snprintf(addr, sizeof addr, "inproc://shoal-monitor-%llu", (unsigned long long)next.fetch_add(1));
+  if (zmq_socket_monitor(s, addr, events) != 0) throw shoal::Error(Error("cannot monitor socket"));
+  void* monitor = zmq_socket(ctx, ZMQ_PAIR);
+  if (!monitor) throw shoal::Error(Error("cannot create the socket monitor"));
+  SetInt(monitor, ZMQ_LINGER, 0, "linger");
+  SetInt(monitor, ZMQ_RCVHWM, 0, "rcvhwm");
+  if (zmq_connect(monitor, addr) != 0) {
+    zmq_close(monitor);
+    throw shoal::Error(Error("cannot connect the socket monitor"));
+  }
+  return monitor;
+}
+
+void StopMonitor(void* s, void** monitor) {
+  if (!*monitor) return;
+  zmq_socket_monitor(s, nullptr, 0);
+  zmq_close(*monitor);
+  *monitor = nullptr;
+}
+
+std::vector<SocketEvent> DrainMonitor(void* monitor) {
   std::vector<SocketEvent> out;
-  if (!monitor_) return out;
+  if (!monitor) return out;
   while (true) {
     Frame head, where;
-    if (zmq_msg_recv(FrameAccess::Msg(head), monitor_, ZMQ_DONTWAIT) < 0) break;
-    if (!RcvMore(monitor_) || zmq_msg_recv(FrameAccess::Msg(where), monitor_, ZMQ_DONTWAIT) < 0 || head.size() < 6)
+    if (zmq_msg_recv(FrameAccess::Msg(head), monitor, ZMQ_DONTWAIT) < 0) break;
+    if (!RcvMore(monitor) || zmq_msg_recv(FrameAccess::Msg(where), monitor, ZMQ_DONTWAIT) < 0 || head.size() < 6)
       continue;
     SocketEvent e;
     uint16_t ev;
@@ -510,18 +540,29 @@ std::vector<SocketEvent> Transport::DrainEvents() {
   return out;
 }
 
-std::string Transport::RefusalHint() {
+std::string RefusalHint(const std::vector<SocketEvent>& events) {
   // A peer holding another job's keys cannot finish the CURVE handshake: it drops the
   // connection (the client sees a handshake failure, or only the disconnect, again on every
-  // reconnect) and the request waits out its deadline. Say so rather than "not running".
+  // reconnect) and the request waits out its deadline. Say so, and with whom, rather than
+  // "not running". Only what happened since the last successful handshake counts: an
+  // earlier refusal, or a peer that restarted, explains nothing about a link that works.
   int refused = 0, cut = 0;
-  std::string detail;
-  for (const SocketEvent& e : DrainEvents()) {
-    if (e.is_disconnect()) {
-      ++cut;
+  bool up = false;  // the last event was a successful handshake: a disconnect now ends a working link
+  std::string detail, peer;
+  for (const SocketEvent& e : events) {
+    if (e.event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      refused = cut = 0;
+      up = true;
       continue;
     }
+    if (e.is_disconnect()) {
+      if (!up && ++cut == 1 && !refused) peer = e.endpoint;
+      up = false;
+      continue;
+    }
+    up = false;
     if (refused++) continue;
+    peer = e.endpoint;
     if (e.event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
       detail = ProtocolError(e.value);
     else if (e.event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
@@ -530,13 +571,15 @@ std::string Transport::RefusalHint() {
       detail = std::string("the peer closed it: ") + zmq_strerror(e.value);
   }
   if (refused)
-    return " (the CURVE handshake failed " + std::to_string(refused) + " time(s), first: " + detail +
-           "; do this job's [security] keys match the peer's?)";
+    return " (the CURVE handshake with " + peer + " failed " + std::to_string(refused) + " time(s), first: " + detail +
+           "; do this job's [security] keys match that peer's?)";
   if (cut > 0)
-    return " (the peer dropped the connection " + std::to_string(cut) +
-           " time(s) without an answer: does it hold this job's [security] keys?)";
+    return " (" + peer + " dropped the connection " + std::to_string(cut) +
+           " time(s) before any handshake completed: does it hold this job's [security] keys?)";
   return "";
 }
+
+}  // namespace zmqi
 
 std::string ListenEndpoint(const std::string& host_port) {
   auto colon = host_port.rfind(':');

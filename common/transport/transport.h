@@ -152,11 +152,13 @@ class Transport {
   };
   // Waits up to timeout_ms for a message or a monitor event.
   Ready Wait(int timeout_ms);
-  // Reports handshake failures and disconnects through DrainEvents().
+  // Reports handshake failures and disconnects through DrainEvents(). A client socket with
+  // keys has it on from the start (so RefusalHint always works there); servers turn it on.
   void EnableMonitor();
   std::vector<SocketEvent> DrainEvents();
   // For a client's "no answer" error: with the monitor on, why the connection never carried
-  // a message (a refused handshake: the peer holds other keys), as " (...)"; else "".
+  // a message since the last successful handshake (a refused handshake: the peer holds
+  // other keys), naming the peer's address, as " (...)"; else "". Drains the events.
   std::string RefusalHint();
 
   Kind kind() const { return kind_; }

@@ -4,6 +4,7 @@
 #include <zmq.h>
 
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/transport/transport.h"
@@ -40,6 +41,22 @@ inline std::string Bind(void* s, const std::string& endpoint) {
   if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ep, &len) != 0) throw shoal::Error(Error("last endpoint"));
   return ep;
 }
+
+// ZeroMQ's monitor for socket `s`: returns the PAIR socket its `events` (ZMQ_EVENT_* mask)
+// arrive on. The read end queues without limit, so events nobody reads never block the I/O
+// thread reporting them (they are few: a couple per connection attempt).
+void* StartMonitor(void* ctx, void* s, int events);
+// Stops the monitor and closes its socket (a no-op when *monitor is null).
+void StopMonitor(void* s, void** monitor);
+// Every event queued on a monitor socket, oldest first.
+std::vector<SocketEvent> DrainMonitor(void* monitor);
+// The events a client socket's monitor reports: its connection attempts' handshakes and
+// disconnects. What RefusalHint reads.
+constexpr int kClientEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                              ZMQ_EVENT_DISCONNECTED;
+// RefusalHint's text for a client socket's events (see Transport::RefusalHint).
+std::string RefusalHint(const std::vector<SocketEvent>& events);
 
 }  // namespace zmqi
 }  // namespace shoal

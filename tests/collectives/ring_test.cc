@@ -247,6 +247,39 @@ TEST(ZmqRing, AClientWithAForeignKeyPairIsRefused) {
     EXPECT_EQ(codes[r], 0) << "rank " << r << (codes[r] == 2 ? ": the foreign key got in" : "");
 }
 
+// A rank holding another job's keys (both pairs) shares the store but not the ring: every
+// handshake fails both ways, no data crosses, and each rank's error says its handshake with
+// its right neighbour (by address) failed and asks about the [security] keys, instead of
+// only "no data".
+TEST(ZmqRing, ARankWithAnotherJobsKeysIsToldItsHandshakeFailed) {
+  const int size = 2;
+  std::string dir = FreshDir("otherjob");
+  auto codes = RunRanks(size, [&](int rank) {
+    FileStore store(dir);
+    RingOptions o;
+    o.tcp_only = true;
+    o.timeout_ms = 1500;
+    auto server = CurveKeyPair(), client = CurveKeyPair();  // each rank its own job's keys
+    o.curve_server_public = server.first;
+    o.curve_server_secret = server.second;
+    o.curve_client_public = client.first;
+    o.curve_client_secret = client.second;
+    try {
+      ZmqRing ring(rank, size, store, o);
+      return 1;  // wired: data crossed a handshake that must fail
+    } catch (const Error& e) {
+      std::string m = e.what();
+      std::string right = store.Get("ring-" + std::to_string((rank + 1) % size), 1000);
+      right = right.substr(0, right.find(' '));
+      bool ok = m.find("no data from rank") != std::string::npos && m.find("handshake") != std::string::npos &&
+                m.find("[security] keys") != std::string::npos && m.find(right) != std::string::npos;
+      if (!ok) fprintf(stderr, "rank %d: %s (right neighbour %s)\n", rank, m.c_str(), right.c_str());
+      return ok ? 0 : 3;
+    }
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 TEST(ZmqRing, BroadcastFromEveryRootAndAllGatherInManySegments) {
   const int size = 3;
   std::string dir = FreshDir("bcast");

@@ -229,6 +229,43 @@ TEST(Curve, MismatchedOrBadKeysAreRefusedAtStartup) {
   EXPECT_THROW(Transport(ctx, Transport::Kind::kClient, bad), Error);
 }
 
+// Every keyed client socket (the gossip links, the PS shard links, not only the coordinator's)
+// can say why nothing came back: another job's peer refused its handshake, at that address.
+// A working link gives no hint, and the bound side takes nothing from the stranger.
+TEST(Curve, AnyKeyedClientRefusedByAnotherJobSaysSoAndWhere) {
+  TransportContext server_ctx("server"), client_ctx("client");
+  auto server = CurveKeyPair(), client = CurveKeyPair();
+  CurveKeys job{server.first, server.second, client.first, client.second};
+  Transport bound(server_ctx, Transport::Kind::kServer, job);
+  std::string ep = bound.Bind("tcp://127.0.0.1:*");
+  auto send = [](Transport& t) {
+    OutMessage m;
+    m.header().setKind(msg::Kind::GOSSIP);
+    m.header().setRequestId(7);
+    t.Send(m);
+  };
+  auto other_server = CurveKeyPair(), other_client = CurveKeyPair();
+  for (const CurveKeys& stranger : {CurveKeys{other_server.first, other_server.second, other_client.first,
+                                              other_client.second},  // another job altogether
+                                    CurveKeys{server.first, "", other_client.first, other_client.second}}) {
+    Transport link(client_ctx, Transport::Kind::kClient, stranger);  // no EnableMonitor: it is on
+    link.Connect(ep);
+    send(link);
+    InMessage got;
+    EXPECT_FALSE(bound.Recv(&got, 1000)) << "the bound side took a message from a foreign key";
+    std::string hint = link.RefusalHint();
+    EXPECT_NE(hint.find("handshake with " + ep + " failed"), std::string::npos) << hint;
+    EXPECT_NE(hint.find("[security] keys"), std::string::npos) << hint;
+  }
+  Transport member(client_ctx, Transport::Kind::kClient, job);
+  member.Connect(ep);
+  send(member);
+  InMessage got;
+  ASSERT_TRUE(bound.Recv(&got, 5000));
+  EXPECT_EQ(got.header().getRequestId(), 7u);
+  EXPECT_EQ(member.RefusalHint(), "");
+}
+
 TEST(Curve, KeyPairsAreZ85) {
   auto kp = CurveKeyPair();
   EXPECT_EQ(kp.first.size(), 40u);
