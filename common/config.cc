@@ -142,7 +142,8 @@ ConfigSection ReadFreeSection(const std::string& file, const toml::table& root, 
   return s;
 }
 
-void CheckHostPort(const std::string& file, const std::string& where, const std::string& hp) {
+// `where` names the value in full ("FILE: [cluster] coordinator", or the flag that set it).
+void CheckHostPort(const std::string& where, const std::string& hp) {
   auto colon = hp.rfind(':');
   bool ok = colon != std::string::npos && colon > 0 && colon + 1 < hp.size();
   if (ok) {
@@ -153,7 +154,17 @@ void CheckHostPort(const std::string& file, const std::string& where, const std:
       ok = port > 0 && port < 65536;
     }
   }
-  if (!ok) throw Error(file + ": " + where + ": expected \"host:port\" with port 1-65535, got \"" + hp + "\"");
+  if (!ok) throw Error(where + ": expected \"host:port\" with port 1-65535, got \"" + hp + "\"");
+}
+void CheckHostPort(const std::string& file, const std::string& where, const std::string& hp) {
+  CheckHostPort(file + ": " + where, hp);
+}
+
+// What an error names a value by: the flag that overrode it, else the job file's key.
+std::string Origin(const JobConfig& c, const FlagOverrides& flags, const std::string& key) {
+  auto it = flags.find(key);
+  if (it == flags.end()) return c.path + ": " + key;
+  return it->second + " (overriding " + key + " of the job file)";
 }
 
 // Without [security] keys, a job whose addresses leave this machine is refused unless
@@ -161,7 +172,7 @@ void CheckHostPort(const std::string& file, const std::string& where, const std:
 // The status page is plain HTTP with no CurveZMQ, so keys do not cover it (its token, in a
 // job with keys, would cross the network in the clear): a non-loopback status_bind needs
 // allow_plaintext even in a job that has keys.
-void CheckPlaintextPolicy(const JobConfig& c) {
+void CheckPlaintextPolicy(const JobConfig& c, const FlagOverrides& flags) {
   if (c.allow_plaintext) return;
   if (!IsLoopbackHost(c.status_bind))
     throw Error(c.path + ": [job] status_bind = \"" + c.status_bind +
@@ -170,7 +181,7 @@ void CheckPlaintextPolicy(const JobConfig& c) {
                 "\"127.0.0.1\" and tunnel to it (ssh -L) or set [security] allow_plaintext = true");
   if (c.curve_enabled()) return;
   auto refuse = [&](const std::string& where, const std::string& addr) {
-    throw Error(c.path + ": " + where + " = \"" + addr +
+    throw Error(Origin(c, flags, where) + " = \"" + addr +
                 "\" is not a loopback address and the job has no [security] keys, so its traffic would cross the "
                 "network unencrypted and unauthenticated: add keys (./shoal keygen prints a [security] section) or "
                 "set [security] allow_plaintext = true");
@@ -334,10 +345,10 @@ std::string ConfigSection::GetString(const std::string& key, const std::string& 
   throw Error(Where(key) + ": expected a string");
 }
 
-void CheckJobLimits(const JobConfig& c) {
+void CheckJobLimits(const JobConfig& c, const FlagOverrides& flags) {
   auto range = [&](const char* where, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi)
-      throw Error(c.path + ": " + where + ": expected an integer in [" + std::to_string(lo) + ", " +
+      throw Error(Origin(c, flags, where) + ": expected an integer in [" + std::to_string(lo) + ", " +
                   std::to_string(hi) + "], got " + std::to_string(v));
   };
   const int64_t world = int64_t(c.workers.size());
@@ -355,8 +366,8 @@ void CheckJobLimits(const JobConfig& c) {
                 " samples, more than the limit of " + std::to_string(kMaxSamples));
   // Addresses too: a worker's --coordinator must pass what [cluster] coordinator passes, or
   // a flag could take a keyless job off this machine.
-  if (!c.coordinator.empty()) CheckHostPort(c.path, "[cluster] coordinator", c.coordinator);
-  CheckPlaintextPolicy(c);
+  if (!c.coordinator.empty()) CheckHostPort(Origin(c, flags, "[cluster] coordinator"), c.coordinator);
+  CheckPlaintextPolicy(c, flags);
 }
 
 namespace {

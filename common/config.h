@@ -152,11 +152,15 @@ constexpr int64_t kMaxWorkers = 4096;
 constexpr int64_t kMaxEpochs = 1000000;
 // More threads than this is a typo, not a machine (the OpenMP runtime crashes making 100000).
 constexpr int64_t kMaxThreads = 1024;
+// Which command-line flag set a job value: job key ("[train] epochs") -> flag ("--epochs").
+using FlagOverrides = std::map<std::string, std::string>;
+
 // Checks the values that command-line flags may override: the ranges whose products other
 // code forms, the thread count, the coordinator's host:port and the plaintext policy
 // (ParseJobConfig runs it; run it again after command-line overrides): throws
-// "FILE: [data] synthetic_samples: ..." naming the key.
-void CheckJobLimits(const JobConfig& c);
+// "FILE: [data] synthetic_samples: ..." naming the key, or "--epochs (overriding [train]
+// epochs of the job file): ..." for a value a flag in `flags` set.
+void CheckJobLimits(const JobConfig& c, const FlagOverrides& flags = {});
 
 // Loads and validates; throws shoal::Error("FILE: [section] key: expected ..., got ...").
 JobConfig LoadJobConfig(const std::string& path);

@@ -72,13 +72,20 @@ int main(int argc, char** argv) {
                          " worker(s) but " + rank.source + " started " + std::to_string(rank.world));
     // Each flag's default (0, or -1 for max_steps) means "the job file's value"; any other
     // value overrides it and is checked below, so a negative one is refused, not ignored.
-    if (FLAGS_epochs != 0) cfg.epochs = FLAGS_epochs;
-    if (FLAGS_max_steps != -1) cfg.max_steps = FLAGS_max_steps;
-    if (FLAGS_batch_size != 0) cfg.batch_size = FLAGS_batch_size;
-    if (FLAGS_threads != 0) cfg.threads = FLAGS_threads;
+    // A refused value is named by the flag the user typed (and the job key it overrides).
+    shoal::FlagOverrides flags;
+    auto set = [&](auto* field, auto value, const char* key, const char* flag) {
+      *field = value;
+      flags[key] = flag;
+    };
+    if (FLAGS_epochs != 0) set(&cfg.epochs, FLAGS_epochs, "[train] epochs", "--epochs");
+    if (FLAGS_max_steps != -1) set(&cfg.max_steps, FLAGS_max_steps, "[train] max_steps", "--max_steps");
+    if (FLAGS_batch_size != 0) set(&cfg.batch_size, FLAGS_batch_size, "[data] batch_size", "--batch_size");
+    if (FLAGS_threads != 0) set(&cfg.threads, FLAGS_threads, "[train] threads", "--threads");
     if (!output_dir.empty()) cfg.output_dir = output_dir;
-    if (!FLAGS_coordinator.empty()) cfg.coordinator = FLAGS_coordinator;
-    shoal::CheckJobLimits(cfg);  // the overrides are job values too
+    if (!FLAGS_coordinator.empty())
+      set(&cfg.coordinator, FLAGS_coordinator, "[cluster] coordinator", "--coordinator");
+    shoal::CheckJobLimits(cfg, flags);  // the overrides are job values too
     if (!FLAGS_device.empty() && rank.rank >= 0 && rank.rank < cfg.world_size())
       cfg.workers[size_t(rank.rank)].device = FLAGS_device;
   } catch (const shoal::Error& e) {

@@ -54,20 +54,26 @@ TEST(WorkerFlags, GoodOverridesRun) {
 }
 
 // --threads 100000 crashed the worker (SIGSEGV making threads); negative counts were ignored.
+// A refused flag is named as the user typed it, with the job key it overrides (it was named
+// only by the job key, as if the job file were wrong).
 TEST(WorkerFlags, OutOfRangeCountsAreRefusedByName) {
-  ExpectRefused("--threads 100000", "[train] threads: expected an integer in [0, 1024], got 100000");
-  ExpectRefused("--threads -5", "[train] threads");
-  ExpectRefused("--batch_size -4", "[data] batch_size");
-  ExpectRefused("--epochs -1", "[train] epochs");
+  ExpectRefused("--threads 100000",
+                "--threads (overriding [train] threads of the job file): expected an integer in [0, 1024], got 100000");
+  ExpectRefused("--threads -5", "--threads (overriding [train] threads");
+  ExpectRefused("--batch_size -4", "--batch_size (overriding [data] batch_size");
+  ExpectRefused("--epochs -1", "--epochs (overriding [train] epochs");
   ExpectRefused("--rank -5", "--rank -5: expected a rank of 0 or more");
-  ExpectRefused("--max_steps -7", "[train] max_steps");
+  ExpectRefused("--max_steps -7", "--max_steps (overriding [train] max_steps");
 }
 
 // --coordinator skipped the job file's host:port check (a bad port waited out the
 // rendezvous timeout) and its plaintext policy (a keyless job's traffic left loopback).
 TEST(WorkerFlags, CoordinatorFlagGetsTheJobFilesAddressChecks) {
-  ExpectRefused("--coordinator 127.0.0.1:99999", "[cluster] coordinator: expected \"host:port\" with port 1-65535");
-  ExpectRefused("--coordinator garbage", "[cluster] coordinator: expected \"host:port\"");
+  ExpectRefused("--coordinator 127.0.0.1:99999",
+                "--coordinator (overriding [cluster] coordinator of the job file): expected \"host:port\" with port "
+                "1-65535");
+  ExpectRefused("--coordinator garbage", "--coordinator (overriding [cluster] coordinator");
+  ExpectRefused("--coordinator 10.1.2.3:7700", "--coordinator (overriding [cluster] coordinator");
   ExpectRefused("--coordinator 10.1.2.3:7700", "allow_plaintext");
 }
 
