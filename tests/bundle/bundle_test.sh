@@ -26,29 +26,8 @@ for b in "$B"/bin/*; do
   done < <(env -i ldd "$b" | awk '/=>/ {print $1, $3}')
 done
 
-cat > "$TEST_TMPDIR/job.toml" <<JOB
-[job]
-name = "bundled"
-output_dir = "$TEST_TMPDIR/out"
-[cluster]
-workers = 2
-[model]
-name = "mlp"
-[data]
-format = "synthetic"
-batch_size = 16
-synthetic_samples = 256
-image_size = 8
-classes = 4
-[algorithm]
-name = "allreduce"
-[optimizer]
-name = "sgd"
-lr = 0.05
-[train]
-epochs = 1
-threads = 1
-JOB
+source "$R/tests/bundle/mlp_job.sh"
+mlp_job "$TEST_TMPDIR/job.toml" "$TEST_TMPDIR/out" 2
 cd "$TEST_TMPDIR"
 env -i PATH=/usr/bin:/bin HOME="$TEST_TMPDIR" timeout -s KILL 120 "$B/shoal" run job.toml > run.out 2> run.err ||
   fail "the bundled job failed: $(tail -5 run.err)"

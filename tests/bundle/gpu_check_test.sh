@@ -34,29 +34,8 @@ done < "$R/tools/gpu_checks.txt"
 
 # gpu_train_test's launcher, through the runfiles links, runs a CPU job from the bundle.
 RF="$B/checks/runfiles/shoal"
-cat > "$TEST_TMPDIR/job.toml" <<JOB
-[job]
-name = "kit"
-output_dir = "$TEST_TMPDIR/jobout"
-[cluster]
-workers = 1
-[model]
-name = "mlp"
-[data]
-format = "synthetic"
-batch_size = 16
-synthetic_samples = 64
-image_size = 8
-classes = 4
-[algorithm]
-name = "allreduce"
-[optimizer]
-name = "sgd"
-lr = 0.05
-[train]
-epochs = 1
-threads = 1
-JOB
+source "$R/tests/bundle/mlp_job.sh"
+mlp_job "$TEST_TMPDIR/job.toml" "$TEST_TMPDIR/jobout" 1
 env -i PATH=/usr/bin:/bin HOME="$TEST_TMPDIR" timeout -s KILL 120 "$RF/tools/launcher/shoal-launch" --bin_dir="$RF" \
   "$TEST_TMPDIR/job.toml" > "$TEST_TMPDIR/job.out" 2> "$TEST_TMPDIR/job.err" || fail "the job through runfiles/ failed: $(tail -3 "$TEST_TMPDIR/job.err")"
 tail -1 "$TEST_TMPDIR/job.out" | grep -q '"event":"done"' || fail "no done line from the runfiles job"
