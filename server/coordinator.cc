@@ -117,13 +117,15 @@ bool Coordinator::Handle(const InMessage& m, Clock::time_point now) {
   if (kind == msg::Kind::CHECKPOINT_COMMIT || kind == msg::Kind::RESUME_QUERY) OnCheckpoint(m);
   if (kind == msg::Kind::LEAVE) OnLeave(m);
   if (kind == msg::Kind::MEMBERS) ReplyClusterMap(m);
-  if (kind == msg::Kind::HEARTBEAT && h.getRole() == msg::Role::SERVER && JobOver()) {
+  // A shard's heartbeat is answered, so that a shard cut off from the coordinator (its
+  // host's link down for good, shard 0 gone with nobody to restart it) can tell and leave.
+  if (kind == msg::Kind::HEARTBEAT && h.getRole() == msg::Role::SERVER) {
     OutMessage out;
     auto r = out.header();
-    r.setKind(msg::Kind::JOB_OVER);
+    r.setKind(JobOver() ? msg::Kind::JOB_OVER : msg::Kind::HEARTBEAT_ACK);
     r.setRole(msg::Role::SERVER);
     reply_(m.identity, out);
-    told_.insert(h.getRank());
+    if (JobOver()) told_.insert(h.getRank());
   }
   return true;
 }

@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   server->Run(g_stop);
+  if (!server->failure().empty()) {
+    fprintf(stderr, "shoal-server: shard %d: the job cannot go on: %s\n", FLAGS_shard, server->failure().c_str());
+    return 1;
+  }
   LOG(INFO) << "shard " << FLAGS_shard << ": stopped";
   return 0;
 }

@@ -52,8 +52,17 @@ Server::Server(const JobConfig& cfg, int shard, const std::string& bind_override
     coordinator_ =
         std::make_unique<Coordinator>(cfg_, [this](const PeerId& to, OutMessage& m) { transport_->Send(m, &to); });
   } else {
-    heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, ConnectEndpoint(cfg_.servers[0]), keys, msg::Role::SERVER,
-                                                   shard, int(cfg_.heartbeat_ms));
+    // Silence past three heartbeat timeouts outlasts any restart of shard 0 alone (the
+    // launcher gives one 2 x heartbeat_timeout_ms to come back, else restarts the whole
+    // job): nobody is left to serve, so the shard leaves instead of waiting for ever.
+    heartbeat_ = std::make_unique<HeartbeatSender>(
+        ctx_, ConnectEndpoint(cfg_.servers[0]), keys, msg::Role::SERVER, shard, int(cfg_.heartbeat_ms),
+        int(3 * cfg_.heartbeat_timeout_ms),
+        [this](const std::string& why) {
+          std::lock_guard<std::mutex> l(failure_mu_);
+          failure_ = why;
+        },
+        "shard 0 on " + cfg_.servers[0] + ", which coordinates the job, is gone or its host unreachable");
   }
   LOG(INFO) << who_ << ": listening on " << endpoint_ << (keys.enabled() ? " (CURVE)" : "")
             << (shard == 0 ? ", coordinator on" : "");
@@ -237,6 +246,10 @@ void Server::Run(const std::atomic<bool>& stop) {
     if ((coordinator_ && coordinator_->JobOver() && coordinator_->ShardsTold()) ||
         (heartbeat_ && heartbeat_->job_over())) {
       LOG(INFO) << who_ << ": every worker has finished; stopping";
+      break;
+    }
+    if (!failure().empty()) {
+      LOG(ERROR) << who_ << ": " << failure() << "; stopping";
       break;
     }
     if (coordinator_ && now - last_tick > std::chrono::milliseconds(20)) {

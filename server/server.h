@@ -6,6 +6,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -39,8 +40,13 @@ class Server {
   void OpenCheckpoints(CheckpointStart start, bool rejoin = false);
   // The step the shard resumed at (0 for a fresh start).
   int64_t resumed_step() const { return resumed_step_; }
-  // Serves until `stop` becomes true.
+  // Serves until `stop` becomes true, every worker has finished, or (shards K > 0) the
+  // coordinator has been silent too long: then failure() says so.
   void Run(const std::atomic<bool>& stop);
+  std::string failure() const {
+    std::lock_guard<std::mutex> l(failure_mu_);
+    return failure_;
+  }
   // Handles one decoded message the way Run does: a request it rejects is answered with
   // ERROR and logged, never thrown. Public so tests and fuzzers can drive the shard
   // without a socket peer.
@@ -99,6 +105,8 @@ class Server {
   uint32_t generation_ = 0;             // the recovery generation served (see msg::Header.generation)
   std::unique_ptr<TrainingPlan> plan_;  // the first worker's; later ones must agree
   std::unique_ptr<Coordinator> coordinator_;
+  mutable std::mutex failure_mu_;
+  std::string failure_;  // set by the heartbeat thread (see failure())
   std::unique_ptr<HeartbeatSender> heartbeat_;
   // The tensors the coordinator placed here. Placement is fixed by the first registration,
   // so once known it never changes; shards > 0 ask the coordinator through placement_client_.

@@ -237,7 +237,7 @@ Membership::Membership(const std::string& endpoint, const CurveKeys& keys, int r
                        std::function<void(const std::string&)> on_failure)
     : endpoint_(endpoint), keys_(keys), rank_(rank) {
   heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, endpoint, keys, msg::Role::WORKER, rank, interval_ms, timeout_ms,
-                                                 std::move(on_failure));
+                                                 std::move(on_failure), "did worker rank 0 stop?");
 }
 
 Membership::~Membership() {

@@ -1,19 +1,21 @@
 #include "common/transport/heartbeat.h"
 
 #include <chrono>
+#include <utility>
 
 namespace shoal {
 
 HeartbeatSender::HeartbeatSender(TransportContext& ctx, const std::string& endpoint, const CurveKeys& keys,
                                  msg::Role role, int rank, int interval_ms, int ack_timeout_ms,
-                                 std::function<void(const std::string&)> on_failure)
+                                 std::function<void(const std::string&)> on_failure, std::string silence_hint)
     : transport_(ctx, Transport::Kind::kClient, keys),
       role_(role),
       rank_(rank),
       interval_ms_(interval_ms),
       ack_timeout_ms_(ack_timeout_ms),
       on_failure_(std::move(on_failure)),
-      endpoint_(endpoint) {
+      endpoint_(endpoint),
+      silence_hint_(std::move(silence_hint)) {
   // While the coordinator is unreachable, keep a couple of heartbeats queued, not hours'.
   transport_.SetSendQueue(2);
   transport_.Connect(endpoint);
@@ -63,7 +65,7 @@ void HeartbeatSender::Run() {
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - last_ack);
     if (acked && ack_timeout_ms_ > 0 && silent.count() > ack_timeout_ms_)
       fail("the coordinator at " + endpoint_ + " stopped answering: no reply for " + std::to_string(silent.count()) +
-           " ms (did worker rank 0 stop?)");
+           " ms" + (silence_hint_.empty() ? "" : " (" + silence_hint_ + ")"));
     cv_.wait_for(l, std::chrono::milliseconds(interval_ms_), [this] { return stop_; });
   }
 }

@@ -16,10 +16,11 @@ class HeartbeatSender {
  public:
   // `on_failure` (optional) runs on the sender's thread, once, when the coordinator reports
   // a member dead (memberDead) or, with ack_timeout_ms > 0, when the coordinator has not
-  // acknowledged a heartbeat for that long.
+  // acknowledged a heartbeat for that long; `silence_hint` ends that message (who the
+  // coordinator is, what to look at).
   HeartbeatSender(TransportContext& ctx, const std::string& coordinator_endpoint, const CurveKeys& keys, msg::Role role,
                   int rank, int interval_ms, int ack_timeout_ms = 0,
-                  std::function<void(const std::string&)> on_failure = nullptr);
+                  std::function<void(const std::string&)> on_failure = nullptr, std::string silence_hint = "");
   ~HeartbeatSender();
   // The coordinator answered a heartbeat saying every worker has finished.
   bool job_over() const { return job_over_.load(); }
@@ -33,6 +34,7 @@ class HeartbeatSender {
   int ack_timeout_ms_;
   std::function<void(const std::string&)> on_failure_;
   std::string endpoint_;
+  std::string silence_hint_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -165,6 +165,32 @@ else
 fi
 ip -n "$(ns 3)" link set eth0 up
 
+# A server host whose link goes down for good in a ps_sync job: the workers name the shard
+# they cannot reach (within timeout_ms) or, at a barrier, the worker on that host; the
+# cut-off shard, whose heartbeats the coordinator no longer answers, stops by itself after
+# 3 heartbeat timeouts naming it; nothing is left running on the cut-off host.
+write_job cut ps_sync "servers = [\"$NET.1:7721\", \"$NET.2:7721\"]" "$KEYS" "timeout_ms = 3000"
+sed -i 's/^epochs = 3/epochs = 50/; s/^target_accuracy = 0.78/target_accuracy = 0.99/' "$T/cut.toml"
+run_job cut 2 > /dev/null 2>&1 &
+RUN=$!
+for i in $(seq 1 600); do  # up to 60 s for training to start on host 0
+  grep -q '"event":"train"' "$T/host0/cut/metrics.jsonl" 2> /dev/null && break
+  sleep 0.1
+done
+down_at=$(date +%s)
+ip -n "$(ns 1)" link set eth0 down
+wait $RUN || true
+took=$(($(date +%s) - down_at))
+left=$(ip netns pids "$(ns 1)" | wc -l)
+if grep -q "shard 1: the job cannot go on: the coordinator at tcp://$NET.1:7721 stopped answering" "$T/cut-server1.log" &&
+  grep -Eq "shard\(s\) 1 \($NET.2:7721\) did not answer|worker 1 stopped answering" "$T/cut-worker0.log" &&
+  [[ $left == 0 && $took -le 60 ]]; then
+  ok "a server host cut off for good: every process ended within ${took} s, the shard saying: $(grep -m1 'cannot go on' "$T/cut-server1.log" | cut -c1-100)..."
+else
+  bad "server host cut off: after ${took} s, $left processes left there; shard 1: $(tail -1 "$T/cut-server1.log"); worker 0: $(tail -1 "$T/cut-worker0.log")"
+fi
+ip -n "$(ns 1)" link set eth0 up
+
 # A worker holding a key pair of its own (it knows the servers' public key) is refused by
 # the servers and the coordinator, and says whom it could not reach; the refusal is logged.
 FOREIGN="$(echo "$KEYS" | grep -v '^client_'; shoal_on 0 keygen | grep '^client_')"

@@ -253,6 +253,26 @@ TEST(ServerCluster, AWorkerThatDiedCountsAsGoneAfterTheHeartbeatTimeout) {
   EXPECT_NE(s0.log().find("worker 1 stopped answering"), std::string::npos) << s0.log();
 }
 
+// Shard 0 gone for good with nobody to restart it (SIGKILL here; a host whose link went
+// down looks the same from shard 1): shard 1 stops by itself once the coordinator has been
+// silent for three heartbeat timeouts, naming it, instead of serving nobody for ever.
+TEST(ServerCluster, AShardCutOffFromTheCoordinatorLeavesNamingIt) {
+  std::string job = testing::WriteJob("coordinator-gone", 2, 1);
+  ServerProcess s0(job, 0), s1(job, 1);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  ASSERT_TRUE(s1.WaitForLog("listening on")) << s1.log();
+  // A few heartbeats answered first: silence counts only once the coordinator has spoken.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(s0.pid(), SIGKILL), 0);
+  EXPECT_EQ(s1.WaitExit(15000), 1) << s1.log();
+  std::string log = s1.log();
+  EXPECT_NE(log.find("shard 1: the job cannot go on: the coordinator at tcp://" + LoadJobConfig(job).servers[0] +
+                     " stopped answering"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("shard 0 on"), std::string::npos) << log;
+}
+
 TEST(ServerCli, BadJobFileExitsNonZeroWithOneLine) {
   std::string bad = testing::TempPath("bad.toml");
   testing::WriteFile(bad,
