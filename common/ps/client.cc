@@ -101,6 +101,8 @@ InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, b
     auto h = r.header();
     if (h.getRequestId() != id) continue;  // a late answer to an earlier, timed-out call
     if (h.getKind() == msg::Kind::ERROR) throw Error(what + ": " + std::string(h.getMessage()));
+    if (h.getKind() == m.header().getKind())  // an echo, not the coordinator
+      throw Error(what + ": " + UnexpectedAnswer("the coordinator", cfg_.servers[0], h.getKind(), h.getKind()));
     return r;
   }
 }
@@ -116,7 +118,7 @@ const ClusterInfo& Client::Register(const std::vector<TensorSpec>& tensors, cons
   InMessage r = Control(m, id, "register");
   auto rh = r.header();
   SHOAL_CHECK(rh.getKind() == msg::Kind::CLUSTER_MAP,
-              "register: the coordinator answered with message kind " + std::to_string(int(rh.getKind())));
+              "register: " + UnexpectedAnswer("the coordinator", cfg_.servers[0], msg::Kind::REGISTER, rh.getKind()));
   auto cm = rh.getCluster();
   ClusterInfo info;
   for (auto s : cm.getServers()) info.servers.push_back(s);
@@ -146,6 +148,7 @@ void Client::AskEveryShard(msg::Kind kind, msg::Kind ack, const std::function<vo
   uint64_t id = next_id_++;
   Request& req = pending_[id];
   req.ack = ack;
+  req.asked = kind;
   for (size_t s = 0; s < shards_.size(); ++s) {
     OutMessage m;
     auto h = m.header();
@@ -220,6 +223,7 @@ int Client::Pull(const std::vector<std::string>& names, std::vector<PulledTensor
   SHOAL_CHECK(!shards_.empty(), "pull before Register");
   uint64_t id = next_id_++;
   Request& req = pending_[id];
+  req.asked = msg::Kind::PULL;
   out->clear();
   out->resize(names.size());
   req.out = out;
@@ -273,7 +277,8 @@ void Client::Dispatch(int shard, InMessage& m) {
       break;
     }
     default:
-      req.error += "shard " + std::to_string(shard) + " answered with message kind " + std::to_string(int(h.getKind()));
+      req.error += (req.error.empty() ? "" : "; ") +
+                   UnexpectedAnswer("shard " + std::to_string(shard), cluster_.servers[size_t(shard)], req.asked, h.getKind());
   }
 }
 
@@ -356,7 +361,7 @@ const std::vector<ClusterInfo::Member>& Client::Members() {
   InMessage r = Control(m, id, "members");
   auto rh = r.header();
   SHOAL_CHECK(rh.getKind() == msg::Kind::CLUSTER_MAP,
-              "members: the coordinator answered with message kind " + std::to_string(int(rh.getKind())));
+              "members: " + UnexpectedAnswer("the coordinator", cfg_.servers[0], msg::Kind::MEMBERS, rh.getKind()));
   cluster_.members.clear();
   for (auto mem : rh.getCluster().getMembers())
     cluster_.members.push_back({mem.getRole(), mem.getRank(), mem.getAlive()});
@@ -394,7 +399,8 @@ CheckpointRecord Client::NewestCheckpoint() {
   // A rejoining process's query starts a generation: never sent twice.
   InMessage r = Control(m, id, "resume query", /*resend=*/!rejoin);
   SHOAL_CHECK(r.header().getKind() == msg::Kind::CHECKPOINT_ACK,
-              "resume query: the coordinator answered with message kind " + std::to_string(int(r.header().getKind())));
+              "resume query: " + UnexpectedAnswer("the coordinator", cfg_.servers[0], msg::Kind::RESUME_QUERY,
+                                                    r.header().getKind()));
   CheckpointRecord rec = FromWire(r.header().getCheckpoint());
   committed_ = std::max(committed_, rec.id);
   latest_generation_ = r.header().getGeneration();

@@ -151,6 +151,7 @@ class Client {
     std::string error;
     std::shared_ptr<std::atomic<int>> unreleased;  // pushed frames ZeroMQ still holds
     msg::Kind ack = msg::Kind::PUSH_ACK;           // the answer kind that means done
+    msg::Kind asked = msg::Kind::PUSH;             // the request's kind (for errors)
   };
   int ShardOf(const std::string& name) const;
   void SendPlan(const TrainingPlan& plan);

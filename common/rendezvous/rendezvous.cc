@@ -81,6 +81,8 @@ InMessage CoordinatorStore::Ask(OutMessage& m, uint64_t id, const std::string& w
     auto h = r.header();
     if (h.getRequestId() != id) continue;  // a late answer to an earlier request
     if (h.getKind() == msg::Kind::ERROR) throw Error("rendezvous: " + what + ": " + std::string(h.getMessage()));
+    if (h.getKind() == m.header().getKind())  // an echo, not the coordinator
+      throw Error("rendezvous: " + what + ": " + UnexpectedAnswer("the coordinator", endpoint_, h.getKind(), h.getKind()));
     return r;
   }
 }
@@ -95,9 +97,9 @@ void CoordinatorStore::Set(const std::string& key, const std::string& value) {
   h.setKey(key);
   h.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
   InMessage r = Ask(m, id, "set \"" + key + "\"", request_timeout_ms_);
-  SHOAL_CHECK(
-      r.header().getKind() == msg::Kind::STORE_ACK,
-      "rendezvous: set \"" + key + "\": answered with message kind " + std::to_string(int(r.header().getKind())));
+  SHOAL_CHECK(r.header().getKind() == msg::Kind::STORE_ACK,
+              "rendezvous: set \"" + key + "\": " +
+                  UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_SET, r.header().getKind()));
 }
 
 std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
@@ -116,7 +118,8 @@ std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
     InMessage r = Ask(m, id, "get \"" + key + "\"", ask_ms);
     auto rh = r.header();
     SHOAL_CHECK(rh.getKind() == msg::Kind::STORE_VALUE,
-                "rendezvous: get \"" + key + "\": answered with message kind " + std::to_string(int(rh.getKind())));
+                "rendezvous: get \"" + key + "\": " +
+                    UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_GET, rh.getKind()));
     if (rh.getFound()) {
       auto v = rh.getValue();
       return std::string(reinterpret_cast<const char*>(v.begin()), v.size());

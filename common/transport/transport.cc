@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <glog/logging.h>
+#include <capnp/schema.h>
 #include <kj/exception.h>
 #include <thread>
 
@@ -599,6 +600,23 @@ std::pair<std::string, std::string> CurveKeyPair() {
   char pub[41], sec[41];
   if (zmq_curve_keypair(pub, sec) != 0) throw Error("zmq_curve_keypair failed: this libzmq lacks CURVE support");
   return {pub, sec};
+}
+
+namespace {
+std::string KindName(msg::Kind k) {
+  for (auto e : capnp::Schema::from<msg::Kind>().getEnumerants())
+    if (e.getOrdinal() == uint16_t(k)) return e.getProto().getName();
+  return "unknown";
+}
+}  // namespace
+
+std::string UnexpectedAnswer(const std::string& who, const std::string& address, msg::Kind asked, msg::Kind got) {
+  std::string s = who + " at " + address + " answered " + KindName(asked) + " with message kind " +
+                  std::to_string(int(got)) + " (" + KindName(got) + ")";
+  if (got == asked)
+    return s + ": that is the request itself coming back, so " + address +
+           " is not a Shoal process but some other service (an echo?); check the job's addresses";
+  return s + ": is " + address + " the right address for it?";
 }
 
 std::string PeerName(const PeerId& identity) {

@@ -197,6 +197,12 @@ std::pair<std::string, std::string> CurveKeyPair();
 // Printable form of a server socket's peer identity for log lines.
 std::string PeerName(const PeerId& identity);
 
+// The error for an answer of the wrong kind from `who` at `address` ("shard 1",
+// "127.0.0.1:7701") to a request of kind `asked`: names both kinds, and says when the answer
+// is the request itself come back, which means something else listens there (a TCP echo
+// service completes ZeroMQ's handshake with the client's own greeting).
+std::string UnexpectedAnswer(const std::string& who, const std::string& address, msg::Kind asked, msg::Kind got);
+
 inline msg::DType ToWire(DType t) { return static_cast<msg::DType>(uint16_t(t)); }
 inline DType FromWire(msg::DType t) { return static_cast<DType>(uint8_t(t)); }
 

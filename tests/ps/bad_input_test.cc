@@ -4,6 +4,7 @@
 #include <csignal>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "common/transport/transport.h"
 #include "tests/ps/ps_test_util.h"
 #include "common/ps/client.h"
+#include "common/rendezvous/rendezvous.h"
 
 namespace shoal {
 namespace {
@@ -426,6 +428,108 @@ TEST(Placement, ShardsAcceptOnlyTheTensorsPlacedOnThem) {
   std::vector<PulledTensor> out;
   c.Wait(c.Pull({"a", "b"}, &out));
   EXPECT_EQ(out.size(), 2u);
+}
+
+// A plain TCP echo service on 127.0.0.1 (what a job file's address may point at by
+// mistake): echoes every byte back until the test ends. ZeroMQ's handshake completes
+// against it with the client's own greeting, so the client's request comes back to it.
+class EchoService {
+ public:
+  EchoService() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    SHOAL_CHECK(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(fd_, 8) == 0, "echo: bind");
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        pollfd p{fd_, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0) continue;
+        int c = accept(fd_, nullptr, nullptr);
+        if (c >= 0) echoes_.emplace_back([this, c] {
+          char buf[4096];
+          while (!stop_) {
+            pollfd q{c, POLLIN, 0};
+            if (poll(&q, 1, 50) <= 0) continue;
+            ssize_t n = read(c, buf, sizeof buf);
+            if (n <= 0 || write(c, buf, size_t(n)) != n) break;
+          }
+          close(c);
+        });
+      }
+    });
+  }
+  ~EchoService() {
+    stop_ = true;
+    thread_.join();
+    for (auto& t : echoes_) t.join();
+    close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::vector<std::thread> echoes_;
+};
+
+// A job file whose shard address points at something else that answers (an echo service):
+// one clear error naming the address and saying it is not a Shoal process, at once, not a
+// bare "answered with message kind 16" (nor a wait for the timeout).
+TEST(WrongService, AShardOrCoordinatorAddressOnAnEchoServiceIsNamed) {
+  EchoService echo;
+  JobConfig cfg = LoadJobConfig(testing::WriteJob("echo-coordinator", 1, 1));
+  cfg.servers = {echo.address()};
+  ClientOptions o;
+  o.timeout_ms = 20000;
+  o.heartbeat = false;
+  try {
+    Client c(cfg, o);
+    c.Register({{"w", DType::kF32, {4}}});
+    ADD_FAILURE() << "registered with an echo service";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("register: the coordinator at " + echo.address()), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a Shoal process"), std::string::npos) << e.what();
+  }
+
+  // Shard 1 of two on the echo service: the coordinator (shard 0) places tensors there, and
+  // the first request to it comes back.
+  std::string job = testing::WriteJob("echo-shard", 2, 1);
+  std::string text = testing::ReadFile(job), shard1 = LoadJobConfig(job).servers[1];
+  testing::WriteFile(job, text.replace(text.find(shard1), shard1.size(), echo.address()));
+  cfg = LoadJobConfig(job);
+  ServerProcess s0(job, 0);
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  try {
+    Client c(cfg, o);
+    c.Register({{"a", DType::kF32, {1000}}, {"b", DType::kF32, {1000}}});
+    std::vector<PulledTensor> out;
+    c.Wait(c.Pull({"a", "b"}, &out));
+    ADD_FAILURE() << "pulled from an echo service";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shard 1 at " + echo.address() + " answered pull"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a Shoal process"), std::string::npos) << e.what();
+  }
+}
+
+// The same for a job without servers: the rendezvous store's coordinator address.
+TEST(WrongService, ARendezvousCoordinatorOnAnEchoServiceIsNamed) {
+  EchoService echo;
+  CoordinatorStore store("tcp://" + echo.address(), CurveKeys{}, 20000);
+  try {
+    store.Set("ring-0", "tcp://127.0.0.1:1");
+    ADD_FAILURE() << "an echo service stored a key";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the coordinator at tcp://" + echo.address()), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a Shoal process"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
