@@ -657,10 +657,18 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
 
   SectionReader data(file, root, "data",
                      {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes",
-                      "max_train_samples", "max_test_samples", "augment"});
+                      "max_train_samples", "max_test_samples", "augment", "label"});
   c.data_format = data.String("format", "idx");
-  if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "synthetic")
-    data.Fail("format", "expected \"idx\", \"cifar\" or \"synthetic\", got \"" + c.data_format + "\"");
+  if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "cifar100" &&
+      c.data_format != "synthetic")
+    data.Fail("format",
+              "expected \"idx\", \"cifar\", \"cifar100\" or \"synthetic\", got \"" + c.data_format + "\"");
+  c.data_label = data.String("label", "fine");
+  // Only CIFAR-100 records carry two labels; elsewhere the key would be silently ignored.
+  if (data.Get("label") && c.data_format != "cifar100")
+    data.Fail("label", "only format = \"cifar100\" has a choice of labels (format is \"" + c.data_format + "\")");
+  if (c.data_label != "fine" && c.data_label != "coarse")
+    data.Fail("label", "expected \"fine\" (100 classes) or \"coarse\" (20 superclasses), got \"" + c.data_label + "\"");
   bool needs_files = c.data_format != "synthetic";
   c.train_path = data.String("train", "", needs_files);
   c.test_path = data.String("test", "", needs_files);

@@ -113,7 +113,8 @@ struct JobConfig {
   int64_t loss_scale_growth_interval = 2000;  // good steps before a dynamic scale doubles
 
   // [data]
-  std::string data_format = "idx";  // idx | cifar | synthetic
+  std::string data_format = "idx";  // idx | cifar | cifar100 | synthetic
+  std::string data_label = "fine";  // cifar100: fine (100 classes) | coarse (20 superclasses)
   std::string train_path, test_path;
   int64_t batch_size = 64;           // per worker
   int64_t synthetic_samples = 1024;  // synthetic: samples per epoch per worker

@@ -207,6 +207,7 @@ class Trainer {
                   std::to_string(world_) + " workers is more than " + std::to_string(kMaxSamples) + " samples");
     dopt.synthetic_image_size = cfg_.synthetic_image_size;
     dopt.synthetic_classes = cfg_.synthetic_classes;
+    dopt.cifar100_coarse = cfg_.data_label == "coarse";
     dopt.max_samples = cfg_.max_train_samples;
     train_set_ = LoadDataset(cfg_.data_format, cfg_.train_path, dopt);
     dopt.max_samples = cfg_.max_test_samples;

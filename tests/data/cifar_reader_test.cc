@@ -8,13 +8,16 @@
 namespace shoal {
 namespace {
 
+using testdata::Cifar100Records;
 using testdata::CifarRecords;
+using testdata::WriteGzip;
 using testdata::TempDir;
 using testdata::WriteBytes;
 
-void ExpectError(const std::string& path, std::vector<std::string> fragments) {
+void ExpectError(const std::string& path, std::vector<std::string> fragments, const std::string& format = "cifar",
+                 const DatasetOptions& options = {}) {
   try {
-    LoadDataset("cifar", path, {});
+    LoadDataset(format, path, options);
     ADD_FAILURE() << "no error for " << path;
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -88,11 +91,85 @@ TEST_F(CifarFiles, LabelOutOfRange) {
 }
 
 TEST_F(CifarFiles, MissingAndEmpty) {
-  ExpectError(dir_ / "nothing", {dir_ / "nothing", "no CIFAR binary file found"});
+  ExpectError(dir_ / "nothing", {dir_ / "nothing", "no CIFAR-10 binary file found"});
   TempDir empty;
-  ExpectError(empty.path(), {empty.path(), "no CIFAR training batches"});
+  ExpectError(empty.path(), {empty.path(), "no CIFAR-10 training batches"});
   WriteBytes(dir_ / "zero.bin", {});
   ExpectError(dir_ / "zero.bin", {dir_ / "zero.bin", "empty file"});
+}
+
+// CIFAR-100's layout in miniature (cifar-100-binary/): train.bin of 9 records, test.bin
+// (gzip, as the readers take any file) of 4.
+class Cifar100Files : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteBytes(dir_ / "train.bin", Cifar100Records(0, 9));
+    WriteGzip(dir_ / "test.bin", Cifar100Records(100, 4));
+  }
+  std::shared_ptr<Dataset> Load(const std::string& path, bool coarse = false, int64_t max_samples = 0) {
+    DatasetOptions o;
+    o.cifar100_coarse = coarse;
+    o.max_samples = max_samples;
+    return LoadDataset("cifar100", path, o);
+  }
+  TempDir dir_;
+};
+
+void Expect100(const Dataset& d, int first, int count, bool coarse) {
+  ASSERT_EQ(d.size(), count);
+  EXPECT_EQ(d.sample_shape(), (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_EQ(d.num_classes(), coarse ? 20 : 100);
+  for (int r = 0; r < count; ++r) {
+    const int i = first + r;
+    EXPECT_EQ(d.label(r), coarse ? (3 * i + 1) % 20 : i % 100) << r;
+    const uint8_t* p = d.u8_sample(r);
+    // Both label bytes are skipped: pixel 0 is the record's third byte.
+    for (int k = 0; k < 3072; ++k) ASSERT_EQ(p[k], uint8_t((i + k) % 256)) << r << " " << k;
+  }
+}
+
+TEST_F(Cifar100Files, FineAndCoarseLabelsAndPixels) {
+  Expect100(*Load(dir_.path()), 0, 9, false);
+  Expect100(*Load(dir_.path(), true), 0, 9, true);
+  Expect100(*Load(dir_ / "train"), 0, 9, false);
+  Expect100(*Load(dir_ / "train.bin", true), 0, 9, true);
+  Expect100(*Load(dir_ / "test"), 100, 4, false);
+  Expect100(*Load(dir_ / "test.bin", true), 100, 4, true);
+  Expect100(*Load(dir_ / "train", false, 5), 0, 5, false);
+}
+
+TEST_F(Cifar100Files, SizesAndLabelsAreCheckedNamingFileAndRecord) {
+  auto b = Cifar100Records(0, 3);
+  b.resize(b.size() - 10);
+  WriteBytes(dir_ / "cut.bin", b);
+  ExpectError(dir_ / "cut.bin", {dir_ / "cut.bin", "not CIFAR-100", "multiple of 3074", "got 9212"}, "cifar100");
+
+  b = Cifar100Records(0, 3);
+  b[3074 * 2 + 1] = 100;  // record 2's fine label
+  WriteBytes(dir_ / "fine.bin", b);
+  ExpectError(dir_ / "fine.bin", {dir_ / "fine.bin", "fine label 100 of record 2", "outside 0..99"}, "cifar100");
+  b = Cifar100Records(0, 3);
+  b[3074] = 20;  // record 1's coarse label
+  WriteBytes(dir_ / "coarse.bin", b);
+  DatasetOptions coarse;
+  coarse.cifar100_coarse = true;
+  ExpectError(dir_ / "coarse.bin", {dir_ / "coarse.bin", "coarse label 20 of record 1", "outside 0..19"}, "cifar100",
+              coarse);
+
+  TempDir empty;
+  ExpectError(empty.path(), {empty.path(), "no CIFAR-100 training file", "expected train.bin", "test.bin"}, "cifar100");
+  ExpectError(empty / "test", {"no CIFAR-100 binary file found", empty / "test.bin"}, "cifar100");
+}
+
+// Each layout's reader recognizes the other's files and says which format to use.
+TEST_F(Cifar100Files, TheOtherLayoutIsNamed) {
+  WriteBytes(dir_ / "ten.bin", CifarRecords(0, 2));
+  ExpectError(dir_ / "ten.bin", {"not CIFAR-100", "whole records of 3073 bytes", "format = \"cifar\""}, "cifar100");
+  ExpectError(dir_ / "train.bin", {"not CIFAR-10", "whole records of 3074 bytes", "format = \"cifar100\""});
+  auto b = CifarRecords(0, 3);
+  b[3073] = 42;
+  WriteBytes(dir_ / "big_label.bin", b);
+  ExpectError(dir_ / "big_label.bin", {"label 42 of record 1", "format = \"cifar100\""});
 }
 
 }  // namespace

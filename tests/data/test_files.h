@@ -1,4 +1,4 @@
-// Helpers that write small data files (IDX, CIFAR-10 binary, gzip) into a per-test
+// Helpers that write small data files (IDX, CIFAR-10/100 binary, gzip) into a per-test
 // temporary directory.
 #pragma once
 #include <zlib.h>
@@ -88,6 +88,18 @@ inline std::vector<uint8_t> CifarRecords(int first, int count) {
   std::vector<uint8_t> b;
   for (int r = first; r < first + count; ++r) {
     b.push_back(uint8_t(r % 10));
+    for (int k = 0; k < 3072; ++k) b.push_back(uint8_t((r + k) % 256));
+  }
+  return b;
+}
+
+// CIFAR-100 records: coarse label (3r + 1) % 20, fine label r % 100 (unrelated, so a reader
+// that takes the wrong byte shows), pixel k = (r + k) % 256.
+inline std::vector<uint8_t> Cifar100Records(int first, int count) {
+  std::vector<uint8_t> b;
+  for (int r = first; r < first + count; ++r) {
+    b.push_back(uint8_t((3 * r + 1) % 20));
+    b.push_back(uint8_t(r % 100));
     for (int k = 0; k < 3072; ++k) b.push_back(uint8_t((r + k) % 256));
   }
   return b;

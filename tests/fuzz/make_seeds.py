@@ -97,6 +97,11 @@ def cifar():
     put("cifar", "gzip_one_record", b"\x04" + gzip.compress(rec(1), mtime=0))
     put("cifar", "label_too_big", b"\x02" + rec(200))
     put("cifar", "truncated", b"\0" + rec(1)[:100])
+    # CIFAR-100 (options bits 4-5: 1 fine, 2 coarse): coarse label, fine label, pixels.
+    rec100 = lambda coarse, fine: bytes([coarse, fine]) + rec(fine)[1:]
+    put("cifar", "cifar100_fine", b"\x10" + rec100(19, 99) + rec100(0, 3))
+    put("cifar", "cifar100_coarse_gzip", b"\x20" + gzip.compress(rec100(7, 42), mtime=0))
+    put("cifar", "cifar100_fine_too_big", b"\x10" + rec100(1, 100))
 
 
 if __name__ == "__main__":

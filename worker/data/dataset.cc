@@ -187,8 +187,9 @@ std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::strin
   SHOAL_CHECK(options.max_samples >= 0, "[data] max_samples must be >= 0, got " + std::to_string(options.max_samples));
   if (format == "idx") return ReadIdx(path, options);
   if (format == "cifar") return ReadCifar(path, options);
+  if (format == "cifar100") return ReadCifar100(path, options);
   if (format == "synthetic") return MakeSynthetic(path, options);
-  throw Error("[data] format: unknown \"" + format + "\" (expected idx, cifar or synthetic)");
+  throw Error("[data] format: unknown \"" + format + "\" (expected idx, cifar, cifar100 or synthetic)");
 }
 
 }  // namespace data

@@ -12,8 +12,9 @@ namespace data {
 struct DatasetOptions {
   uint64_t seed = 0;        // synthetic data only
   int64_t max_samples = 0;  // 0 = all; otherwise keep the first max_samples records
-  int64_t num_classes = 0;  // 0 = the format's own (idx: largest label + 1, cifar: 10);
-                            // >0: every label must be below it
+  int64_t num_classes = 0;  // 0 = the format's own (idx: largest label + 1, cifar: 10,
+                            // cifar100: 100, or 20 coarse); >0: every label must be below it
+  bool cifar100_coarse = false;  // cifar100: the 20 superclass labels instead of the 100 fine ones
   // Synthetic ImageNet-shaped data: samples x channels x image_size x image_size.
   int64_t synthetic_samples = 1024;
   int64_t synthetic_image_size = 224;
@@ -78,7 +79,7 @@ class Dataset {
   std::vector<float> mean_, std_;
 };
 
-// format: "idx" | "cifar" | "synthetic". path: see the reader of each format
+// format: "idx" | "cifar" | "cifar100" | "synthetic". path: see the reader of each format
 // (idx_reader.h, cifar_reader.h; synthetic uses the path only to tell train from test).
 std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::string& path, const DatasetOptions& options);
 
