@@ -50,6 +50,21 @@ std::string Replace(std::string s, const std::string& from, const std::string& t
   return s.replace(p, from.size(), to);
 }
 
+// CIFAR-100's two labels: fine by default, coarse on request; the key means nothing to the
+// other formats, so naming it there is an error rather than silently ignored.
+TEST(Config, Cifar100Label) {
+  const std::string cifar = Replace(kGood, "format = \"idx\"", "format = \"cifar100\"");
+  EXPECT_EQ(ParseJobConfig(cifar, "job.toml").data_label, "fine");
+  EXPECT_EQ(ParseJobConfig(Replace(cifar, "batch_size = 64", "label = \"coarse\""), "job.toml").data_label, "coarse");
+  EXPECT_NE(ErrorOf(Replace(cifar, "batch_size = 64", "label = \"medium\""))
+                .find("job.toml: [data] label: expected \"fine\" (100 classes) or \"coarse\" (20 superclasses), got "
+                      "\"medium\""),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "batch_size = 64", "label = \"coarse\""))
+                .find("job.toml: [data] label: only format = \"cifar100\" has a choice of labels (format is \"idx\")"),
+            std::string::npos);
+}
+
 TEST(Config, ParsesTheDesignExample) {
   JobConfig c = ParseJobConfig(kGood, "job.toml");
   EXPECT_EQ(c.name, "fmnist-bmuf");

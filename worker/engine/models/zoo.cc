@@ -19,6 +19,11 @@ std::unique_ptr<Model> BuildMlp(Backend& be, const ModelOptions& o) {
 // 28x28 input goes 24, 12, 8, 4 and the first fc sees 64*4*4 = 1024 features.
 std::unique_ptr<Model> BuildLenet(Backend& be, const ModelOptions& o) {
   SHOAL_CHECK(o.input_shape.size() == 3, "model lenet: input shape must be [C,H,W], got " + ShapeString(o.input_shape));
+  // Said here, in the data's terms, rather than by conv2 about a 2x2 map the data never had.
+  SHOAL_CHECK(o.input_shape[1] >= 16 && o.input_shape[2] >= 16,
+              "model lenet: input " + ShapeString(o.input_shape) +
+                  " is too small: its two unpadded 5x5 convolutions and 2x2 pools need images of at least 16x16 "
+                  "(use mlp or resnet20 for smaller ones)");
   auto m = std::make_unique<Model>(be, "lenet", o.input_shape);
   ModelBuilder b{*m, be, o.init.value_or(WeightInit::kFanInUniform)};
   int x = b.Conv("conv1", Model::kInput, o.input_shape[0], 32, 5, 1, 0, true);
