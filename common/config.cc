@@ -676,6 +676,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.synthetic_samples = data.Int("synthetic_samples", 1024, 1, kMaxSamples);
   c.synthetic_image_size = data.Int("image_size", 224, 8, 4096);
   c.synthetic_classes = data.Int("classes", 1000, 2, 1 << 20);
+  if (c.data_format != "synthetic") c.data_classes = data.Int("classes", 0, 2, 1 << 20);
   c.max_train_samples = data.Int("max_train_samples", 0, 0, INT64_MAX);
   c.max_test_samples = data.Int("max_test_samples", 0, 0, INT64_MAX);
   c.augment = data.Bool("augment", false);

@@ -120,6 +120,10 @@ struct JobConfig {
   int64_t synthetic_samples = 1024;  // synthetic: samples per epoch per worker
   int64_t synthetic_image_size = 224;
   int64_t synthetic_classes = 1000;
+  // idx | cifar | cifar100: the class count the model is built for, which every label must be
+  // below (0 = the format's own: idx the training set's largest label + 1, cifar 10,
+  // cifar100 100 or 20). Set it when the training set lacks the test set's top classes.
+  int64_t data_classes = 0;
   int64_t max_train_samples = 0;  // 0 = all; a subset for quick runs
   int64_t max_test_samples = 0;
   bool augment = false;  // random crop (pad 4) + horizontal flip, for CIFAR

@@ -208,6 +208,7 @@ class Trainer {
     dopt.synthetic_image_size = cfg_.synthetic_image_size;
     dopt.synthetic_classes = cfg_.synthetic_classes;
     dopt.cifar100_coarse = cfg_.data_label == "coarse";
+    if (cfg_.data_format != "synthetic") dopt.num_classes = cfg_.data_classes;
     dopt.max_samples = cfg_.max_train_samples;
     train_set_ = LoadDataset(cfg_.data_format, cfg_.train_path, dopt);
     dopt.max_samples = cfg_.max_test_samples;

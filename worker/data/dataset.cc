@@ -1,5 +1,6 @@
 #include "worker/data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -146,11 +147,14 @@ void Dataset::UseNormalizationOf(const Dataset& train) {
     throw Error(source_ + ": samples are " + str(shape_) + " but the training set's (" + train.source() + ") are " +
                 str(train.sample_shape()));
   }
+  int32_t top = -1;
+  for (int32_t l : labels_) top = std::max(top, l);
   for (int64_t i = 0; i < size(); ++i)
     if (labels_[size_t(i)] >= train.num_classes())
       throw Error(source_ + ": label " + std::to_string(labels_[size_t(i)]) + " of sample " + std::to_string(i) +
                   " is not a class of the training set (" + train.source() + " has " +
-                  std::to_string(train.num_classes()) + ")");
+                  std::to_string(train.num_classes()) + "; [data] classes = " + std::to_string(int64_t(top) + 1) +
+                  " sizes the model for every test label)");
   num_classes_ = train.num_classes();
   SetNormalization(train.mean(), train.stddev());
 }
