@@ -240,6 +240,7 @@ class AdPsgd : public Algorithm {
       InMessage m;
       std::string bad;
       try {
+        router_->DrainEvents();  // refused handshakes go to the refusal log
         if (!router_->Recv(&m, 50)) continue;
         auto kind = m.header().getKind();
         if (kind == msg::Kind::GOSSIP_BYE) continue;

@@ -205,7 +205,7 @@ void ZmqRing::Recv(PipeMessage* msg, const char* what) {
     in_->Wait(100);
     if (std::chrono::steady_clock::now() > deadline)
       throw Error(std::string("ring ") + what + ": no data from rank " + std::to_string(Mod(rank_ - 1, size_)) +
-                  " for " + std::to_string(opts_.timeout_ms) + " ms" + RightRefusal());
+                  " for " + std::to_string(opts_.timeout_ms) + " ms" + RightRefusal() + RefusedHandshakes());
   }
 }
 

@@ -126,7 +126,7 @@ std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
     }
     if (LeftMs(deadline) == 0)
       throw Error("rendezvous: no value for \"" + key + "\" at the coordinator " + endpoint_ + " after " +
-                  std::to_string(timeout_ms) + " ms (did that rank start?)");
+                  std::to_string(timeout_ms) + " ms (did that rank start?)" + RefusedHandshakes());
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(pause_ms, LeftMs(deadline))));
     pause_ms = std::min(pause_ms * 2, 100);
   }
@@ -209,6 +209,7 @@ void RendezvousServer::Run() {
     InMessage m;
     bool received = false;
     try {
+      transport_->DrainEvents();  // refused handshakes go to the refusal log
       if (!transport_->Recv(&m, 20)) continue;
       received = true;
       auto kind = m.header().getKind();

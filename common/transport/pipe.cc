@@ -63,22 +63,21 @@ PipeIn::PipeIn(TransportContext& ctx, const PipeOptions& o) : ctx_(ctx) {
     CurveOption(socket_, ZMQ_CURVE_SECRETKEY, o.keys.server_secret, "server secret key");
     CurveOption(socket_, ZMQ_ZAP_DOMAIN, "shoal", "ZAP domain");
   }
-  char addr[64];
-  snprintf(addr, sizeof addr, "inproc://shoal-pipe-monitor-%p", static_cast<void*>(this));
-  if (zmq_socket_monitor(socket_, addr, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+  // Its refused handshakes (with keys) go to the refusal log, in UpdateConnections.
+  int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+  try {
+    monitor_ = zmqi::StartMonitor(ctx.handle(), socket_, events);
+  } catch (...) {
     zmq_close(socket_);
-    throw Error(ZmqError("pipe: cannot monitor"));
+    throw;
   }
-  monitor_ = zmq_socket(ctx.handle(), ZMQ_PAIR);
-  SetInt(monitor_, ZMQ_LINGER, 0);
-  zmq_connect(monitor_, addr);
 }
 
 PipeIn::~PipeIn() { Close(false); }
 
 void PipeIn::Close(bool abort) {
-  if (monitor_) zmq_socket_monitor(socket_, nullptr, 0);
-  CloseSocket(monitor_, true);
+  if (socket_) zmqi::StopMonitor(socket_, &monitor_);
   CloseSocket(socket_, abort);
 }
 
@@ -107,17 +106,14 @@ void PipeIn::Wait(int timeout_ms) {
 }
 
 void PipeIn::UpdateConnections() {
-  while (true) {
-    Frame ev, addr;
-    if (zmq_msg_recv(FrameAccess::Msg(ev), monitor_, ZMQ_DONTWAIT) < 0) return;
-    if (RcvMore(monitor_)) zmq_msg_recv(FrameAccess::Msg(addr), monitor_, 0);  // the endpoint
-    uint16_t id = 0;
-    if (ev.size() >= 2) memcpy(&id, ev.data(), 2);
-    if (id == ZMQ_EVENT_ACCEPTED) {
+  std::vector<SocketEvent> events = zmqi::DrainMonitor(monitor_);
+  zmqi::NoteRefusals(ctx_.who(), &events);
+  for (const SocketEvent& e : events) {
+    if (e.event == ZMQ_EVENT_ACCEPTED) {
       ++open_;
       ever_ = true;
     }
-    if (id == ZMQ_EVENT_DISCONNECTED && open_ > 0) --open_;
+    if (e.event == ZMQ_EVENT_DISCONNECTED && open_ > 0) --open_;
   }
 }
 

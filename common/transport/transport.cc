@@ -9,6 +9,8 @@
 #include <glog/logging.h>
 #include <capnp/schema.h>
 #include <kj/exception.h>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "common/error.h"
@@ -125,7 +127,66 @@ void CheckKeyPair(const std::string& pub, const std::string& secret, const char*
   SHOAL_CHECK(pub == derived, where + "_secret_key does not belong to " + who + "_public_key");
 }
 
+
+// Every refused handshake on a bound socket of this process, whichever context or role:
+// one place that logs them and remembers them for the bound side's timeout messages. A
+// peer retrying every 100 ms must neither flood the log nor grow memory: each (role, peer)
+// gets its first refusal logged in full, then one count line at most every
+// kCountEverySeconds; at most kMaxPeers are told apart, the rest share one entry.
+class RefusalLog {
+ public:
+  static RefusalLog& Get() {
+    static RefusalLog* log = new RefusalLog;  // never destroyed: sockets may outlive statics
+    return *log;
+  }
+
+  void Record(const std::string& who, const std::string& from, const std::string& line) {
+    constexpr int kCountEverySeconds = 10;
+    constexpr size_t kMaxPeers = 64;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_pair(who, from);
+    if (!peers_.count(key) && peers_.size() >= kMaxPeers) key = {who, "other peers"};
+    Peer& p = peers_[key];
+    auto now = Clock::now();
+    if (p.total++ == 0) {
+      p.logged = now;
+      LOG(WARNING) << who << ": " << line << " (refused handshakes from " << key.second << " are counted from now on, "
+                   << "a line every " << kCountEverySeconds << " s)";
+      return;
+    }
+    ++p.unlogged;
+    if (now - p.logged < std::chrono::seconds(kCountEverySeconds)) return;
+    LOG(WARNING) << who << ": " << p.unlogged << " more handshake(s) from " << key.second << " refused in the last "
+                 << std::chrono::duration_cast<std::chrono::seconds>(now - p.logged).count() << " s (" << p.total
+                 << " in all; other [security] keys?)";
+    p.unlogged = 0;
+    p.logged = now;
+  }
+
+  std::string Summary() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::map<std::string, int64_t> by_peer;  // the roles of one process share a peer's count
+    for (const auto& [key, p] : peers_) by_peer[key.second] += p.total;
+    std::string out;
+    for (const auto& [from, n] : by_peer) {
+      out += out.empty() ? " (" : "; ";
+      out += std::to_string(n) + " handshake(s) from " + from + " were refused";
+    }
+    return out.empty() ? "" : out + ": other [security] keys?)";
+  }
+
+ private:
+  struct Peer {
+    int64_t total = 0, unlogged = 0;
+    Clock::time_point logged;
+  };
+  std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, Peer> peers_;
+};
+
 }  // namespace
+
+std::string RefusedHandshakes() { return RefusalLog::Get().Summary(); }
 
 Frame::Frame() { zmq_msg_init(FrameAccess::Msg(*this)); }
 Frame::Frame(size_t size) {
@@ -268,39 +329,23 @@ class TransportContext::Authenticator {
     }
   }
 
-  // One line per refusal, at most kLinesPerMinute a minute: a flood of foreign keys cannot
-  // fill the log.
+  // Logged (rate-limited) and counted with every other refusal, by the peer's address.
   void Refused(const std::vector<std::string>& req) {
-    constexpr int kLinesPerMinute = 10;
-    auto now = Clock::now();
-    if (now - window_ > std::chrono::minutes(1)) {
-      if (suppressed_ > 0)
-        LOG(WARNING) << who_ << ": " << suppressed_ << " more foreign CURVE clients were refused in the last minute";
-      window_ = now;
-      lines_ = 0;
-      suppressed_ = 0;
-    }
-    if (++lines_ > kLinesPerMinute) {
-      ++suppressed_;
-      return;
-    }
     std::string key = "?";
     if (req.size() >= 7 && req[6].size() == 32) {
       char z85[41];
       zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(req[6].data()), 32);
       key = z85;
     }
-    LOG(WARNING) << who_ << ": refused CURVE client at " << (req.size() > 3 ? req[3] : "?") << ": public key " << key
-                 << " is not the job's client key";
+    std::string from = req.size() > 3 && !req[3].empty() ? req[3] : "an unknown address";
+    RefusalLog::Get().Record(who_, from,
+                             "refused CURVE client at " + from + ": public key " + key + " is not the job's client key");
   }
 
   void* socket_;
   std::string allowed_;
   std::string who_;
   std::atomic<bool> stop_{false};
-  Clock::time_point window_{};
-  int lines_ = 0;
-  int64_t suppressed_ = 0;
   std::thread thread_;
 };
 
@@ -350,7 +395,9 @@ Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys) : 
     }
     // A keyed client can be refused (a peer with another job's keys): its monitor lets
     // every "no answer" error say so, through RefusalHint.
-    if (kind == Kind::kClient && keys.enabled()) EnableMonitor();
+    // A keyed server's refused handshakes go to the refusal log (DrainEvents): its owner
+    // must call DrainEvents regularly.
+    if (keys.enabled()) EnableMonitor();
     if (keys.enabled()) {
       if (kind == Kind::kServer) {
         SetInt(socket_, ZMQ_CURVE_SERVER, 1, "curve_server");
@@ -489,7 +536,11 @@ void Transport::EnableMonitor() {
   monitor_ = zmqi::StartMonitor(ctx_.handle(), socket_, kind_ == Kind::kClient ? zmqi::kClientEvents : events);
 }
 
-std::vector<SocketEvent> Transport::DrainEvents() { return zmqi::DrainMonitor(monitor_); }
+std::vector<SocketEvent> Transport::DrainEvents() {
+  std::vector<SocketEvent> events = zmqi::DrainMonitor(monitor_);
+  if (kind_ == Kind::kServer) zmqi::NoteRefusals(ctx_.who(), &events);
+  return events;
+}
 
 std::string Transport::RefusalHint() { return zmqi::RefusalHint(DrainEvents()); }
 
@@ -539,6 +590,22 @@ std::vector<SocketEvent> DrainMonitor(void* monitor) {
     out.push_back(std::move(e));
   }
   return out;
+}
+
+void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events) {
+  std::vector<SocketEvent> rest;
+  for (SocketEvent& e : *events) {
+    bool failed = e.event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || e.event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+                  e.event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (!failed) {
+      rest.push_back(std::move(e));
+      continue;
+    }
+    // The ZAP handler already logged and counted an authentication refusal, by the peer's
+    // address; for the others ZeroMQ's monitor names only our own endpoint.
+    if (e.event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) RefusalLog::Get().Record(who, "a peer of " + e.endpoint, e.Describe());
+  }
+  events->swap(rest);
 }
 
 std::string RefusalHint(const std::vector<SocketEvent>& events) {

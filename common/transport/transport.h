@@ -51,8 +51,8 @@ using PeerId = std::string;
 
 // A ZeroMQ context and the job's one CurveZMQ authentication path: once a socket of this
 // context binds with keys, a ZAP handler admits only peers presenting the job's client
-// public key, and logs each refusal (rate-limited). Outlives every socket made in it; its
-// destructor returns only once ZeroMQ has released every message sent through it.
+// public key, and logs each refusal (rate-limited, with every bound socket's: see
+// RefusedHandshakes). Outlives every socket made in it; its destructor returns only once ZeroMQ has released every message sent through it.
 class TransportContext {
  public:
   explicit TransportContext(std::string who = "shoal");
@@ -152,9 +152,12 @@ class Transport {
   };
   // Waits up to timeout_ms for a message or a monitor event.
   Ready Wait(int timeout_ms);
-  // Reports handshake failures and disconnects through DrainEvents(). A client socket with
-  // keys has it on from the start (so RefusalHint always works there); servers turn it on.
+  // Reports handshake failures and disconnects through DrainEvents(). A socket with keys
+  // has it on from the start (so RefusalHint always works on a client, and a server's
+  // refusals are logged); a plaintext server may turn it on.
   void EnableMonitor();
+  // The monitor's events since the last call. On a server the refused handshakes go to the
+  // refusal log instead (see RefusedHandshakes); a keyed server's owner calls this often.
   std::vector<SocketEvent> DrainEvents();
   // For a client's "no answer" error: with the monitor on, why the connection never carried
   // a message since the last successful handshake (a refused handshake: the peer holds
@@ -190,6 +193,12 @@ std::string ListenEndpoint(const std::string& host_port);
 // taken from `bound` (what Bind returned, e.g. "tcp://0.0.0.0:41233"). A host given by name
 // ("localhost", "node3") cannot be bound, only connected to.
 std::string ReachableEndpoint(const std::string& host, const std::string& bound);
+
+// The handshakes this process's keyed bound sockets refused so far (every context's: rank
+// 0's coordinator and its own rendezvous client are different ones), for a bound side's
+// "no value / nobody came" errors: " (3 handshake(s) from 10.0.0.7 were refused: other
+// [security] keys?)", or "" when none was. Each refusal is also logged, rate-limited.
+std::string RefusedHandshakes();
 
 // Generates a Z85 key pair (public, secret).
 std::pair<std::string, std::string> CurveKeyPair();

@@ -55,6 +55,9 @@ std::vector<SocketEvent> DrainMonitor(void* monitor);
 constexpr int kClientEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                               ZMQ_EVENT_DISCONNECTED;
+// Bound sockets: moves the handshake failures out of `events` into the process's refusal
+// log (logged rate-limited for `who`, counted for RefusedHandshakes), leaving the rest.
+void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events);
 // RefusalHint's text for a client socket's events (see Transport::RefusalHint).
 std::string RefusalHint(const std::vector<SocketEvent>& events);
 

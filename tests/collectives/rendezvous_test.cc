@@ -3,13 +3,17 @@
 // ring of separate processes to wire itself with no shared directory.
 #include <gtest/gtest.h>
 
+#include <glog/logging.h>
+
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "algorithms/collectives/zmq_ring.h"
 #include "common/error.h"
 #include "common/rendezvous/rendezvous.h"
 #include "common/rendezvous/store.h"
+#include "common/transport/pipe.h"
 #include "tests/collectives/run_ranks.h"
 #include "tests/ps/ps_test_util.h"
 
@@ -82,6 +86,96 @@ TEST(Rendezvous, OnlyTheJobsClientKeyGetsIn) {
   EXPECT_NE(e.find("did not answer"), std::string::npos) << e;
   EXPECT_NE(e.find("[security] keys"), std::string::npos) << e;
   EXPECT_EQ(member.Get("k", 1000), "v");
+}
+
+// The log lines this process writes while it lives (glog's sink, so real log output).
+class LogLines : public google::LogSink {
+ public:
+  LogLines() { google::AddLogSink(this); }
+  ~LogLines() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity, const char*, const char*, int, const google::LogMessageTime&, const char* message,
+            size_t len) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    lines_.emplace_back(message, len);
+  }
+  int Count(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const auto& l : lines_) n += l.find(what) != std::string::npos;
+    return n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// The number before " handshake(s) from <from> were refused" in RefusedHandshakes(), or 0.
+long RefusedFrom(const std::string& from) {
+  std::string s = RefusedHandshakes();
+  auto at = s.find(" handshake(s) from " + from + " were refused");
+  if (at == std::string::npos) return 0;
+  auto start = s.find_last_of(" (", at - 1);
+  return std::stol(s.substr(start + 1, at - start - 1));
+}
+
+// The bound side of a refused handshake says so too: a stranger retrying every 100 ms gets
+// one log line at the coordinator (then a count every few seconds), not one per attempt,
+// and rank 0's own "no value" timeout names the refusals, by the peer's address where
+// ZeroMQ gives it (ZAP: a foreign client key) and by our endpoint where it does not
+// (another job's server key: the handshake fails before authentication).
+TEST(Rendezvous, TheCoordinatorLogsRefusedHandshakesOnceAndItsTimeoutNamesThem) {
+  LogLines log;
+  auto server_keys = CurveKeyPair(), client_keys = CurveKeyPair(), foreign = CurveKeyPair(), other = CurveKeyPair();
+  CurveKeys job{server_keys.first, server_keys.second, client_keys.first, client_keys.second};
+  CurveKeys other_job{other.first, other.second, foreign.first, foreign.second};
+  CurveKeys other_client{server_keys.first, "", foreign.first, foreign.second};
+  RendezvousServer server("tcp://127.0.0.1:*", job);
+  const std::string peer_of = "a peer of " + server.endpoint();
+  TransportContext hostile("hostile");
+  const int kAttempts = 30;
+  for (int i = 0; i < kAttempts; ++i) {
+    Transport t(hostile, Transport::Kind::kClient, i % 2 ? other_client : other_job);
+    t.Connect(server.endpoint());
+    OutMessage m;
+    m.header().setKind(msg::Kind::STORE_GET);
+    m.header().setKey("allreduce-1");
+    t.Send(m);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CoordinatorStore rank0(server.endpoint(), job);
+  std::string e = ErrorOf([&] { rank0.Get("allreduce-1", 300); });
+  EXPECT_NE(e.find("no value for \"allreduce-1\""), std::string::npos) << e;
+  EXPECT_NE(e.find("handshake(s) from " + peer_of), std::string::npos) << e;
+  EXPECT_NE(e.find("handshake(s) from 127.0.0.1 were refused"), std::string::npos) << e;
+  EXPECT_NE(e.find("other [security] keys?"), std::string::npos) << e;
+  EXPECT_GE(RefusedFrom(peer_of), kAttempts / 2) << RefusedHandshakes();
+  // One line for the other job's attempts (this endpoint is new), and at most one count
+  // line on top, however many attempts.
+  EXPECT_EQ(log.Count("coordinator: rejected a connection on " + server.endpoint()), 1);
+  EXPECT_LE(log.Count(server.endpoint()), 2);
+  EXPECT_LE(log.Count("from 127.0.0.1"), 2);  // ZAP's refusals, logged the same way
+}
+
+// A ring's PipeIn, too, counts what it refused, read with its connection events.
+TEST(Rendezvous, ARingPipeInCountsRefusedHandshakes) {
+  auto server_keys = CurveKeyPair(), client_keys = CurveKeyPair(), other = CurveKeyPair();
+  PipeOptions in_opts, out_opts;
+  in_opts.keys = {server_keys.first, server_keys.second, client_keys.first, client_keys.second};
+  out_opts.keys = {other.first, other.second, client_keys.first, client_keys.second};
+  TransportContext ctx("ring");
+  PipeIn in(ctx, in_opts);
+  std::string ep = in.Bind("tcp://127.0.0.1:*");
+  for (int i = 0; i < 5; ++i) {
+    PipeOut out(ctx, out_opts);
+    out.Connect(ep);
+    for (int j = 0; j < 10; ++j) {
+      in.Wait(20);
+      in.UpdateConnections();
+    }
+    out.Close(true);
+  }
+  EXPECT_GE(RefusedFrom("a peer of " + ep), 3) << RefusedHandshakes();
 }
 
 // Three processes, no shared directory: rank 0 serves the coordinator, every rank meets the
