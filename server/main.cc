@@ -9,6 +9,7 @@
 #include "algorithms/optimizers/optimizer.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/flags.h"
 #include "server/aggregation.h"
 #include "server/server.h"
 
@@ -24,25 +25,58 @@ DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run lef
 namespace {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
+
+// --bind as typed: "tcp://HOST:PORT", PORT 1-65535 or "*". ZeroMQ itself would take port
+// 99999 as 34463 and "-5" as 65531, listening where no worker looks.
+void CheckBind(const std::string& bind) {
+  const std::string usage = ": expected tcp://HOST:PORT with PORT 1-65535 or *, e.g. tcp://0.0.0.0:7701";
+  if (bind.empty()) {
+    if (!gflags::GetCommandLineFlagInfoOrDie("bind").is_default)
+      throw shoal::Error("--bind is empty" + usage + " (or leave --bind out to listen at [cluster] servers[shard])");
+    return;
+  }
+  const auto colon = bind.rfind(':');
+  if (bind.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon <= 6)
+    throw shoal::Error("--bind " + bind + usage);
+  const std::string port = bind.substr(colon + 1);
+  if (port == "*") return;
+  bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535) throw shoal::Error("--bind " + bind + usage);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("shoal-server --config JOB.toml --shard K");
+  const std::string bad_flag = shoal::CheckFlagSyntax(argc, argv);
+  if (!bad_flag.empty()) {
+    fprintf(stderr, "shoal-server: %s\n", bad_flag.c_str());
+    return 2;
+  }
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  const std::string extra = shoal::UnexpectedArguments(argc, argv);
+  if (!extra.empty()) {
+    fprintf(stderr, "shoal-server: %s\n", extra.c_str());
+    return 2;
+  }
   if (FLAGS_config.empty()) {
     fprintf(stderr, "shoal-server: --config JOB.toml is required\n");
     return 2;
   }
   std::unique_ptr<shoal::Server> server;
   try {
+    CheckBind(FLAGS_bind);
     shoal::JobConfig cfg = shoal::LoadJobConfig(FLAGS_config);
     // Only [optimizer]: the server reads nothing of [algorithm] and must not link the
     // algorithms' facts; the workers and the launcher check that section.
     shoal::CheckOptimizerKeys(cfg.optimizer, cfg.optimizer_opts);
     if (cfg.servers.empty())
       throw shoal::Error(FLAGS_config + ": [cluster] servers: expected at least one \"host:port\"");
+    if (FLAGS_shard < 0 || FLAGS_shard >= int(cfg.servers.size()))
+      throw shoal::Error("--shard " + std::to_string(FLAGS_shard) + ": " + FLAGS_config + " lists " +
+                         std::to_string(cfg.servers.size()) + " server(s) in [cluster] servers (shards 0 to " +
+                         std::to_string(cfg.servers.size() - 1) + ")");
     server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);
     // The parameter-server algorithms run the job's optimizer here, on whole tensors; the
     // workers' plan (at registration) says how.

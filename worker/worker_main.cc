@@ -6,6 +6,7 @@
 #include "algorithms/job_keys.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/flags.h"
 #include "common/rank_env.h"
 #include "worker/trainer.h"
 
@@ -56,7 +57,18 @@ std::string TakeFlag(int* argc, char** argv, const std::string& name) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("shoal-worker --config JOB.toml [--rank R] [--output_dir DIR (overrides [job] output_dir)]");
   const std::string output_dir = TakeFlag(&argc, argv, "output_dir");
+  // gflags would exit 1 (a crash, to the launcher) for a malformed value or unknown flag.
+  std::string bad_flag = shoal::CheckFlagSyntax(argc, argv);
+  if (!bad_flag.empty()) {
+    fprintf(stderr, "shoal-worker: %s\n", bad_flag.c_str());
+    return 2;
+  }
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  bad_flag = shoal::UnexpectedArguments(argc, argv);
+  if (!bad_flag.empty()) {
+    fprintf(stderr, "shoal-worker: %s\n", bad_flag.c_str());
+    return 2;
+  }
   if (FLAGS_config.empty()) {
     fprintf(stderr, "shoal-worker: --config JOB.toml is required\n");
     return 2;

@@ -66,6 +66,14 @@ TEST(WorkerFlags, OutOfRangeCountsAreRefusedByName) {
   ExpectRefused("--max_steps -7", "--max_steps (overriding [train] max_steps");
 }
 
+// gflags exited 1 for these (a crash to the launcher), and a stray argument was ignored.
+TEST(WorkerFlags, MalformedValuesUnknownFlagsAndStrayArgumentsExitTwo) {
+  ExpectRefused("--threads abc", "shoal-worker: --threads abc: not a valid int32 value");
+  ExpectRefused("--rank=", "shoal-worker: --rank=: not a valid int32 value");
+  ExpectRefused("--thread 2", "shoal-worker: --thread: unknown flag");
+  ExpectRefused("--resume false", "shoal-worker: unexpected argument 'false'");
+}
+
 // --coordinator skipped the job file's host:port check (a bad port waited out the
 // rendezvous timeout) and its plaintext policy (a keyless job's traffic left loopback).
 TEST(WorkerFlags, CoordinatorFlagGetsTheJobFilesAddressChecks) {
