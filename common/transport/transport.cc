@@ -127,7 +127,6 @@ void CheckKeyPair(const std::string& pub, const std::string& secret, const char*
   SHOAL_CHECK(pub == derived, where + "_secret_key does not belong to " + who + "_public_key");
 }
 
-
 // Every refused handshake on a bound socket of this process, whichever context or role:
 // one place that logs them and remembers them for the bound side's timeout messages. A
 // peer retrying every 100 ms must neither flood the log nor grow memory: each (role, peer)
@@ -338,8 +337,8 @@ class TransportContext::Authenticator {
       key = z85;
     }
     std::string from = req.size() > 3 && !req[3].empty() ? req[3] : "an unknown address";
-    RefusalLog::Get().Record(who_, from,
-                             "refused CURVE client at " + from + ": public key " + key + " is not the job's client key");
+    RefusalLog::Get().Record(
+        who_, from, "refused CURVE client at " + from + ": public key " + key + " is not the job's client key");
   }
 
   void* socket_;
@@ -603,7 +602,8 @@ void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events) {
     }
     // The ZAP handler already logged and counted an authentication refusal, by the peer's
     // address; for the others ZeroMQ's monitor names only our own endpoint.
-    if (e.event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) RefusalLog::Get().Record(who, "a peer of " + e.endpoint, e.Describe());
+    if (e.event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      RefusalLog::Get().Record(who, "a peer of " + e.endpoint, e.Describe());
   }
   events->swap(rest);
 }

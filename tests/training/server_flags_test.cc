@@ -26,16 +26,15 @@ struct Outcome {
 Outcome RunServer(const std::string& flags) {
   const std::string dir = testing::FreshDir("server_flags");
   std::ofstream(dir + "/job.toml") << "[job]\nname = \"flags\"\noutput_dir = \"" << dir
-                                   << "/out\"\n[cluster]\nworkers = 1\nservers = [\"127.0.0.1:"
-                                   << testing::FreePort()
+                                   << "/out\"\n[cluster]\nworkers = 1\nservers = [\"127.0.0.1:" << testing::FreePort()
                                    << "\"]\n[model]\nname = \"mlp\"\n[data]\nformat = \"synthetic\"\n"
                                       "[algorithm]\nname = \"ps_sync\"\n[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
   const std::string log = dir + "/log.txt";
   std::ofstream(dir + "/run.sh") << "timeout -s KILL 60 " << testing::BinDir() << "/server/shoal-server --config "
-                                << dir << "/job.toml " << flags << " > " << log << " 2>&1 &\npid=$!\n"
-                                << "for i in $(seq 300); do\n"
-                                << "  grep -q 'listening on' " << log << " && kill -INT $pid\n"
-                                << "  kill -0 $pid 2>/dev/null || break\n  sleep 0.1\ndone\nwait $pid\n";
+                                 << dir << "/job.toml " << flags << " > " << log << " 2>&1 &\npid=$!\n"
+                                 << "for i in $(seq 300); do\n"
+                                 << "  grep -q 'listening on' " << log << " && kill -INT $pid\n"
+                                 << "  kill -0 $pid 2>/dev/null || break\n  sleep 0.1\ndone\nwait $pid\n";
   const int st = system(("bash " + dir + "/run.sh").c_str());
   Outcome o;
   o.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
