@@ -107,7 +107,7 @@ void PipeIn::Wait(int timeout_ms) {
 
 void PipeIn::UpdateConnections() {
   std::vector<SocketEvent> events = zmqi::DrainMonitor(monitor_);
-  zmqi::NoteRefusals(ctx_.who(), &events);
+  zmqi::NoteRefusals(ctx_.who(), &events, nullptr);  // its disconnects count connections
   for (const SocketEvent& e : events) {
     if (e.event == ZMQ_EVENT_ACCEPTED) {
       ++open_;

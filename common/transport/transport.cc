@@ -537,7 +537,7 @@ void Transport::EnableMonitor() {
 
 std::vector<SocketEvent> Transport::DrainEvents() {
   std::vector<SocketEvent> events = zmqi::DrainMonitor(monitor_);
-  if (kind_ == Kind::kServer) zmqi::NoteRefusals(ctx_.who(), &events);
+  if (kind_ == Kind::kServer) zmqi::NoteRefusals(ctx_.who(), &events, &refused_unclosed_);
   return events;
 }
 
@@ -591,15 +591,22 @@ std::vector<SocketEvent> DrainMonitor(void* monitor) {
   return out;
 }
 
-void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events) {
+void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events, int64_t* unclosed) {
   std::vector<SocketEvent> rest;
   for (SocketEvent& e : *events) {
     bool failed = e.event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || e.event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
                   e.event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if (!failed) {
+      // ZeroMQ closes every refused connection, reporting the disconnect after the failure:
+      // that one is part of the refusal, not news for the owner's log.
+      if (unclosed && e.is_disconnect() && *unclosed > 0) {
+        --*unclosed;
+        continue;
+      }
       rest.push_back(std::move(e));
       continue;
     }
+    if (unclosed) ++*unclosed;
     // The ZAP handler already logged and counted an authentication refusal, by the peer's
     // address; for the others ZeroMQ's monitor names only our own endpoint.
     if (e.event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)

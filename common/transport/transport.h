@@ -173,6 +173,7 @@ class Transport {
   Kind kind_;
   void* socket_ = nullptr;
   void* monitor_ = nullptr;
+  int64_t refused_unclosed_ = 0;  // servers: refused connections whose disconnect is to come
   uint64_t bytes_sent_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <zmq.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,9 @@ constexpr int kClientEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAK
                               ZMQ_EVENT_DISCONNECTED;
 // Bound sockets: moves the handshake failures out of `events` into the process's refusal
 // log (logged rate-limited for `who`, counted for RefusedHandshakes), leaving the rest.
-void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events);
+// With `unclosed` (the socket's count of refused connections whose disconnect is still to
+// come, kept across calls), the disconnects of refused connections go too.
+void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events, int64_t* unclosed);
 // RefusalHint's text for a client socket's events (see Transport::RefusalHint).
 std::string RefusalHint(const std::vector<SocketEvent>& events);
 

@@ -266,6 +266,44 @@ TEST(Curve, AnyKeyedClientRefusedByAnotherJobSaysSoAndWhere) {
   EXPECT_EQ(member.RefusalHint(), "");
 }
 
+// The bound side hands refused connections to the refusal log, disconnects included: its
+// owner's own log sees none of a stranger's attempts, and a member's disconnect still.
+TEST(Curve, ABoundSocketsRefusalsGoToTheRefusalLogNotItsEvents) {
+  TransportContext server_ctx("bound"), client_ctx("stranger");
+  auto server = CurveKeyPair(), client = CurveKeyPair(), other_server = CurveKeyPair(), other = CurveKeyPair();
+  CurveKeys job{server.first, server.second, client.first, client.second};
+  CurveKeys stranger{other_server.first, other_server.second, other.first, other.second};
+  Transport bound(server_ctx, Transport::Kind::kServer, job);
+  std::string ep = bound.Bind("tcp://127.0.0.1:*");
+  std::vector<SocketEvent> events;
+  for (int i = 0; i < 5; ++i) {
+    Transport link(client_ctx, Transport::Kind::kClient, stranger);
+    link.Connect(ep);
+    for (int j = 0; j < 10; ++j) {
+      bound.Wait(20);
+      for (auto& e : bound.DrainEvents()) events.push_back(e);
+    }
+  }
+  for (const auto& e : events) ADD_FAILURE() << "the owner saw: " << e.Describe();
+  EXPECT_NE(RefusedHandshakes().find("handshake(s) from a peer of " + ep + " were refused"), std::string::npos)
+      << RefusedHandshakes();
+  {
+    Transport member(client_ctx, Transport::Kind::kClient, job);
+    member.Connect(ep);
+    OutMessage m;
+    m.header().setKind(msg::Kind::GOSSIP);
+    member.Send(m);
+    InMessage got;
+    ASSERT_TRUE(bound.Recv(&got, 5000));
+  }
+  bool disconnect = false;
+  for (int j = 0; j < 250 && !disconnect; ++j) {
+    bound.Wait(20);
+    for (auto& e : bound.DrainEvents()) disconnect |= e.is_disconnect();
+  }
+  EXPECT_TRUE(disconnect) << "a member's disconnect was swallowed";
+}
+
 TEST(Curve, KeyPairsAreZ85) {
   auto kp = CurveKeyPair();
   EXPECT_EQ(kp.first.size(), 40u);
