@@ -70,7 +70,34 @@ rocksdb::Options StoreOptions() {
   // Checkpoints are mostly float tensors, which Snappy barely shrinks; compressing would cost
   // the flush a compressed copy of every block for nothing.
   o.compression = rocksdb::kNoCompression;
+  // Every write is flushed to a checksummed table file before it returns (Durable), so the
+  // write-ahead log never holds anything acknowledged: its recovery drops a damaged log's
+  // tail without a word, which once lost committed checkpoints silently. Damage to what is
+  // kept (a table file cut short, a bad block) fails the open or the read instead.
+  o.paranoid_checks = true;
+  // A failed flush (a full disk) must fail the Flush that waits for it, so Write can reopen
+  // and report it; RocksDB's own retries in the background would keep that wait forever.
+  o.max_bgerror_resume_count = 0;
   return o;
+}
+
+// Why `path` cannot be opened as it is, when it holds RocksDB's files but not the one that
+// says which of them are current (RocksDB would start a new, empty database over them).
+std::string MissingCurrent(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "CURRENT", ec)) return "";
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string(), ext = e.path().extension().string();
+    if (ext == ".sst" || ext == ".log" || name.rfind("MANIFEST-", 0) == 0) kept.push_back(name);
+  }
+  if (kept.empty()) return "";
+  std::sort(kept.begin(), kept.end());
+  std::string list;
+  for (size_t i = 0; i < kept.size() && i < 4; ++i) list += (i ? ", " : "") + kept[i];
+  if (kept.size() > 4) list += ", ...";
+  return "its CURRENT file is missing, but it holds " + std::to_string(kept.size()) + " database files (" + list + ")";
 }
 
 // Whether `bytes` of address space can be mapped now (they are unmapped again at once).
@@ -108,15 +135,40 @@ CheckpointStore::CheckpointStore(const std::string& path, const std::string& who
 
 CheckpointStore::~CheckpointStore() = default;
 
+std::string CheckpointStore::Damaged(const std::string& what) const {
+  return who_ + ": checkpoints: " + path_ + " is damaged (" + what +
+         "); its checkpoints cannot be trusted: restore the folder from a copy, or start over with --fresh "
+         "(deletes it)";
+}
+
 void CheckpointStore::Open() {
+  const std::string missing = MissingCurrent(path_);
+  if (!missing.empty()) throw InputError(Damaged(missing));
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(StoreOptions(), path_, &db);
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
     throw Error(who_ + ": checkpoints: " + path_ + " is in use by another process (" + s.ToString() +
                 "); is another job, or another process of this one, using the same checkpoint_dir?");
+  if (s.IsCorruption() || (s.IsIOError() && s.ToString().find("No such file") != std::string::npos))
+    throw InputError(Damaged(s.ToString()));
   Check(s, who_ + ": checkpoints: cannot open " + path_);
   std::lock_guard<std::mutex> lock(mu_);
   db_.reset(db);
+}
+
+rocksdb::Status CheckpointStore::Durable(rocksdb::WriteBatch* batch) {
+  // Straight into the memtable, then flushed to a table file and synced (with the MANIFEST
+  // entry that makes it part of the database) before this returns: one copy of the data on
+  // disk, as the synced log took, but in a file whose blocks are checksummed and which a
+  // damaged log cannot take away. A crash before the flush ends leaves the batch wholly out.
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  std::shared_ptr<rocksdb::DB> db = this->db();
+  rocksdb::Status s = db->Write(wo, batch);
+  if (!s.ok()) return s;
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return db->Flush(fo);
 }
 
 std::shared_ptr<rocksdb::DB> CheckpointStore::db() const {
@@ -187,8 +239,6 @@ void CheckpointStore::Write(std::unique_ptr<Pending> p) {
     batch.Delete(ManifestKey(o));
     batch.DeleteRange(EntryPrefix(o), EntryPrefix(o) + "\xff");
   }
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
   // Failpoint for tests: a disk that does not finish a write until the file named here
   // exists (at most 120 s), to show that nothing but the checkpoint's own ack waits on it.
   if (const char* gate = getenv("SHOAL_FAILPOINT_CHECKPOINT_WRITE_GATE")) {
@@ -204,7 +254,7 @@ void CheckpointStore::Write(std::unique_ptr<Pending> p) {
     throw Error(who_ + ": out of memory writing checkpoint " + std::to_string(rec.id) + " (" +
                 std::to_string(p->bytes_) + " bytes): RocksDB's copies of it need " + std::to_string(copies) +
                 " bytes more than this process can map; the earlier checkpoints are kept");
-  rocksdb::Status s = db()->Write(wo, &batch);
+  rocksdb::Status s = Durable(&batch);
   if (!s.ok()) {
     // RocksDB refuses every later write after a failed one; reopening recovers to the last
     // whole batch, so the next checkpoint can succeed once there is room again.
@@ -274,9 +324,9 @@ CheckpointState CheckpointStore::Read(uint64_t id) const {
 }
 
 void CheckpointStore::Commit(const CheckpointRecord& rec) {
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  Check(db()->Put(wo, kCommittedKey, EncodeRecord(rec)), who_ + ": checkpoint commit in " + path_);
+  rocksdb::WriteBatch b;
+  Check(b.Put(kCommittedKey, EncodeRecord(rec)), "checkpoint commit");
+  Check(Durable(&b), who_ + ": checkpoint commit in " + path_);
 }
 
 CheckpointRecord CheckpointStore::Committed() const {
@@ -291,9 +341,9 @@ CheckpointRecord CheckpointStore::Committed() const {
 }
 
 void CheckpointStore::PutNote(const std::string& key, const std::string& value) {
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  Check(db()->Put(wo, "n/" + key, value), who_ + ": note '" + key + "' in " + path_);
+  rocksdb::WriteBatch b;
+  Check(b.Put("n/" + key, value), "note '" + key + "'");
+  Check(Durable(&b), who_ + ": note '" + key + "' in " + path_);
 }
 
 std::optional<std::string> CheckpointStore::Note(const std::string& key) const {

@@ -28,6 +28,7 @@
 
 namespace rocksdb {
 class DB;
+class Status;
 class WriteBatch;
 }  // namespace rocksdb
 
@@ -105,6 +106,10 @@ class CheckpointStore {
 
  private:
   void Open();
+  // Applies `batch` and makes it durable in a table file (not only in the log).
+  rocksdb::Status Durable(rocksdb::WriteBatch* batch);
+  // The error for a damaged folder: names it, what is wrong, and the way out.
+  std::string Damaged(const std::string& what) const;
   std::shared_ptr<rocksdb::DB> db() const;
 
   std::string path_, who_;

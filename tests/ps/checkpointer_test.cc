@@ -38,6 +38,25 @@ std::string Dir(const std::string& name) {
   return ::testing::TempDir() + "/ckpt_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(n++);
 }
 
+// Runs CheckpointerChild.<role> in a new process of this binary (fork + exec), with `env`
+// set: a child only forked would inherit RocksDB's background thread pool without its
+// threads (fork copies one thread), and a write's flush would wait for them forever.
+pid_t SpawnChild(const std::string& role, const std::vector<std::pair<std::string, std::string>>& env) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  setenv("SHOAL_CHECKPOINTER_CHILD", role.c_str(), 1);
+  for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  const std::string filter = "--gtest_filter=CheckpointerChild." + role;
+  execl("/proc/self/exe", "checkpointer_test", filter.c_str(), static_cast<char*>(nullptr));
+  _exit(99);
+}
+
+// The value of `key` in a child's environment, or "" (a test run normally: it skips).
+std::string ChildEnv(const char* key) {
+  const char* v = getenv(key);
+  return v ? v : "";
+}
+
 CheckpointRecord Rec(uint64_t id) {
   CheckpointRecord r;
   r.id = id;
@@ -220,13 +239,11 @@ TEST(Checkpointer, TheCoordinatorsFinishedWorkersNoteIsReadStrictly) {
   }
 }
 
-// A disk that fills up mid-write (a file-size limit: EFBIG, as ENOSPC would): the write
-// fails with an error naming the store, the committed checkpoint stays whole, and once
-// there is room again the next write succeeds.
-TEST(Checkpointer, AFullDiskFailsTheWriteAndKeepsThePreviousCheckpoint) {
-  std::string dir = Dir("full");
-  pid_t pid = fork();
-  if (pid == 0) {
+// AFullDiskFailsTheWrite's writer; its exit code says what went wrong.
+TEST(CheckpointerChild, FullDisk) {
+  if (ChildEnv("SHOAL_CHECKPOINTER_CHILD") != "FullDisk") GTEST_SKIP() << "runs in a child of FullDisk";
+  const std::string dir = ChildEnv("SHOAL_CHECKPOINTER_DIR");
+  {
     signal(SIGXFSZ, SIG_IGN);
     int code = 0;
     try {
@@ -260,6 +277,14 @@ TEST(Checkpointer, AFullDiskFailsTheWriteAndKeepsThePreviousCheckpoint) {
     }
     _exit(code);
   }
+}
+
+// A disk that fills up mid-write (a file-size limit: EFBIG, as ENOSPC would): the write
+// fails with an error naming the store, the committed checkpoint stays whole, and once
+// there is room again the next write succeeds.
+TEST(Checkpointer, AFullDiskFailsTheWriteAndKeepsThePreviousCheckpoint) {
+  std::string dir = Dir("full");
+  pid_t pid = SpawnChild("FullDisk", {{"SHOAL_CHECKPOINTER_DIR", dir}});
   int st = 0;
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
   ASSERT_TRUE(WIFEXITED(st));
@@ -296,6 +321,28 @@ TEST(Checkpointer, CorruptedRecordsAreNamedNotTrusted) {
   EXPECT_EQ(out.size(), 0u) << "nothing half-loaded";
 }
 
+// AWriterKilledMidWrite's writer: checkpoints from SHOAL_CHECKPOINTER_NEXT on until killed.
+TEST(CheckpointerChild, Writer) {
+  if (ChildEnv("SHOAL_CHECKPOINTER_CHILD") != "Writer") GTEST_SKIP() << "runs in a child of AWriterKilledMidWrite";
+  const size_t kFloats = 1 << 20;
+  const uint64_t next = std::stoull(ChildEnv("SHOAL_CHECKPOINTER_NEXT"));
+  const int ready = std::stoi(ChildEnv("SHOAL_CHECKPOINTER_READY_FD"));
+  try {
+    Checkpointer c(ChildEnv("SHOAL_CHECKPOINTER_DIR"), 0,
+                   ChildEnv("SHOAL_CHECKPOINTER_NEW") == "1" ? CheckpointStart::kNew : CheckpointStart::kResume);
+    KvShard kv;
+    for (uint64_t id = next;; ++id) {
+      for (int t = 0; t < 3; ++t)
+        kv.Push("t" + std::to_string(t), DType::kF32, {int64_t(kFloats)},
+                Floats(std::vector<float>(kFloats, float(id * 10 + t))), msg::PushOp::ASSIGN);
+      c.Write(Rec(id), id - 1, kv);  // the one before counts as committed
+      if (id == next && write(ready, "w", 1) != 1) _exit(4);
+    }
+  } catch (...) {
+    _exit(3);
+  }
+}
+
 // A writer killed at random moments: every checkpoint with a manifest loads whole, with
 // the values it was written with; the newest written is never older than two before.
 TEST(Checkpointer, AWriterKilledMidWriteLeavesEveryCheckpointWhole) {
@@ -308,23 +355,10 @@ TEST(Checkpointer, AWriterKilledMidWriteLeavesEveryCheckpointWhole) {
     // lands mid-stream however slow the machine is, never before anything was written.
     int ready[2];
     ASSERT_EQ(pipe(ready), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(ready[0]);
-      try {
-        Checkpointer c(dir, 0, round == 0 ? CheckpointStart::kNew : CheckpointStart::kResume);
-        KvShard kv;
-        for (uint64_t id = next;; ++id) {
-          for (int t = 0; t < 3; ++t)
-            kv.Push("t" + std::to_string(t), DType::kF32, {int64_t(kFloats)},
-                    Floats(std::vector<float>(kFloats, float(id * 10 + t))), msg::PushOp::ASSIGN);
-          c.Write(Rec(id), id - 1, kv);  // the one before counts as committed
-          if (id == next && write(ready[1], "w", 1) != 1) _exit(4);
-        }
-      } catch (...) {
-        _exit(3);
-      }
-    }
+    pid_t pid = SpawnChild("Writer", {{"SHOAL_CHECKPOINTER_DIR", dir},
+                                      {"SHOAL_CHECKPOINTER_NEXT", std::to_string(next)},
+                                      {"SHOAL_CHECKPOINTER_READY_FD", std::to_string(ready[1])},
+                                      {"SHOAL_CHECKPOINTER_NEW", round == 0 ? "1" : "0"}});
     close(ready[1]);
     pollfd pfd{ready[0], POLLIN, 0};
     bool wrote = poll(&pfd, 1, 60000) == 1;
