@@ -1,6 +1,8 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <glog/logging.h>
 
 #include "common/error.h"
@@ -30,6 +32,34 @@ Coordinator::Coordinator(const JobConfig& cfg, ReplyFn reply) : cfg_(cfg), reply
 namespace {
 const char* kGenerationNote = "coordinator/generation";
 const char* kLeftNote = "coordinator/left";  // "0,2": the workers that finished
+const char* kTensorsNote = "coordinator/tensors";  // Coordinator::tensors_
+
+// "name\t[shape]" lines -> name -> "[shape]".
+std::map<std::string, std::string> TensorLines(const std::string& lines) {
+  std::map<std::string, std::string> out;
+  size_t at = 0;
+  while (at < lines.size()) {
+    size_t end = lines.find('\n', at), tab = lines.find('\t', at);
+    if (end == std::string::npos) end = lines.size();
+    if (tab < end) out[lines.substr(at, tab - at)] = lines.substr(tab + 1, end - tab - 1);
+    at = end + 1;
+  }
+  return out;
+}
+
+// Why a job registering `job` cannot continue from checkpoints of `kept` ("" when it can).
+std::string ModelMismatch(const std::map<std::string, std::string>& kept,
+                          const std::map<std::string, std::string>& job) {
+  for (auto& [name, shape] : kept) {
+    auto it = job.find(name);
+    if (it == job.end()) return "its tensor '" + name + "' " + shape + " is not in this job's model";
+    if (it->second != shape)
+      return "tensor '" + name + "' is " + shape + " in the checkpoint but " + it->second + " in this job";
+  }
+  for (auto& [name, shape] : job)
+    if (!kept.count(name)) return "this job's tensor '" + name + "' " + shape + " is not in the checkpoint";
+  return "";
+}
 }  // namespace
 
 void Coordinator::SetCheckpointer(Checkpointer* c, bool rejoin) {
@@ -190,6 +220,10 @@ void Coordinator::OnCheckpoint(const InMessage& m) {
                                                         " from before the restart (generation " +
                                                         std::to_string(h.getGeneration()) + ", now " +
                                                         std::to_string(generation_) + ": " + last_restart_ + ")");
+      if (!tensors_kept_ && !tensors_.empty()) {
+        checkpointer_->PutNote(kTensorsNote, tensors_);
+        tensors_kept_ = true;
+      }
       checkpointer_->Commit(rec);
       LOG(INFO) << "coordinator: checkpoint " << rec.id << " complete (step " << rec.step << ", epoch " << rec.epoch
                 << ", batch " << rec.batch << ")";
@@ -228,7 +262,31 @@ void Coordinator::OnRegister(const InMessage& m) {
   auto specs = h.getTensors();
   if (specs.size() > 0) {
     std::vector<TensorPlacement> asked;
-    for (auto t : specs) asked.push_back({t.getName(), t.getByteSize(), 0});
+    std::map<std::string, std::string> job;
+    for (auto t : specs) {
+      asked.push_back({t.getName(), t.getByteSize(), 0});
+      std::string shape;
+      for (int64_t d : t.getShape()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+      job[t.getName()] = "[" + shape + "]";
+    }
+    std::optional<std::string> kept;
+    if (checkpointer_) {
+      try {
+        kept = checkpointer_->Note(kTensorsNote);
+      } catch (const Error& e) {
+        return ReplyError(m.identity, h.getRequestId(), std::string("coordinator: ") + e.what());
+      }
+    }
+    const std::string why = kept ? ModelMismatch(TensorLines(*kept), job) : "";
+    if (!why.empty()) {
+      std::string what = "coordinator: " + Name({int(h.getRole()), h.getRank()}) +
+                         " registered another model than the checkpoints in " + checkpointer_->path() + " hold: " +
+                         why + "; resume with the model that wrote them, or start over with --fresh";
+      LOG(WARNING) << what;
+      return ReplyError(m.identity, h.getRequestId(), what);
+    }
+    if (tensors_.empty())
+      for (auto& [name, shape] : job) tensors_ += name + "\t" + shape + "\n";
     auto placed = PlaceTensors(asked, int(cfg_.servers.size()));
     if (placement_.empty()) {
       placement_ = placed;

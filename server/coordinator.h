@@ -90,6 +90,11 @@ class Coordinator {
   ReplyFn reply_;
   std::map<Key, MemberState> members_;
   std::vector<TensorPlacement> placement_;
+  // The registered tensors, one "name\t[shape]" line each, sorted: kept beside the first
+  // checkpoint this coordinator commits, so a resume under another model is refused at
+  // registration naming the tensor (a shard would only fail its first pull).
+  std::string tensors_;
+  bool tensors_kept_ = false;
   std::map<std::string, BarrierState> barriers_;
   Checkpointer* checkpointer_ = nullptr;
   std::set<int> left_;  // workers that said they finished (their silence is no death)

@@ -429,6 +429,32 @@ TEST(Recovery, ANewRunRefusesAnEarlierRunsCheckpointsUnlessResumedOrFresh) {
   EXPECT_EQ(Hashes(fresh), Hashes(first)) << "--fresh did not start from the beginning";
 }
 
+// A PS job resumed under another model is refused at registration, naming the tensor and
+// the checkpoint folder, instead of failing its first pull with "unknown tensor".
+TEST(Recovery, APsJobResumedWithAnotherModelIsRefusedNamingTheTensor) {
+  std::string d = FreshDir("other_model");
+  std::string job = Job("other_model", d, "[algorithm]\nname = \"ps_async\"\n\n", 1, 20, 0);
+  JobRun first = RunJob(d, job, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  std::string other = job;
+  other.replace(other.find("\"mlp\""), 5, "\"lenet\"");
+  JobRun again = RunJob(d, other, 120, {"--resume"});
+  EXPECT_NE(again.exit_code, 0);
+  std::string all = again.stderr_text;
+  for (const char* w : {"worker-0", "worker-1"}) {
+    std::ifstream in(d + "/out/logs/" + w + ".log");
+    all += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(all.find("registered another model than the checkpoints in " + d + "/ckpt/shard-0"), std::string::npos)
+      << all;
+  // The lenet and the mlp share a tensor name with another shape.
+  EXPECT_NE(all.find("tensor 'fc1.weight' is [256,784] in the checkpoint but [256,1024] in this job"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(all.find("unknown tensor"), std::string::npos) << all;
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
 // Soak: a random process of the job is SIGKILLed at a random moment shortly after each new
 // checkpoint, five times; with max_restarts the job still ends on target, and nothing is left
 // running. In the PS job a killed shard 1 is restarted alone, anything else restarts the job.
