@@ -455,6 +455,28 @@ TEST(Recovery, APsJobResumedWithAnotherModelIsRefusedNamingTheTensor) {
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
+// The same for a job without servers: each worker's checkpoint is checked against its
+// model before any tensor is changed, and the error names the tensor (no fix was needed:
+// this guards it).
+TEST(Recovery, AnAllReduceJobResumedWithAnotherModelIsRefusedNamingTheTensor) {
+  std::string d = FreshDir("other_model_ar");
+  std::string job = Job("other_model_ar", d, "[algorithm]\nname = \"allreduce\"\n\n", 1, 20, 0);
+  JobRun first = RunJob(d, job, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  std::string other = job;
+  other.replace(other.find("\"mlp\""), 5, "\"lenet\"");
+  JobRun again = RunJob(d, other, 120, {"--resume"});
+  EXPECT_NE(again.exit_code, 0);
+  std::string all = again.stderr_text;
+  for (const char* w : {"worker-0", "worker-1"}) {
+    std::ifstream in(d + "/out/logs/" + w + ".log");
+    all += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(all.find("no entry 'w/conv1.weight' (written by another model or algorithm?)"), std::string::npos)
+      << all;
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
 // Soak: a random process of the job is SIGKILLed at a random moment shortly after each new
 // checkpoint, five times; with max_restarts the job still ends on target, and nothing is left
 // running. In the PS job a killed shard 1 is restarted alone, anything else restarts the job.
