@@ -81,8 +81,11 @@ rocksdb::Options StoreOptions() {
   return o;
 }
 
-// Why `path` cannot be opened as it is, when it holds RocksDB's files but not the one that
-// says which of them are current (RocksDB would start a new, empty database over them).
+// Why `path` cannot be opened as it is, when it holds data files (table files, or a log
+// with something in it) but not the file that says which of them are current: RocksDB would
+// start a new, empty database over them. A MANIFEST alone, or an empty log, is what a
+// process killed while first creating the store leaves: nothing was kept yet, so that
+// store opens afresh rather than stopping a restarted job.
 std::string MissingCurrent(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -90,9 +93,15 @@ std::string MissingCurrent(const std::string& path) {
   std::vector<std::string> kept;
   for (const auto& e : fs::directory_iterator(path, ec)) {
     const std::string name = e.path().filename().string(), ext = e.path().extension().string();
-    if (ext == ".sst" || ext == ".log" || name.rfind("MANIFEST-", 0) == 0) kept.push_back(name);
+    std::error_code size_ec;
+    if (ext == ".sst" || (ext == ".log" && fs::file_size(e.path(), size_ec) > 0 && !size_ec)) kept.push_back(name);
   }
-  if (kept.empty()) return "";
+  if (kept.empty()) {
+    // Nothing kept: clear the empty logs, which RocksDB would refuse to create a store beside.
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.path().extension() == ".log") fs::remove(e.path(), ec);
+    return "";
+  }
   std::sort(kept.begin(), kept.end());
   std::string list;
   for (size_t i = 0; i < kept.size() && i < 4; ++i) list += (i ? ", " : "") + kept[i];

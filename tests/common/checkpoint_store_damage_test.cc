@@ -102,6 +102,19 @@ TEST(CheckpointStoreDamage, CommittedCheckpointsLiveInTableFilesNotTheLog) {
   EXPECT_FALSE(Files(dir, ".sst").empty());
 }
 
+// A process killed while first creating its store leaves a MANIFEST but no CURRENT and
+// nothing kept: that store opens afresh (a restarted job goes on) instead of being refused.
+TEST(CheckpointStoreDamage, AStoreKilledWhileBeingCreatedOpensAfresh) {
+  const std::string dir = Dir("half_created");
+  { CheckpointStore s(dir, "shard 0", CheckpointStart::kFresh); }
+  fs::remove(fs::path(dir) / "CURRENT");
+  CheckpointStore s(dir, "shard 0", CheckpointStart::kResume);
+  EXPECT_EQ(s.Committed().id, 0u);
+  s.WriteState(State(1), 0);
+  s.Commit(State(1).record);
+  EXPECT_EQ(s.Committed().id, 1u);
+}
+
 TEST(CheckpointStoreDamage, AMissingCurrentFileIsNamedNotAnEmptyStore) {
   const std::string dir = Dir("no_current");
   Fill(dir);
