@@ -166,7 +166,8 @@ fi
 ip -n "$(ns 3)" link set eth0 up
 
 # A server host whose link goes down for good in a ps_sync job: the workers name the shard
-# they cannot reach (within timeout_ms) or, at a barrier, the worker on that host; the
+# they cannot reach (within timeout_ms) or, at a barrier, the shard or worker on that host
+# (whichever the coordinator finds silent first); the
 # cut-off shard, whose heartbeats the coordinator no longer answers, stops by itself after
 # 3 heartbeat timeouts naming it; nothing is left running on the cut-off host.
 write_job cut ps_sync "servers = [\"$NET.1:7721\", \"$NET.2:7721\"]" "$KEYS" "timeout_ms = 3000"
@@ -183,7 +184,8 @@ wait $RUN || true
 took=$(($(date +%s) - down_at))
 left=$(ip netns pids "$(ns 1)" | wc -l)
 if grep -q "shard 1: the job cannot go on: the coordinator at tcp://$NET.1:7721 stopped answering" "$T/cut-server1.log" &&
-  grep -Eq "shard\(s\) 1 \($NET.2:7721\) did not answer|worker 1 stopped answering" "$T/cut-worker0.log" &&
+  grep -Eq "shard\(s\) 1 \($NET.2:7721\) did not answer|server shard 1 stopped answering|worker 1 stopped answering" \
+    "$T/cut-worker0.log" &&
   [[ $left == 0 && $took -le 60 ]]; then
   ok "a server host cut off for good: every process ended within ${took} s, the shard saying: $(grep -m1 'cannot go on' "$T/cut-server1.log" | cut -c1-100)..."
 else
