@@ -387,7 +387,9 @@ TEST(Recovery, AsyncPsWorkerAndShardRestartAlone) {
       shard_killed = KillWhenLogged(d, "--shard 1", "checkpoint", 1);
       if (shard_killed) worker_killed = KillWhenLogged(d, "--rank 1", "shard_restart", 2);
     });
-    JobRun run = RunJob(d, Job(algo, d, "[algorithm]\nname = \"" + algo + "\"\n\n", 3, 20, 2), 300);
+    // 8 epochs: with 3 a fast run could end (its workers done) in the moment between their
+    // noticing the shard's restart and the worker's kill, and there was nobody to kill.
+    JobRun run = RunJob(d, Job(algo, d, "[algorithm]\nname = \"" + algo + "\"\n\n", 8, 20, 2), 300);
     killer.join();
     ASSERT_TRUE(worker_killed && shard_killed) << algo << run.stderr_text;
     ASSERT_EQ(run.exit_code, 0) << algo << run.stderr_text;
