@@ -283,7 +283,7 @@ void Coordinator::OnRegister(const InMessage& m) {
                          " registered another model than the checkpoints in " + checkpointer_->path() + " hold: " +
                          why + "; resume with the model that wrote them, or start over with --fresh";
       LOG(WARNING) << what;
-      return ReplyError(m.identity, h.getRequestId(), what);
+      return ReplyError(m.identity, h.getRequestId(), what, /*input_error=*/true);
     }
     if (tensors_.empty())
       for (auto& [name, shape] : job) tensors_ += name + "\t" + shape + "\n";
@@ -374,13 +374,14 @@ void Coordinator::OnBarrier(const InMessage& m) {
   barriers_.erase(name);
 }
 
-void Coordinator::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what) {
+void Coordinator::ReplyError(const PeerId& to, uint64_t request_id, const std::string& what, bool input_error) {
   OutMessage out;
   auto r = out.header();
   r.setKind(msg::Kind::ERROR);
   r.setRequestId(request_id);
   r.setRole(msg::Role::SERVER);
   r.setMessage(what);
+  r.setInputError(input_error);
   reply_(to, out);
 }
 

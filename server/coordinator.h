@@ -80,7 +80,7 @@ class Coordinator {
   void OnCheckpoint(const InMessage& m);
   void OnLeave(const InMessage& m);
   void ReplyClusterMap(const InMessage& m);
-  void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what);
+  void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what, bool input_error = false);
   void FailBarriers(const std::string& why);
   // Writes generation_ and left_ to the checkpointer (synced); throws shoal::Error.
   void Persist(uint32_t generation) const;

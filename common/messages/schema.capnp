@@ -127,4 +127,6 @@ struct Header {
   generation @15 :UInt32;          # which recovery the sender is in: it goes up by one each time a shard is
                                    # restarted alone; data requests, barriers and commits of an older one are refused
   rejoin @16 :Bool;                # resumeQuery from a shard (or ps_sync worker) restarted alone while the job runs
+  inputError @17 :Bool;            # error: the job itself is wrong (e.g. another model than the checkpoints'), so
+                                   # the receiver throws InputError and exits 2: a restart would be refused the same way
 }

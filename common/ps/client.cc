@@ -100,7 +100,10 @@ InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, b
     }
     auto h = r.header();
     if (h.getRequestId() != id) continue;  // a late answer to an earlier, timed-out call
-    if (h.getKind() == msg::Kind::ERROR) throw Error(what + ": " + std::string(h.getMessage()));
+    if (h.getKind() == msg::Kind::ERROR) {
+      if (h.getInputError()) throw InputError(what + ": " + std::string(h.getMessage()));
+      throw Error(what + ": " + std::string(h.getMessage()));
+    }
     if (h.getKind() == m.header().getKind())  // an echo, not the coordinator
       throw Error(what + ": " + UnexpectedAnswer("the coordinator", cfg_.servers[0], h.getKind(), h.getKind()));
     return r;

@@ -440,8 +440,13 @@ TEST(Recovery, APsJobResumedWithAnotherModelIsRefusedNamingTheTensor) {
   ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
   std::string other = job;
   other.replace(other.find("\"mlp\""), 5, "\"lenet\"");
+  // The refusal is the job's fault (InputError, exit 2): restarts would be refused alike.
+  other.replace(other.find("max_restarts = 0"), 16, "max_restarts = 2");
   JobRun again = RunJob(d, other, 120, {"--resume"});
   EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.stderr_text.find("shoal: not restarting: the job's input is wrong"), std::string::npos)
+      << again.stderr_text;
+  EXPECT_EQ(again.stderr_text.find("shoal: restart 1 of"), std::string::npos) << again.stderr_text;
   std::string all = again.stderr_text;
   for (const char* w : {"worker-0", "worker-1"}) {
     std::ifstream in(d + "/out/logs/" + w + ".log");
