@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<shoal::Server> server;
   try {
     CheckBind(FLAGS_bind);
+    // Before the port is bound: a refused flag must not have listened (and taken the port).
+    if (FLAGS_rejoin && !FLAGS_resume)
+      throw shoal::Error(std::string("--rejoin needs --resume") + (FLAGS_fresh ? ", not --fresh" : "") +
+                         ": a shard restarted alone rejoins from the job's newest checkpoint");
     shoal::JobConfig cfg = shoal::LoadJobConfig(FLAGS_config);
     // Only [optimizer]: the server reads nothing of [algorithm] and must not link the
     // algorithms' facts; the workers and the launcher check that section.

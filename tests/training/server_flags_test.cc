@@ -88,5 +88,11 @@ TEST(ServerFlags, BadBindAndStrayArgumentsAreRefused) {
   ExpectRefused("--resume false", "unexpected argument 'false'");
 }
 
+// Refused only after the shard had bound its port and said it listened.
+TEST(ServerFlags, RejoinWithoutResumeIsRefusedBeforeListening) {
+  ExpectRefused("--rejoin", "--rejoin needs --resume: ");
+  ExpectRefused("--rejoin --fresh", "--rejoin needs --resume, not --fresh: ");
+}
+
 }  // namespace
 }  // namespace shoal
