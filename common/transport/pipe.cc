@@ -139,7 +139,7 @@ void PipeOut::Close(bool abort) {
   CloseSocket(socket_, abort);
 }
 
-std::string PipeOut::RefusalHint() { return zmqi::RefusalHint(zmqi::DrainMonitor(monitor_)); }
+std::string PipeOut::RefusalHint() { return zmqi::RefusalHint(zmqi::DrainMonitor(monitor_), /*keyed=*/true); }
 
 void PipeOut::Connect(const std::string& endpoint) {
   if (zmq_connect(socket_, endpoint.c_str()) != 0) throw Error(ZmqError("connect to " + endpoint));

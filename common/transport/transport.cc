@@ -392,11 +392,13 @@ Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys) : 
       SetMaxMessageBytes(kMaxFrameBytes);
       SetInt(socket_, ZMQ_ROUTER_HANDOVER, 1, "router_handover");
     }
-    // A keyed client can be refused (a peer with another job's keys): its monitor lets
-    // every "no answer" error say so, through RefusalHint.
+    // A keyed client can be refused (a peer with another job's keys), and any client's
+    // address may be some other service's (a web server): its monitor lets every "no
+    // answer" error say so, through RefusalHint.
     // A keyed server's refused handshakes go to the refusal log (DrainEvents): its owner
     // must call DrainEvents regularly.
-    if (keys.enabled()) EnableMonitor();
+    keyed_ = keys.enabled();
+    if (keyed_ || kind == Kind::kClient) EnableMonitor();
     if (keys.enabled()) {
       if (kind == Kind::kServer) {
         SetInt(socket_, ZMQ_CURVE_SERVER, 1, "curve_server");
@@ -541,7 +543,7 @@ std::vector<SocketEvent> Transport::DrainEvents() {
   return events;
 }
 
-std::string Transport::RefusalHint() { return zmqi::RefusalHint(DrainEvents()); }
+std::string Transport::RefusalHint() { return zmqi::RefusalHint(DrainEvents(), keyed_); }
 
 namespace zmqi {
 
@@ -615,7 +617,7 @@ void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events, int6
   events->swap(rest);
 }
 
-std::string RefusalHint(const std::vector<SocketEvent>& events) {
+std::string RefusalHint(const std::vector<SocketEvent>& events, bool keyed) {
   // A peer holding another job's keys cannot finish the CURVE handshake: it drops the
   // connection (the client sees a handshake failure, or only the disconnect, again on every
   // reconnect) and the request waits out its deadline. Say so, and with whom, rather than
@@ -645,6 +647,14 @@ std::string RefusalHint(const std::vector<SocketEvent>& events) {
     else
       detail = std::string("the peer closed it: ") + zmq_strerror(e.value);
   }
+  if (!keyed && refused)
+    return " (the peer at " + peer + " is not a Shoal/ZeroMQ service (handshake failed " + std::to_string(refused) +
+           " time(s), first: " + detail + "))";
+  // One cut can be a Shoal process dying mid-handshake; a service that drops every
+  // reconnect is not one.
+  if (!keyed && cut > 1)
+    return " (the peer at " + peer + " is not a Shoal/ZeroMQ service (handshake failed: it dropped the connection " +
+           std::to_string(cut) + " time(s) before any handshake completed))";
   if (refused)
     return " (the CURVE handshake with " + peer + " failed " + std::to_string(refused) + " time(s), first: " + detail +
            "; do this job's [security] keys match that peer's?)";

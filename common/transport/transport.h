@@ -152,8 +152,8 @@ class Transport {
   };
   // Waits up to timeout_ms for a message or a monitor event.
   Ready Wait(int timeout_ms);
-  // Reports handshake failures and disconnects through DrainEvents(). A socket with keys
-  // has it on from the start (so RefusalHint always works on a client, and a server's
+  // Reports handshake failures and disconnects through DrainEvents(). A client, and a
+  // socket with keys, has it on from the start (so RefusalHint always works on a client, and a server's
   // refusals are logged); a plaintext server may turn it on.
   void EnableMonitor();
   // The monitor's events since the last call. On a server the refused handshakes go to the
@@ -161,7 +161,8 @@ class Transport {
   std::vector<SocketEvent> DrainEvents();
   // For a client's "no answer" error: with the monitor on, why the connection never carried
   // a message since the last successful handshake (a refused handshake: the peer holds
-  // other keys), naming the peer's address, as " (...)"; else "". Drains the events.
+  // other keys, or without keys is no ZeroMQ service at all), naming the peer's address,
+  // as " (...)"; else "". Drains the events.
   std::string RefusalHint();
 
   Kind kind() const { return kind_; }
@@ -173,6 +174,7 @@ class Transport {
   Kind kind_;
   void* socket_ = nullptr;
   void* monitor_ = nullptr;
+  bool keyed_ = false;            // CURVE: a refused handshake may mean other keys
   int64_t refused_unclosed_ = 0;  // servers: refused connections whose disconnect is to come
   uint64_t bytes_sent_ = 0;
 };

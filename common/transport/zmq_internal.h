@@ -62,7 +62,9 @@ constexpr int kClientEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAK
 // come, kept across calls), the disconnects of refused connections go too.
 void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events, int64_t* unclosed);
 // RefusalHint's text for a client socket's events (see Transport::RefusalHint).
-std::string RefusalHint(const std::vector<SocketEvent>& events);
+// `keyed`: the socket uses CURVE, so a failed handshake may be other keys; without keys
+// it means the peer is not a ZeroMQ service (a web server, say).
+std::string RefusalHint(const std::vector<SocketEvent>& events, bool keyed);
 
 }  // namespace zmqi
 }  // namespace shoal

@@ -433,9 +433,11 @@ TEST(Placement, ShardsAcceptOnlyTheTensorsPlacedOnThem) {
 // A plain TCP echo service on 127.0.0.1 (what a job file's address may point at by
 // mistake): echoes every byte back until the test ends. ZeroMQ's handshake completes
 // against it with the client's own greeting, so the client's request comes back to it.
+// With `http`, it answers whatever it reads with an HTTP 400 response and closes, as a
+// web server does: ZeroMQ's handshake never completes.
 class EchoService {
  public:
-  EchoService() {
+  explicit EchoService(bool http = false) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -444,17 +446,22 @@ class EchoService {
     socklen_t len = sizeof a;
     getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] {
+    thread_ = std::thread([this, http] {
       while (!stop_) {
         pollfd p{fd_, POLLIN, 0};
         if (poll(&p, 1, 50) <= 0) continue;
         int c = accept(fd_, nullptr, nullptr);
-        if (c >= 0) echoes_.emplace_back([this, c] {
+        if (c >= 0) echoes_.emplace_back([this, c, http] {
           char buf[4096];
           while (!stop_) {
             pollfd q{c, POLLIN, 0};
             if (poll(&q, 1, 50) <= 0) continue;
             ssize_t n = read(c, buf, sizeof buf);
+            if (n > 0 && http) {
+              const char r[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+              (void)!write(c, r, sizeof r - 1);
+              break;
+            }
             if (n <= 0 || write(c, buf, size_t(n)) != n) break;
           }
           close(c);
@@ -529,6 +536,32 @@ TEST(WrongService, ARendezvousCoordinatorOnAnEchoServiceIsNamed) {
     EXPECT_NE(std::string(e.what()).find("the coordinator at tcp://" + echo.address()), std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("not a Shoal process"), std::string::npos) << e.what();
+  }
+}
+
+// An address where a web server listens: ZeroMQ's handshake fails on every reconnect. The
+// client waited out its whole timeout and said only "did not answer within N ms".
+TEST(WrongService, AnAddressOnAnHttpServerIsNamedAsNotAZeroMQService) {
+  EchoService web(/*http=*/true);
+  JobConfig cfg = LoadJobConfig(testing::WriteJob("http-coordinator", 1, 1));
+  cfg.servers = {web.address()};
+  ClientOptions o;
+  o.timeout_ms = 1500;
+  o.heartbeat = false;
+  const std::string named = "the peer at tcp://" + web.address() + " is not a Shoal/ZeroMQ service (handshake failed";
+  try {
+    Client c(cfg, o);
+    c.Register({{"w", DType::kF32, {4}}});
+    ADD_FAILURE() << "registered with a web server";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+  }
+  CoordinatorStore store("tcp://" + web.address(), CurveKeys{}, 1500);
+  try {
+    store.Set("ring-0", "tcp://127.0.0.1:1");
+    ADD_FAILURE() << "a web server stored a key";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
   }
 }
 
