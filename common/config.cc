@@ -145,15 +145,7 @@ ConfigSection ReadFreeSection(const std::string& file, const toml::table& root, 
 // `where` names the value in full ("FILE: [cluster] coordinator", or the flag that set it).
 void CheckHostPort(const std::string& where, const std::string& hp) {
   auto colon = hp.rfind(':');
-  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < hp.size();
-  if (ok) {
-    for (size_t i = colon + 1; i < hp.size(); ++i) ok = ok && isdigit((unsigned char)hp[i]);
-    ok = ok && hp.size() - colon - 1 <= 5;  // longer digit strings would overflow std::stol
-    if (ok) {
-      long port = std::stol(hp.substr(colon + 1));
-      ok = port > 0 && port < 65536;
-    }
-  }
+  bool ok = colon != std::string::npos && colon > 0 && IsPort(hp.substr(colon + 1));
   if (!ok) throw Error(where + ": expected \"host:port\" with port 1-65535, got \"" + hp + "\"");
 }
 void CheckHostPort(const std::string& file, const std::string& where, const std::string& hp) {
@@ -704,6 +696,12 @@ JobConfig LoadJobConfig(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) throw Error(path + ": cannot read job file");
   return ParseJobConfig(ss.str(), path);
+}
+
+bool IsPort(const std::string& s) {
+  if (s.empty() || s.size() > 5 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  const int port = std::stoi(s);  // at most 5 digits: no overflow
+  return port >= 1 && port <= 65535;
 }
 
 }  // namespace shoal

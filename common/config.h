@@ -167,6 +167,9 @@ using FlagOverrides = std::map<std::string, std::string>;
 // epochs of the job file): ..." for a value a flag in `flags` set.
 void CheckJobLimits(const JobConfig& c, const FlagOverrides& flags = {});
 
+// Whether `s` is a TCP port as typed: decimal digits only, 1 to 65535.
+bool IsPort(const std::string& s);
+
 // Loads and validates; throws shoal::Error("FILE: [section] key: expected ..., got ...").
 JobConfig LoadJobConfig(const std::string& path);
 // Same, from text already in memory (name used in messages).

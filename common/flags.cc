@@ -4,6 +4,10 @@
 
 namespace shoal {
 
+namespace {
+
+// "" when every flag in argv names a defined gflag and holds a value of its type, else the
+// first bad one as typed. Positional arguments are left to StrayArgument.
 std::string CheckFlagSyntax(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -36,9 +40,19 @@ std::string CheckFlagSyntax(int argc, char** argv) {
   return "";
 }
 
-std::string UnexpectedArguments(int argc, char** argv) {
+// After gflags has removed the flags: what is left is an argument nobody reads.
+std::string StrayArgument(int argc, char** argv) {
   if (argc <= 1) return "";
   return std::string("unexpected argument '") + argv[1] + "'";
+}
+
+}  // namespace
+
+std::string ParseFlags(int* argc, char*** argv) {
+  std::string bad = CheckFlagSyntax(*argc, *argv);
+  if (!bad.empty()) return bad;
+  gflags::ParseCommandLineFlags(argc, argv, true);
+  return StrayArgument(*argc, *argv);
 }
 
 }  // namespace shoal

@@ -39,27 +39,19 @@ void CheckBind(const std::string& bind) {
   if (bind.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon <= 6)
     throw shoal::Error("--bind " + bind + usage);
   const std::string port = bind.substr(colon + 1);
-  if (port == "*") return;
-  bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
-  if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535) throw shoal::Error("--bind " + bind + usage);
+  if (port != "*" && !shoal::IsPort(port)) throw shoal::Error("--bind " + bind + usage);
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("shoal-server --config JOB.toml --shard K");
-  const std::string bad_flag = shoal::CheckFlagSyntax(argc, argv);
+  const std::string bad_flag = shoal::ParseFlags(&argc, &argv);
   if (!bad_flag.empty()) {
     fprintf(stderr, "shoal-server: %s\n", bad_flag.c_str());
     return 2;
   }
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  const std::string extra = shoal::UnexpectedArguments(argc, argv);
-  if (!extra.empty()) {
-    fprintf(stderr, "shoal-server: %s\n", extra.c_str());
-    return 2;
-  }
   if (FLAGS_config.empty()) {
     fprintf(stderr, "shoal-server: --config JOB.toml is required\n");
     return 2;

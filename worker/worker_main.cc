@@ -58,13 +58,7 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage("shoal-worker --config JOB.toml [--rank R] [--output_dir DIR (overrides [job] output_dir)]");
   const std::string output_dir = TakeFlag(&argc, argv, "output_dir");
   // gflags would exit 1 (a crash, to the launcher) for a malformed value or unknown flag.
-  std::string bad_flag = shoal::CheckFlagSyntax(argc, argv);
-  if (!bad_flag.empty()) {
-    fprintf(stderr, "shoal-worker: %s\n", bad_flag.c_str());
-    return 2;
-  }
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  bad_flag = shoal::UnexpectedArguments(argc, argv);
+  const std::string bad_flag = shoal::ParseFlags(&argc, &argv);
   if (!bad_flag.empty()) {
     fprintf(stderr, "shoal-worker: %s\n", bad_flag.c_str());
     return 2;
