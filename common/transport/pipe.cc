@@ -64,8 +64,7 @@ PipeIn::PipeIn(TransportContext& ctx, const PipeOptions& o) : ctx_(ctx) {
     CurveOption(socket_, ZMQ_ZAP_DOMAIN, "shoal", "ZAP domain");
   }
   // Its refused handshakes (with keys) go to the refusal log, in UpdateConnections.
-  int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+  int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | zmqi::kHandshakeFailedEvents;
   try {
     monitor_ = zmqi::StartMonitor(ctx.handle(), socket_, events);
   } catch (...) {

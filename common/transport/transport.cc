@@ -532,9 +532,9 @@ bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char
 void Transport::EnableMonitor() {
   if (monitor_) return;
   // Clients also hear of successful handshakes: a refusal followed by a success is over.
-  int events = ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED;
-  monitor_ = zmqi::StartMonitor(ctx_.handle(), socket_, kind_ == Kind::kClient ? zmqi::kClientEvents : events);
+  monitor_ = zmqi::StartMonitor(ctx_.handle(), socket_,
+                                kind_ == Kind::kClient ? zmqi::kClientEvents
+                                                       : zmqi::kHandshakeFailedEvents | ZMQ_EVENT_DISCONNECTED);
 }
 
 std::vector<SocketEvent> Transport::DrainEvents() {
@@ -596,9 +596,7 @@ std::vector<SocketEvent> DrainMonitor(void* monitor) {
 void NoteRefusals(const std::string& who, std::vector<SocketEvent>* events, int64_t* unclosed) {
   std::vector<SocketEvent> rest;
   for (SocketEvent& e : *events) {
-    bool failed = e.event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || e.event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
-                  e.event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if (!failed) {
+    if (!(e.event & kHandshakeFailedEvents)) {
       // ZeroMQ closes every refused connection, reporting the disconnect after the failure:
       // that one is part of the refusal, not news for the owner's log.
       if (unclosed && e.is_disconnect() && *unclosed > 0) {

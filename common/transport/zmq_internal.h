@@ -51,11 +51,12 @@ void* StartMonitor(void* ctx, void* s, int events);
 void StopMonitor(void* s, void** monitor);
 // Every event queued on a monitor socket, oldest first.
 std::vector<SocketEvent> DrainMonitor(void* monitor);
+// The ways a handshake fails (each ZMQ_EVENT_* is one bit): a refusal, on either side.
+constexpr int kHandshakeFailedEvents =
+    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
 // The events a client socket's monitor reports: its connection attempts' handshakes and
 // disconnects. What RefusalHint reads.
-constexpr int kClientEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                              ZMQ_EVENT_DISCONNECTED;
+constexpr int kClientEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | kHandshakeFailedEvents | ZMQ_EVENT_DISCONNECTED;
 // Bound sockets: moves the handshake failures out of `events` into the process's refusal
 // log (logged rate-limited for `who`, counted for RefusedHandshakes), leaving the rest.
 // With `unclosed` (the socket's count of refused connections whose disconnect is still to
