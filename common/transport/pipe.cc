@@ -54,9 +54,11 @@ void CloseSocket(void*& s, bool abort) {
 PipeIn::PipeIn(TransportContext& ctx, const PipeOptions& o) : ctx_(ctx) {
   if (o.keys.enabled()) ctx.Authenticate(o.keys);
   socket_ = MakeSocket(ctx, ZMQ_PULL, o);
-  if (zmq_setsockopt(socket_, ZMQ_MAXMSGSIZE, &o.max_message_bytes, sizeof o.max_message_bytes) != 0) {
+  try {
+    zmqi::SetMaxFrameBytes(socket_, o.max_message_bytes, o.keys.enabled());
+  } catch (...) {
     zmq_close(socket_);
-    throw Error(ZmqError("pipe: maxmsgsize"));
+    throw;
   }
   if (o.keys.enabled()) {
     SetInt(socket_, ZMQ_CURVE_SERVER, 1);

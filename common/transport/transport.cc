@@ -370,7 +370,8 @@ void TransportContext::Authenticate(const CurveKeys& keys) {
   allowed_ = raw;
 }
 
-Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys) : ctx_(ctx), kind_(kind) {
+Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys)
+    : ctx_(ctx), kind_(kind), keyed_(keys.enabled()) {
   if (keys.enabled()) {
     CheckKeyPair(keys.server_public, keys.server_secret, "server", kind == Kind::kServer);
     CheckKeyPair(keys.client_public, keys.client_secret, "client", kind == Kind::kClient);
@@ -397,7 +398,6 @@ Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys) : 
     // answer" error say so, through RefusalHint.
     // A keyed server's refused handshakes go to the refusal log (DrainEvents): its owner
     // must call DrainEvents regularly.
-    keyed_ = keys.enabled();
     if (keyed_ || kind == Kind::kClient) EnableMonitor();
     if (keys.enabled()) {
       if (kind == Kind::kServer) {
@@ -421,9 +421,7 @@ Transport::~Transport() {
   zmq_close(socket_);
 }
 
-void Transport::SetMaxMessageBytes(int64_t bytes) {
-  if (zmq_setsockopt(socket_, ZMQ_MAXMSGSIZE, &bytes, sizeof bytes) != 0) throw Error(ZmqError("maxmsgsize"));
-}
+void Transport::SetMaxMessageBytes(int64_t bytes) { zmqi::SetMaxFrameBytes(socket_, bytes, keyed_); }
 
 void Transport::SetSendQueue(int messages) { SetInt(socket_, ZMQ_SNDHWM, messages, "sndhwm"); }
 
@@ -532,9 +530,9 @@ bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char
 void Transport::EnableMonitor() {
   if (monitor_) return;
   // Clients also hear of successful handshakes: a refusal followed by a success is over.
-  monitor_ = zmqi::StartMonitor(ctx_.handle(), socket_,
-                                kind_ == Kind::kClient ? zmqi::kClientEvents
-                                                       : zmqi::kHandshakeFailedEvents | ZMQ_EVENT_DISCONNECTED);
+  monitor_ = zmqi::StartMonitor(
+      ctx_.handle(), socket_,
+      kind_ == Kind::kClient ? zmqi::kClientEvents : zmqi::kHandshakeFailedEvents | ZMQ_EVENT_DISCONNECTED);
 }
 
 std::vector<SocketEvent> Transport::DrainEvents() {

@@ -27,6 +27,19 @@ inline void SetInt(void* s, int opt, int v, const char* what) {
   if (zmq_setsockopt(s, opt, &v, sizeof v) != 0) throw shoal::Error(Error(std::string("socket option ") + what));
 }
 
+// ZeroMQ checks ZMQ_MAXMSGSIZE against a frame as it arrives on the wire, and with CURVE that
+// is the encrypted MESSAGE command: "\x07MESSAGE" (8 bytes), a nonce (8), flags (1) and the
+// MAC (16) around the payload. A limit that is exact for the payload would refuse every
+// full-sized frame of a keyed link, and ZeroMQ drops the whole connection when it does.
+constexpr int64_t kCurveFrameOverhead = 8 + 8 + 1 + 16;
+
+// Admits frames of up to `payload_bytes` (plus CURVE's envelope when `keyed`).
+inline void SetMaxFrameBytes(void* s, int64_t payload_bytes, bool keyed) {
+  int64_t limit = payload_bytes + (keyed ? kCurveFrameOverhead : 0);
+  if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &limit, sizeof limit) != 0)
+    throw shoal::Error(Error("socket option maxmsgsize"));
+}
+
 inline bool RcvMore(void* s) {
   int more = 0;
   size_t len = sizeof more;

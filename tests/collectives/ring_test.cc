@@ -152,6 +152,9 @@ TEST(ZmqRing, CurveEncryptedRingWorksAndPlaintextJunkCannotGetIn) {
     FileStore store(dir);
     RingOptions o;
     o.tcp_only = true;  // exercise the TCP path, where encryption matters
+    // Small segments, so the collectives below send many full ones: CURVE adds bytes to each
+    // frame on the wire, and a full segment must still get through the receiver's size limit.
+    o.segment_bytes = 256;
     o.curve_server_public = spub;
     o.curve_server_secret = ssec;
     o.curve_client_public = cpub;
@@ -178,6 +181,10 @@ TEST(ZmqRing, CurveEncryptedRingWorksAndPlaintextJunkCannotGetIn) {
       for (int r = 0; r < size; ++r) want += Value(r, int64_t(i));
       if (v[i] != want) return 1;
     }
+    std::vector<int32_t> b(777, rank == 1 ? 105 : -1);
+    ring.Broadcast(b.data(), int64_t(b.size() * 4), 1);
+    for (int32_t x : b)
+      if (x != 105) return 2;
     return 0;
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
