@@ -12,7 +12,7 @@ enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 // Tensor shapes Shoal accepts anywhere (the wire, checkpoints): one limit, so a tensor a
 // shard accepted can always be checkpointed and loaded again.
 constexpr size_t kMaxTensorDims = 8;
-constexpr int64_t kMaxTensorDimSize = int64_t(1) << 40;  // elements along one dimension
+constexpr int64_t kMaxTensorDimSize = int64_t(1) << 40;     // elements along one dimension
 constexpr uint64_t kMaxTensorElements = uint64_t(1) << 40;  // elements in all
 
 inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
@@ -33,5 +33,10 @@ inline float Bf16ToFloat(uint16_t b) {
 // Converts n fp32 values to dst's type (dst holds n * DTypeSize(t) bytes) and back.
 void EncodeFloats(const float* src, size_t n, DType t, void* dst);
 void DecodeFloats(const void* src, size_t n, DType t, float* dst);
+
+// dst[i] += src's i-th fp32 value, for n values; src may start at any byte offset (a received
+// frame) and must not overlap dst. Four lanes at a time: the ring and the shards sum whole
+// tensors with it, and a float-by-float loop measured as a sixth of a ring all-reduce's time.
+void AddFloats(float* dst, const void* src, size_t n);
 
 }  // namespace shoal

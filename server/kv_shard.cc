@@ -17,9 +17,7 @@ std::string ShapeStr(const std::vector<int64_t>& s) {
 
 void AddInto(DType t, void* dst, const void* src, size_t n) {
   if (t == DType::kF32) {
-    float* d = static_cast<float*>(dst);
-    const float* s = static_cast<const float*>(src);
-    for (size_t i = 0; i < n; ++i) d[i] += s[i];
+    AddFloats(static_cast<float*>(dst), src, n);
     return;
   }
   uint16_t* d = static_cast<uint16_t*>(dst);

@@ -144,8 +144,8 @@ void ZmqRing::WaitSendsReleased() {
 std::string ZmqRing::RightRefusal() {
   std::string hint = out_ ? out_->RefusalHint() : "";
   if (hint.empty()) return "";
-  return "; this rank's link to rank " + std::to_string(Mod(rank_ + 1, size_)) + " (right neighbour) never carried data" +
-         hint;
+  return "; this rank's link to rank " + std::to_string(Mod(rank_ + 1, size_)) +
+         " (right neighbour) never carried data" + hint;
 }
 
 // Connections to our PULL socket are counted, not trusted one by one: anyone may connect
@@ -272,14 +272,8 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
         }
         float* out = data + sb;
         if (reduce) {
-          // ZeroMQ may deliver the body at any byte offset: load each float by memcpy
-          // (one unaligned load once compiled) rather than through a misaligned pointer.
-          for (int64_t i = 0; i < cnt; ++i) {
-            float v;
-            memcpy(&v, in + i * 4, 4);
-            out[i] += v;
-          }
-        } else if (cnt > 0) {  // an empty chunk's pointers may be null
+          AddFloats(out, in, size_t(cnt));  // ZeroMQ may deliver the body at any byte offset
+        } else if (cnt > 0) {               // an empty chunk's pointers may be null
           memcpy(out, in, size_t(cnt) * 4);
         }
         ++s;
