@@ -135,6 +135,9 @@ class AdPsgd : public Algorithm {
     return v > 0;
   }
   int64_t skipped_steps() const override { return updater_.skipped(); }
+  Communicator* peers() override { return comm_.get(); }
+  // Each worker's own model: a job on another number of workers starts from their mean.
+  std::vector<std::string> AveragedOnReshape() const override { return {"w/", "adpsgd/model"}; }
   int64_t bytes_sent() const override { return comm_->bytes_sent() + gossip_bytes_.load(); }
   // Each worker its own model (with the averages peers made into it), its optimizer and
   // its choice of peers.
@@ -151,6 +154,9 @@ class AdPsgd : public Algorithm {
     std::istringstream rng(in.Get("adpsgd/rng"));
     rng >> rng_;
     SHOAL_CHECK(!rng.fail(), "checkpoint: entry 'adpsgd/rng' is not a random stream state");
+    // Another set of workers got one worker's stream: each draws its own peers again.
+    if (in.record.shards != uint32_t(env_.world))
+      rng_.seed(env_.config->seed * 31 + uint64_t(env_.rank) + uint64_t(in.record.step) * 1000003);
     std::lock_guard<std::mutex> lock(mu_);
     model_ = in.GetFloatVector("adpsgd/model", size_t(total_));
     Scatter(model_.data(), params);
@@ -208,8 +214,8 @@ class AdPsgd : public Algorithm {
       if (left <= 0 || !peer->link->Recv(&m, left)) {
         // A passive that stopped answering is dropped from the pairing; training goes on.
         // One that refused our handshake (another job's keys) is named as such.
-        fprintf(stderr, "adpsgd: rank %d did not answer within %d ms%s; averaging without it from now on\n",
-                peer->rank, timeout_ms_, peer->link->RefusalHint().c_str());
+        fprintf(stderr, "adpsgd: rank %d did not answer within %d ms%s; averaging without it from now on\n", peer->rank,
+                timeout_ms_, peer->link->RefusalHint().c_str());
         peer->alive = false;
         return;
       }

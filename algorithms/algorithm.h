@@ -180,6 +180,14 @@ class Algorithm {
     (void)params;
     (void)in;
   }
+  // The collective this algorithm's ranks share (nullptr: none): a job resumed on another
+  // number of workers gets its checkpoint through it (WorkerCheckpoints::Resume).
+  virtual Communicator* peers() { return nullptr; }
+  // Checkpoint entries (key prefixes) that differ between workers, averaged over the workers
+  // that hold them when the job resumes on another number of workers. Everything else is
+  // one worker's, and LoadState sees `in.record.shards` (the writers' count) differ from the
+  // world and resets what belonged to a worker alone.
+  virtual std::vector<std::string> AveragedOnReshape() const { return {}; }
   // Rank 0 of a collective job stops everyone at the target: all ranks must agree when to
   // stop, so algorithms that synchronize decide it together.
   virtual bool AgreeToStop(bool mine) { return mine; }

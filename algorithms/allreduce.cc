@@ -43,6 +43,7 @@ class AllReduce : public Algorithm {
     return v > 0;
   }
   int64_t skipped_steps() const override { return updater_.skipped(); }
+  Communicator* peers() override { return comm_.get(); }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   bool BalancesBatches() const override { return balance_; }
   // Of the last step's buckets, how many left during the backward pass (the rest in Step).

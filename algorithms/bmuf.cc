@@ -65,6 +65,7 @@ class Bmuf : public Algorithm {
     return v > 0;
   }
   int64_t skipped_steps() const override { return updater_.skipped(); }
+  Communicator* peers() override { return comm_.get(); }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   bool BalancesBatches() const override { return balance_; }
   void AddMetrics(JsonObject* out) const override { out->Add("blocks", blocks_); }
@@ -94,6 +95,18 @@ class Bmuf : public Algorithm {
     SHOAL_CHECK(in_block_ >= 0 && in_block_ < block_steps_,
                 "checkpoint: bmuf is " + std::to_string(in_block_) + " steps into a block of " +
                     std::to_string(block_steps_) + " (was block_steps changed?)");
+    if (in.record.shards != uint32_t(env_.world)) {
+      // Another set of workers: mid-block each worker's weights were its own, so every
+      // worker starts the block again from its start (the last global model with block
+      // momentum applied), which all of them shared.
+      int64_t off = 0;
+      for (auto& p : params) {
+        memcpy(p.w, start_.data() + off, size_t(p.n) * 4);
+        off += p.n;
+      }
+      in_block_ = 0;
+      block_samples_ = block_global_ = 0;
+    }
   }
 
  private:

@@ -99,6 +99,7 @@ class Dgc : public Algorithm {
     comm_->AllReduce(&v, 1, ReduceOp::kSum);
     return v > 0;
   }
+  Communicator* peers() override { return comm_.get(); }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   int64_t skipped_steps() const override { return skipped_; }
   bool BalancesBatches() const override { return balance_; }
@@ -110,7 +111,10 @@ class Dgc : public Algorithm {
     out->PutInt("dgc/dense_elements", dense_elems_);
   }
   void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
-    comp_->Load(params, sparse_, "dgc/", in);
+    // Residuals are each worker's own gradients not yet sent: with another set of workers
+    // they start from zero (the trainer's resume line says so). The dense momentum follows
+    // averaged gradients, the same on every worker, and is kept.
+    if (in.record.shards == uint32_t(env_.world)) comp_->Load(params, sparse_, "dgc/", in);
     for (size_t d = 0; d < dense_.size(); ++d) {
       const std::string key = "dgc/dense_momentum/" + params[dense_[d]].name;
       // Empty until the first step sized it.

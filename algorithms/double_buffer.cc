@@ -55,6 +55,7 @@ class DoubleBuffer : public Algorithm {
     return v > 0;
   }
   int64_t skipped_steps() const override { return updater_.skipped(); }
+  Communicator* peers() override { return comm_.get(); }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   bool BalancesBatches() const override { return balance_; }
   // The exchange in flight is settled and its result kept: it is the update of the next

@@ -9,25 +9,43 @@
 // checkpoint older than its own committed one, so the newest id that every worker still
 // holds is always complete; on --resume the workers publish what they hold and all load
 // that id.
+//
+// A job resumed on another number of workers (or with a worker whose disk is new) takes the
+// newest checkpoint some worker knows was complete (it holds it and committed it) and sends
+// it to every rank over the algorithm's communicator: the synchronous algorithms' model and
+// optimizer state are the same on every worker, and entries that differ (adpsgd's models)
+// are averaged over the workers that hold them. Its record keeps the writing run's worker
+// count (record.shards), which tells algorithms and the trainer that the world changed.
+// Checkpoint ids then go on from the resumed id (id = step + offset), so they keep growing
+// even where the new run's step count restarts lower.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/checkpoint/checkpoint_store.h"
 #include "common/config.h"
 
 namespace shoal {
 
+class Communicator;
 class Store;
 
 class WorkerCheckpoints {
  public:
   // Opens <cfg.checkpoint_dir>/worker-<rank>; `store` outlives this object.
   WorkerCheckpoints(const JobConfig& cfg, int rank, int world, Store* store, CheckpointStart start);
-  // The newest checkpoint every worker holds (same on every rank); throws naming what each
-  // holds when there is none.
-  CheckpointState Resume();
+  // The newest checkpoint every worker holds (same on every rank) or, when the job has
+  // another number of workers than the run that wrote it, the newest one some worker knows
+  // complete, sent to all through `peers` (entries under `averaged` prefixes: the mean over
+  // the workers holding it). Throws InputError naming what each holds when there is none,
+  // or when the world changed and `peers` is null (an algorithm that cannot share it).
+  CheckpointState Resume(Communicator* peers, const std::vector<std::string>& averaged);
+  // Training goes on from `step` as checkpoint `id`: later checkpoints are id + (step' - step).
+  void ContinueFrom(uint64_t id, int64_t step) { id_offset_ = int64_t(id) - step; }
+  // The id of a checkpoint taken after `step` global steps.
+  uint64_t IdAt(int64_t step) const { return uint64_t(step + id_offset_); }
   // Writes state (record.id > 0) and returns once every worker has written that id.
   void Save(CheckpointState state);
   uint64_t committed() const { return committed_; }
@@ -40,7 +58,12 @@ class WorkerCheckpoints {
   int rank_, world_;
   Store* store_;
   CheckpointStore ckpt_;
+  // The checkpoint a job resumed on another number of workers starts from, sent by `source`.
+  CheckpointState Reshape(uint64_t id, int source, const std::vector<char>& holds, Communicator* peers,
+                          const std::vector<std::string>& averaged);
+
   uint64_t committed_ = 0;
+  int64_t id_offset_ = 0;
   int timeout_ms_;
 };
 

@@ -294,14 +294,16 @@ class Trainer {
     params_->PullWeightsAndGrads();
     algo_->Init(params_->views());
     if (checkpoints_ && opts_.resume) {
-      CheckpointState st = checkpoints_->Resume();
+      CheckpointState st = checkpoints_->Resume(algo_->peers(), algo_->AveragedOnReshape());
+      const bool reshaped = st.record.shards != uint32_t(world_);
+      if (reshaped) ReshapePosition(&st);
       RestoreWeights(st, params_->HostWeights());
       params_->WeightsFromHost();
       algo_->LoadState(params_->views(), st);
       scaler_.Load(st);
       resumed_step_ = st.record.step;
-      step_ = resumed_step_;  // the balance record names the step it applies from
-      StartBalancing(&st);
+      step_ = resumed_step_;                     // the balance record names the step it applies from
+      StartBalancing(reshaped ? nullptr : &st);  // a split of other workers is void
     }
     StartBalancing(nullptr);
     params_->PushWeights();
@@ -537,12 +539,36 @@ class Trainer {
     metrics_.Write("balance", step_, JsonObject().Add("rank", rank_).Add("sizes", sizes));
   }
 
+  // A checkpoint written by another number of workers: the same epoch and, in it, the batch
+  // with as many samples of the epoch behind it (rounded down: no sample is skipped, at most
+  // one global batch is seen twice). Later checkpoint ids go on from the resumed one.
+  void ReshapePosition(CheckpointState* st) {
+    const CheckpointRecord old = st->record;
+    const int64_t samples = old.batch * cfg_.batch_size * int64_t(old.shards);
+    const int64_t batch = std::min(samples / (cfg_.batch_size * int64_t(world_)), env_.steps_per_epoch - 1);
+    st->record.batch = batch;
+    st->record.step = old.epoch * env_.steps_per_epoch + batch;
+    checkpoints_->ContinueFrom(old.id, st->record.step);
+    std::string note;
+    const std::string algo = algo_->Name();
+    if (algo.find("dgc") != std::string::npos) note = "; dgc's residuals (each worker's unsent gradients) start at 0";
+    if (algo.find("bmuf") != std::string::npos) note = "; bmuf starts its block again from the shared block start";
+    if (algo.find("adpsgd") != std::string::npos) note = "; the model is the mean of the workers that hold it";
+    printf(
+        "worker %d: checkpoint %llu was written by %u workers, this job has %d: epoch %lld batch %lld of %lld "
+        "samples each becomes batch %lld of %lld (step %lld)%s\n",
+        rank_, (unsigned long long)old.id, old.shards, world_, (long long)old.epoch, (long long)old.batch,
+        (long long)(cfg_.batch_size * int64_t(old.shards)), (long long)batch,
+        (long long)(cfg_.batch_size * int64_t(world_)), (long long)st->record.step, note.c_str());
+    fflush(stdout);
+  }
+
   // This worker's weights, its algorithm's state and the data position, committed once
   // every worker has written the same step.
   void SaveCheckpoint() {
     auto t0 = Clock::now();
     CheckpointState st;
-    st.record.id = uint64_t(step_);
+    st.record.id = checkpoints_->IdAt(step_);
     st.record.step = step_;
     st.record.epoch = step_ / env_.steps_per_epoch;
     st.record.batch = step_ % env_.steps_per_epoch;
@@ -552,11 +578,15 @@ class Trainer {
     if (balancer_) balancer_->Save(&st);
     uint64_t bytes = 0;
     for (auto& [k, v] : st.entries) bytes += v.size();
+    const uint64_t id = st.record.id;
     checkpoints_->Save(std::move(st));
     if (rank_ == 0)
-      metrics_.Write(
-          "checkpoint", step_,
-          JsonObject().Add("rank", rank_).Add("id", step_).Add("bytes", int64_t(bytes)).Add("write_s", Since(t0)));
+      metrics_.Write("checkpoint", step_,
+                     JsonObject()
+                         .Add("rank", rank_)
+                         .Add("id", int64_t(id))
+                         .Add("bytes", int64_t(bytes))
+                         .Add("write_s", Since(t0)));
   }
 
   void LogTrain(int64_t epoch) {
@@ -629,7 +659,7 @@ class Trainer {
   std::unique_ptr<Algorithm> algo_;
   bool overlap_ = false;  // the algorithm takes gradients during the backward pass
   LossScaler scaler_;
-  int64_t skipped_seen_ = 0;  // algo_->skipped_steps() after the last step
+  int64_t skipped_seen_ = 0;      // algo_->skipped_steps() after the last step
   int64_t copied_at_window_ = 0;  // params_->copied_bytes() at the last train record
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
   std::unique_ptr<Balancer> balancer_;  // while the algorithm balances batches

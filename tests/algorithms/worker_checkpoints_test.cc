@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/algorithms/fake_communicator.h"
 #include "common/rendezvous/store.h"
 
 namespace shoal {
@@ -66,7 +67,8 @@ TEST(WorkerCheckpoints, CommitOnceEveryRankWroteAndResumeTheNewestAllHold) {
     // Ten checkpoints leave one key per rank in the store, not one per checkpoint: a long
     // job must not fill the coordinator's capped store.
     int keys = 0;
-    for (auto& e : std::filesystem::directory_iterator(store.dir())) keys += e.path().filename().string().rfind("checkpoint", 0) == 0;
+    for (auto& e : std::filesystem::directory_iterator(store.dir()))
+      keys += e.path().filename().string().rfind("checkpoint", 0) == 0;
     EXPECT_EQ(keys, 2);
   }
   // Rank 0 alone wrote checkpoint 30 (its peer died first): not complete, so not resumed.
@@ -80,7 +82,7 @@ TEST(WorkerCheckpoints, CommitOnceEveryRankWroteAndResumeTheNewestAllHold) {
   CheckpointState got[2];
   OnBothRanks([&](int r) {
     WorkerCheckpoints wc(cfg, r, 2, &store, CheckpointStart::kResume);
-    got[r] = wc.Resume();
+    got[r] = wc.Resume(nullptr, {});
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(got[r].record.id, 20u) << r;
@@ -95,16 +97,115 @@ TEST(WorkerCheckpoints, ADamagedPeerListIsRefusedNamingThePeer) {
   JobConfig cfg;
   cfg.checkpoint_dir = tmp + "/ckpt";
   FileStore store(tmp + "/run");
-  for (const char* bad : {"4,,6", "4,x", "4,-6", "18446744073709551616"}) {
+  for (const char* bad : {"4,,6/0", "4,x/0", "4,-6/0", "18446744073709551616/0", "4,6", "4/x"}) {
     store.Set("checkpoint-held-1", bad);
     WorkerCheckpoints wc(cfg, 0, 2, &store, CheckpointStart::kFresh);
     try {
-      wc.Resume();
+      wc.Resume(nullptr, {});
       ADD_FAILURE() << "worker 1's list \"" << bad << "\" was accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--resume: worker 1's list: item "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--resume: worker 1's list"), std::string::npos) << e.what();
     }
   }
+}
+
+// Runs fn(rank) on n threads and returns once all are done; an error fails the test.
+template <typename Fn>
+void OnRanks(int n, Fn fn) {
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+}
+
+// Two workers wrote checkpoints 2..20, each its own weights (w + rank). Resumed by `world`
+// workers: every rank gets checkpoint 20 of the 2-worker run, the weights of worker 0 or,
+// averaged, the mean of the writers present (both, or worker 0 alone); later ids go on from 20.
+void ResumeOnAnotherWorld(int world, bool average) {
+  const std::string tmp = FreshDir();
+  JobConfig cfg;
+  cfg.checkpoint_dir = tmp + "/ckpt";
+  {
+    FileStore store(tmp + "/run1");
+    OnRanks(2, [&](int r) {
+      WorkerCheckpoints wc(cfg, r, 2, &store, CheckpointStart::kNew);
+      for (uint64_t id = 2; id <= 20; id += 2) wc.Save(State(id, float(id) / 10.f + float(r)));
+    });
+  }
+  FileStore store(tmp + "/run2");
+  FakeCluster cluster(world);
+  std::vector<CheckpointState> got(static_cast<size_t>(world));
+  std::vector<uint64_t> next(static_cast<size_t>(world));
+  OnRanks(world, [&](int r) {
+    std::unique_ptr<Communicator> comm = cluster.Join("resume", r);
+    WorkerCheckpoints wc(cfg, r, world, &store, CheckpointStart::kResume);
+    std::vector<std::string> averaged;
+    if (average) averaged.push_back("w/");
+    got[size_t(r)] = wc.Resume(comm.get(), averaged);
+    wc.ContinueFrom(got[size_t(r)].record.id, 7);  // the trainer's step in the new world
+    next[size_t(r)] = wc.IdAt(8);
+  });
+  // The mean over the workers that hold it and are in this job, or worker 0's.
+  const float w0 = average && world > 1 ? 2.5f : 2.f;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(got[size_t(r)].record.id, 20u) << r;
+    EXPECT_EQ(got[size_t(r)].record.shards, 2u) << "rank " << r << ": the writers' count tells the world changed";
+    EXPECT_EQ(got[size_t(r)].GetFloatVector("w/x", 2), (std::vector<float>{w0, w0 + 1})) << r;
+    EXPECT_EQ(next[size_t(r)], 21u) << r;
+  }
+}
+
+TEST(WorkerCheckpoints, ResumedOnMoreWorkersEveryRankGetsTheCompleteCheckpoint) { ResumeOnAnotherWorld(3, false); }
+TEST(WorkerCheckpoints, ResumedOnFewerWorkersAveragedEntriesAreTheHoldersMean) { ResumeOnAnotherWorld(1, true); }
+TEST(WorkerCheckpoints, ResumedOnMoreWorkersAveragedEntriesAreTheHoldersMean) { ResumeOnAnotherWorld(3, true); }
+
+// What cannot resume is an input error (exit 2, never restarted), said once with what each
+// worker holds: no checkpoint anywhere, or another world and no way to share it.
+TEST(WorkerCheckpoints, AnotherWorldWithoutPeersOrWithoutACheckpointIsAnInputError) {
+  const std::string tmp = FreshDir();
+  JobConfig cfg;
+  cfg.checkpoint_dir = tmp + "/ckpt";
+  {
+    FileStore store(tmp + "/run1");
+    OnRanks(2, [&](int r) {
+      WorkerCheckpoints wc(cfg, r, 2, &store, CheckpointStart::kNew);
+      wc.Save(State(4, 1.f));
+    });
+  }
+  FileStore store(tmp + "/run2");
+  std::vector<std::string> errors(3);
+  OnRanks(3, [&](int r) {
+    WorkerCheckpoints wc(cfg, r, 3, &store, CheckpointStart::kResume);
+    try {
+      wc.Resume(nullptr, {});
+    } catch (const InputError& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[size_t(r)].find("checkpoint 4 was written by another set of workers"), std::string::npos)
+        << errors[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find("worker 2: none"), std::string::npos) << errors[size_t(r)];
+  }
+  FileStore empty_store(tmp + "/run3");
+  cfg.checkpoint_dir = tmp + "/nothing";
+  std::vector<std::string> none(2);
+  OnRanks(2, [&](int r) {
+    WorkerCheckpoints wc(cfg, r, 2, &empty_store, CheckpointStart::kResume);
+    try {
+      wc.Resume(nullptr, {});
+    } catch (const InputError& e) {
+      none[size_t(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(none[size_t(r)].find("no complete checkpoint"), std::string::npos) << none[size_t(r)];
 }
 
 }  // namespace

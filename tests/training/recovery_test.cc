@@ -214,8 +214,10 @@ std::set<std::string> PsSyncUninterrupted() {
 bool WaitForEvents(const std::string& dir, const std::string& event, int n, int timeout_s = 120) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (CountEvents(dir, event) < n)
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return true;
 }
 
@@ -367,8 +369,8 @@ TEST(Recovery, PsSyncShardDyingAsTheJobFinishesIsRiddenOut) {
   ASSERT_EQ(restarts.size(), 1u) << run.stderr_text;
   EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "server 1") << restarts[0];
   EXPECT_EQ(JsonNumber(restarts[0], "from_checkpoint").value_or(0), 100) << restarts[0];
-  const int rode_out = CountInLog(d, "worker-0", "during the job's finish") +
-                       CountInLog(d, "worker-1", "during the job's finish");
+  const int rode_out =
+      CountInLog(d, "worker-0", "during the job's finish") + CountInLog(d, "worker-1", "during the job's finish");
   EXPECT_GE(CountEvents(d, "rewind") + rode_out, 1) << "no worker noticed the restart";
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
   EXPECT_EQ(Hashes(run), want) << run.stderr_text;
@@ -479,9 +481,51 @@ TEST(Recovery, AnAllReduceJobResumedWithAnotherModelIsRefusedNamingTheTensor) {
     std::ifstream in(d + "/out/logs/" + w + ".log");
     all += std::string(std::istreambuf_iterator<char>(in), {});
   }
-  EXPECT_NE(all.find("no entry 'w/conv1.weight' (written by another model or algorithm?)"), std::string::npos)
-      << all;
+  EXPECT_NE(all.find("no entry 'w/conv1.weight' (written by another model or algorithm?)"), std::string::npos) << all;
   EXPECT_EQ(ProcessesOf(d), 0);
+}
+
+// A collective job resumed on another number of workers (HPC allocations change, mixed
+// clusters gain and lose machines): it continues from the newest complete checkpoint at the
+// same place in the data, every worker ends with the same weights, and the job finishes.
+// 3200 samples, batch 32: with 2 workers 50 steps an epoch, with 3 workers 33.
+void ResumesOnAnotherWorld(const std::string& name, const std::string& section, int before, int after,
+                           int64_t want_step, const std::string& note) {
+  std::string d = FreshDir(name);
+  JobRun first = RunJob(d, Job(name, d, section, 1, 20, 0, before, 3200), 300);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  JobRun again = RunJob(d, Job(name, d, section, 2, 20, 2, after, 3200), 300, {"--resume"});
+  ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
+  auto resumes = Events(again, "resume");
+  ASSERT_EQ(resumes.size(), size_t(after)) << again.stderr_text;
+  for (auto& e : resumes) EXPECT_EQ(JsonNumber(e, "step").value_or(-1), double(want_step)) << e;
+  std::ifstream in(d + "/out/logs/worker-0.log");
+  std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(log.find("was written by " + std::to_string(before) + " workers, this job has " + std::to_string(after)),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(note), std::string::npos) << log;
+  EXPECT_EQ(Events(again, "restart").size(), 0u) << again.stderr_text;
+  auto ends = Events(again, "end");  // metrics.jsonl holds the first run's too
+  ASSERT_GE(ends.size(), size_t(after));
+  std::set<std::string> hashes;
+  for (size_t i = ends.size() - size_t(after); i < ends.size(); ++i)
+    hashes.insert(JsonField(ends[i], "weights_hash").value_or("?"));
+  EXPECT_EQ(hashes.size(), 1u) << "the workers ended with different weights";
+  EXPECT_GE(JsonNumber(again.done_line, "test_accuracy").value_or(0), 0.7) << again.done_line;
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
+// 2 -> 3 workers: checkpoint 40 (epoch 0, 40 batches of 64 = 2560 samples) becomes batch
+// 2560 / 96 = 26 of the 3-worker epoch.
+TEST(Recovery, AllReduceResumesOnMoreWorkers) {
+  ResumesOnAnotherWorld("reshape_allreduce", "[algorithm]\nname = \"allreduce\"\n\n", 2, 3, 26, "(step 26)");
+}
+// 3 -> 2 workers, checkpoints mid-block: 33 steps an epoch, checkpoint 20 (1920 samples)
+// becomes batch 30 of the 2-worker epoch; every worker restarts the block from its start.
+TEST(Recovery, BmufResumesOnFewerWorkersFromTheBlockStart) {
+  ResumesOnAnotherWorld("reshape_bmuf", "[algorithm]\nname = \"bmuf\"\nblock_steps = 8\n\n", 3, 2, 30,
+                        "bmuf starts its block again");
 }
 
 // Soak: a random process of the job is SIGKILLed at a random moment shortly after each new
