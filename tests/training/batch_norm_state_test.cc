@@ -1,0 +1,104 @@
+// Batch-norm running statistics are model state: a resnet20 job resumed at its last
+// checkpoint evaluates exactly as the run that wrote it (the buffers come back bit for bit),
+// the ranks of a synchronous job evaluate the same buffers, and the export carries them.
+// Real processes through the launcher, collective (checkpoints on the workers) and PS
+// (checkpoints on the shards).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+#include "common/json_fields.h"
+#include "tests/training/job_runner.h"
+
+namespace shoal {
+namespace testing {
+namespace {
+
+// resnet20 on Fashion-MNIST (1x28x28, 10 classes): its parameters and its 21 batch norms'
+// running means and variances (784 channels).
+constexpr size_t kResnet20Params = 272186;
+constexpr size_t kResnet20BufferFloats = 2 * 784;
+
+// 2 workers x batch 32 over 1024 samples: 16 steps, one epoch, checkpointed at its last step.
+std::string Job(const std::string& name, const std::string& dir, const std::string& algorithm) {
+  std::string t = FmnistJob(
+      name, dir + "/out", 2, "resnet20", 1024, 1,
+      "[algorithm]\nname = \"" + algorithm + "\"\n\n[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\n");
+  t.replace(t.find("max_test_samples = 2000"), 23, "max_test_samples = 500");
+  t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 16\n" +
+                                           "export_weights = \"" + dir + "/weights.bin\"\n");
+  return t;
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v;
+  float x;
+  while (in.read(reinterpret_cast<char*>(&x), 4)) v.push_back(x);
+  return v;
+}
+
+// The last `n` events named `event` (metrics.jsonl is appended to by a resumed run).
+std::vector<std::string> Last(const JobRun& r, const std::string& event, size_t n) {
+  std::vector<std::string> all = Events(r, event);
+  if (all.size() < n) return all;
+  return std::vector<std::string>(all.end() - int64_t(n), all.end());
+}
+
+void ResumedAtTheEndEvaluatesAsBefore(const std::string& algorithm) {
+  const std::string dir = FreshDir("bn_" + algorithm);
+  const std::string job = Job("bn-" + algorithm, dir, algorithm);
+  JobRun whole = RunJob(dir, job, 600);
+  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  ASSERT_EQ(JsonNumber(whole.done_line, "steps").value_or(-1), 16) << whole.done_line;
+
+  // Every rank evaluated the same buffers (same weights, so the same loss to the bit).
+  std::vector<std::string> ends = Last(whole, "end", 2);
+  ASSERT_EQ(ends.size(), 2u);
+  std::set<std::string> hashes;
+  for (auto& e : ends) hashes.insert(JsonField(e, "buffers_hash").value_or("missing"));
+  EXPECT_EQ(hashes.size(), 1u) << ends[0] << "\n" << ends[1];
+  EXPECT_EQ(hashes.count("missing"), 0u);
+  std::set<double> losses;
+  for (auto& e : Events(whole, "eval")) losses.insert(JsonNumber(e, "test_loss").value_or(-1));
+  EXPECT_EQ(losses.size(), 1u) << "the ranks evaluated different running statistics";
+
+  // The export holds the weights and then the running statistics, trained (not 0 and 1).
+  std::vector<float> exported = ReadFloats(dir + "/weights.bin");
+  EXPECT_EQ(exported.size(), kResnet20Params + kResnet20BufferFloats);
+  size_t trained = 0;
+  for (size_t i = kResnet20Params; i < exported.size(); ++i) trained += exported[i] != 0.f && exported[i] != 1.f;
+  EXPECT_GT(trained, kResnet20BufferFloats / 2);
+
+  // Resumed at the checkpoint of its last step: nothing left to train, and the evaluation
+  // must be the uninterrupted run's (with fresh running statistics, mean 0 and variance 1,
+  // it is not).
+  JobRun resumed = RunJob(dir, job, 600, {"--resume"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.stderr_text;
+  printf("uninterrupted: %s\nresumed:       %s\n", whole.done_line.c_str(), resumed.done_line.c_str());
+  EXPECT_EQ(JsonNumber(resumed.done_line, "steps").value_or(-1), 16) << resumed.done_line;
+  EXPECT_EQ(JsonNumber(resumed.done_line, "test_accuracy").value_or(-1),
+            JsonNumber(whole.done_line, "test_accuracy").value_or(-2))
+      << "whole: " << whole.done_line << "\nresumed: " << resumed.done_line;
+  std::vector<std::string> evals = Last(resumed, "eval", 1);
+  ASSERT_EQ(evals.size(), 1u);
+  EXPECT_EQ(JsonNumber(evals[0], "test_loss").value_or(-1), *losses.begin()) << evals[0];
+  // The restored buffers are the saved ones, bit for bit, on every rank.
+  for (auto& e : Last(resumed, "end", 2))
+    EXPECT_EQ(JsonField(e, "buffers_hash").value_or("missing"), *hashes.begin()) << e;
+}
+
+// Checkpoints on the workers; the ranks average their statistics.
+TEST(BatchNormState, AllReduceResumedAtItsLastCheckpointEvaluatesAsBefore) {
+  ResumedAtTheEndEvaluatesAsBefore("allreduce");
+}
+
+// Checkpoints on the shards: rank 0 keeps its statistics there, and every worker of the
+// synchronous job evaluates rank 0's.
+TEST(BatchNormState, PsSyncResumedAtItsLastCheckpointEvaluatesAsBefore) { ResumedAtTheEndEvaluatesAsBefore("ps_sync"); }
+
+}  // namespace
+}  // namespace testing
+}  // namespace shoal
