@@ -122,6 +122,9 @@ struct AlgorithmEnv {
   // Batch balancing (algorithms/balance.h): -1 = as [algorithm] balance says; 0 or 1 =
   // decided by the code that builds the algorithm (auto's choice). Read it with BalanceOn.
   int balance = -1;
+  // The fewest samples of the global batch a balanced worker may get (MinBalancedShare,
+  // algorithms/balance.h: more than 1 for models with batch norm). Set by the trainer.
+  int64_t min_share = 1;
   // A Communicator among the job's workers; `name` keeps the rendezvous keys of two
   // communicators of one job apart (one per use: "allreduce", "adpsgd", ...).
   std::function<std::unique_ptr<Communicator>(const std::string& name)> make_communicator;

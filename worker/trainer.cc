@@ -314,6 +314,8 @@ class Trainer {
     };
     env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume, on_member_failure);
     env_.rejoin = opts_.resume && opts_.rejoin;
+    // Balanced batches give no worker fewer samples than batch norm needs (balance.h).
+    env_.min_share = MinBalancedShare(model_->MinStatisticsValues(), cfg_.batch_size);
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
     buffers_ = std::make_unique<HostBuffers>(*model_, *backend_);
     algo_->SetBuffers(buffers_.get());

@@ -1,6 +1,7 @@
 // Batch-norm running statistics are model state: a resnet20 job resumed at its last
 // checkpoint evaluates exactly as the run that wrote it (the buffers come back bit for bit),
 // the ranks of a synchronous job evaluate the same buffers, and the export carries them.
+// Balanced batches give no worker of a batch-norm model less than its floor.
 // Real processes through the launcher, collective (checkpoints on the workers) and PS
 // (checkpoints on the shards).
 #include <gtest/gtest.h>
@@ -98,6 +99,29 @@ TEST(BatchNormState, AllReduceResumedAtItsLastCheckpointEvaluatesAsBefore) {
 // Checkpoints on the shards: rank 0 keeps its statistics there, and every worker of the
 // synchronous job evaluates rank 0's.
 TEST(BatchNormState, PsSyncResumedAtItsLastCheckpointEvaluatesAsBefore) { ResumedAtTheEndEvaluatesAsBefore("ps_sync"); }
+
+// Balanced batches: a worker 40x slower than the other would get 1 of the 8 samples; resnet20
+// normalizes 7x7 maps here, so its floor is 2 samples (algorithms/balance.h).
+TEST(BatchNormState, BalancedSharesOfABatchNormModelStayAtOrAboveTheFloor) {
+  const std::string dir = FreshDir("bn_balance");
+  std::string t = FmnistJob("bn-balance", dir + "/out", 2, "resnet20", 160, 1,
+                            "[algorithm]\nname = \"allreduce\"\nbalance = true\nbalance_every_steps = 2\n\n"
+                            "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\n");
+  t.replace(t.find("batch_size = 32"), 15, "batch_size = 4");
+  t.replace(t.find("max_test_samples = 2000"), 23, "max_test_samples = 100");
+  t.replace(t.find("workers = 2"), 11, "workers = [{slowdown = 40.0}, {}]");
+  JobRun r = RunJob(dir, t, 600);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  std::vector<std::string> splits = Events(r, "balance");
+  ASSERT_GE(splits.size(), 2u) << "the slow worker's share never changed";
+  std::string last;
+  for (auto& e : splits) {
+    last = JsonField(e, "sizes").value_or("");
+    const int64_t slow = std::stoll(last.substr(0, last.find(',')));
+    EXPECT_GE(slow, 2) << e;
+  }
+  EXPECT_EQ(last, "2,6") << "the slow worker ends at the floor";
+}
 
 }  // namespace
 }  // namespace testing
