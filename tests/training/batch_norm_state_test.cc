@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
@@ -99,6 +100,46 @@ TEST(BatchNormState, AllReduceResumedAtItsLastCheckpointEvaluatesAsBefore) {
 // Checkpoints on the shards: rank 0 keeps its statistics there, and every worker of the
 // synchronous job evaluates rank 0's.
 TEST(BatchNormState, PsSyncResumedAtItsLastCheckpointEvaluatesAsBefore) { ResumedAtTheEndEvaluatesAsBefore("ps_sync"); }
+
+// Killed in its last epoch after a checkpoint at step 8 of 16 (worker 1, SIGKILL): shoal run
+// restarts from it (allreduce: every process; ps_sync: worker 1 alone, the other rolls back
+// to it) and the job ends as the uninterrupted one did: the same weights, running
+// statistics, and so accuracy. With fresh statistics at the restart it does not.
+void KilledInItsLastEpochEndsAsTheUninterruptedRun(const std::string& algorithm) {
+  auto job = [&](const std::string& dir) {
+    std::string t = Job("bn-killed-" + algorithm, dir, algorithm);
+    t.replace(t.find("checkpoint_every_steps = 16"), 27, "checkpoint_every_steps = 8\nmax_restarts = 1");
+    return t;
+  };
+  const std::string a = FreshDir("bn_whole_" + algorithm), b = FreshDir("bn_killed_" + algorithm);
+  JobRun whole = RunJob(a, job(a), 600);
+  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  bool killed = false;
+  std::thread killer([&] { killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1); });
+  JobRun run = RunJob(b, job(b), 600);
+  killer.join();
+  ASSERT_TRUE(killed) << "no checkpoint was logged";
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  ASSERT_EQ(Events(run, "restart").size(), 1u) << run.stderr_text;
+  printf("uninterrupted: %s\nkilled:        %s\n", whole.done_line.c_str(), run.done_line.c_str());
+  EXPECT_EQ(JsonNumber(run.done_line, "test_accuracy").value_or(-1),
+            JsonNumber(whole.done_line, "test_accuracy").value_or(-2));
+  auto hashes = [](const JobRun& r, const std::string& key) {
+    std::set<std::string> h;
+    for (auto& e : Last(r, "end", 2)) h.insert(JsonField(e, key).value_or("missing"));
+    return h;
+  };
+  EXPECT_EQ(hashes(run, "weights_hash"), hashes(whole, "weights_hash"));
+  EXPECT_EQ(hashes(run, "buffers_hash"), hashes(whole, "buffers_hash"));
+  EXPECT_EQ(hashes(whole, "buffers_hash").size(), 1u);
+}
+
+TEST(BatchNormState, AllReduceKilledInItsLastEpochEndsAsTheUninterruptedRun) {
+  KilledInItsLastEpochEndsAsTheUninterruptedRun("allreduce");
+}
+TEST(BatchNormState, PsSyncKilledInItsLastEpochEndsAsTheUninterruptedRun) {
+  KilledInItsLastEpochEndsAsTheUninterruptedRun("ps_sync");
+}
 
 // Balanced batches: a worker 40x slower than the other would get 1 of the 8 samples; resnet20
 // normalizes 7x7 maps here, so its floor is 2 samples (algorithms/balance.h).
