@@ -319,10 +319,12 @@ class Trainer {
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
     buffers_ = std::make_unique<HostBuffers>(*model_, *backend_);
     algo_->SetBuffers(buffers_.get());
-    // Jobs without servers average their ranks' buffers over a communicator of their own
-    // (an algorithm's exchange may be in flight at an evaluation: double_buffer).
-    if (!FactsOf(cfg_.algorithm).needs_servers && world_ > 1 && !buffers_->empty())
-      buffers_comm_ = env_.make_communicator("buffers");
+    // Workers that train one model over a communicator (every algorithm without servers but
+    // local, whose workers are independent) average their buffers over one of their own (an
+    // algorithm's exchange may be in flight at an evaluation: double_buffer).
+    const auto keys = KnownAlgorithmKeys(cfg_.algorithm);
+    const bool collective = std::find(keys.begin(), keys.end(), "collective") != keys.end();
+    if (collective && world_ > 1 && !buffers_->empty()) buffers_comm_ = env_.make_communicator("buffers");
     // A CUDA worker whose algorithm takes device params hands it the model's own tensors.
     params_ = std::make_unique<ParamViews>(*model_, *backend_, algo_->TakesDeviceParams());
     // Overlap: each node's gradients go to the algorithm as soon as the backward pass has
@@ -644,10 +646,10 @@ class Trainer {
 
   // Before an evaluation or a worker checkpoint, at most once a step (so a resumed run sees
   // the very buffers the uninterrupted one evaluated; the export follows the last
-  // evaluation): the job's buffers. Jobs
-  // without servers average the ranks' own (every such algorithm agrees to stop by a
-  // collective, so all ranks come here at the same steps); PS algorithms do what their
-  // mode needs (SyncBuffers).
+  // evaluation): the job's buffers. Collective jobs average the ranks' own (each of their
+  // algorithms agrees to stop by a collective, so all ranks come here at the same steps);
+  // PS algorithms do what their mode needs (Algorithm::SyncBuffers); local's workers keep
+  // their own.
   void SyncBuffers() {
     if (buffers_->empty() || buffers_synced_at_ == step_) return;
     buffers_synced_at_ = step_;

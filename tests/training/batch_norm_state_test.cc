@@ -141,6 +141,24 @@ TEST(BatchNormState, PsSyncKilledInItsLastEpochEndsAsTheUninterruptedRun) {
   KilledInItsLastEpochEndsAsTheUninterruptedRun("ps_sync");
 }
 
+// Every other algorithm that trains one model over a communicator ends with the same running
+// statistics on every rank (adpsgd's gossip and bmuf's blocks included: the trainer
+// averages them before each evaluation, over a communicator of its own).
+TEST(BatchNormState, EveryCollectiveAlgorithmEndsWithOneSetOfRunningStatistics) {
+  for (const char* algorithm : {"double_buffer", "bmuf", "dgc", "adpsgd", "auto"}) {
+    const std::string dir = FreshDir(std::string("bn_same_") + algorithm);
+    std::string t = Job(std::string("bn-same-") + algorithm, dir, algorithm);
+    t.replace(t.find("max_train_samples = 1024"), 24, "max_train_samples = 512");
+    t.replace(t.find("max_test_samples = 500"), 22, "max_test_samples = 100");
+    JobRun r = RunJob(dir, t, 600);
+    ASSERT_EQ(r.exit_code, 0) << algorithm << "\n" << r.stderr_text;
+    std::set<std::string> hashes;
+    for (auto& e : Events(r, "end")) hashes.insert(JsonField(e, "buffers_hash").value_or("missing"));
+    EXPECT_EQ(hashes.size(), 1u) << algorithm;
+    EXPECT_EQ(hashes.count("missing"), 0u) << algorithm;
+  }
+}
+
 // Balanced batches: a worker 40x slower than the other would get 1 of the 8 samples; resnet20
 // normalizes 7x7 maps here, so its floor is 2 samples (algorithms/balance.h).
 TEST(BatchNormState, BalancedSharesOfABatchNormModelStayAtOrAboveTheFloor) {
