@@ -3,9 +3,10 @@
 // the ranks of a synchronous job evaluate the same buffers, and the export carries them.
 // Balanced batches give no worker of a batch-norm model less than its floor.
 // Real processes through the launcher, collective (checkpoints on the workers) and PS
-// (checkpoints on the shards).
+// (checkpoints on the shards). A fresh model loaded from the export evaluates as the job did.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -13,6 +14,10 @@
 
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
+#include "worker/data/data_loader.h"
+#include "worker/data/dataset.h"
+#include "worker/engine/backend.h"
+#include "worker/engine/model.h"
 
 namespace shoal {
 namespace testing {
@@ -40,6 +45,52 @@ std::vector<float> ReadFloats(const std::string& path) {
   float x;
   while (in.read(reinterpret_cast<char*>(&x), 4)) v.push_back(x);
   return v;
+}
+
+// The exported file evaluated by a fresh resnet20 (parameters, then the running statistics)
+// on the job's test set, normalized and batched as the trainer does: accuracy and loss.
+std::pair<double, double> EvaluateExport(const std::vector<float>& exported) {
+  DatasetOptions o;
+  o.seed = 42;
+  o.max_samples = 1024;
+  auto train = LoadDataset("idx", "/usr/share/datasets/fashion-mnist/train", o);
+  o.max_samples = 500;
+  std::shared_ptr<Dataset> test = LoadDataset("idx", "/usr/share/datasets/fashion-mnist/t10k", o);
+  test->UseNormalizationOf(*train);
+  auto be = MakeCpuBackend(1);
+  ModelOptions mo;
+  mo.input_shape = train->sample_shape();
+  mo.num_classes = train->num_classes();
+  auto model = MakeModel("resnet20", *be, mo);
+  EXPECT_EQ(size_t(model->NumParams()), kResnet20Params);
+  model->CopyParamsFromHost(exported.data());
+  const float* at = exported.data() + model->NumParams();
+  for (Buffer& b : model->buffers()) {
+    be->CopyFromHost(b.value, at);
+    at += b.value.numel();
+  }
+  EXPECT_EQ(at, exported.data() + exported.size());
+  DataLoaderOptions lo;
+  lo.batch_size = 256;
+  lo.shuffle = false;
+  lo.drop_last = false;
+  DataLoader loader(test, lo);
+  loader.StartEpoch(0);
+  Batch b;
+  int64_t correct = 0, seen = 0;
+  double loss = 0;
+  Tensor x;
+  while (loader.Next(&b)) {
+    Shape shape = {b.n};
+    for (int64_t d : test->sample_shape()) shape.push_back(d);
+    x = be->Empty(shape);
+    be->CopyFromHost(x, b.images.data());
+    StepResult r = model->EvalStep(x, b.labels.data());
+    loss += double(r.loss) * double(b.n);
+    correct += r.correct;
+    seen += b.n;
+  }
+  return {double(correct) / double(seen), loss / double(seen)};
 }
 
 // The last `n` events named `event` (metrics.jsonl is appended to by a resumed run).
@@ -73,6 +124,12 @@ void ResumedAtTheEndEvaluatesAsBefore(const std::string& algorithm) {
   size_t trained = 0;
   for (size_t i = kResnet20Params; i < exported.size(); ++i) trained += exported[i] != 0.f && exported[i] != 1.f;
   EXPECT_GT(trained, kResnet20BufferFloats / 2);
+  // And they reproduce the network: the job's accuracy and loss from the file alone.
+  if (exported.size() == kResnet20Params + kResnet20BufferFloats) {
+    auto [accuracy, loss] = EvaluateExport(exported);
+    EXPECT_EQ(accuracy, JsonNumber(whole.done_line, "test_accuracy").value_or(-1)) << whole.done_line;
+    EXPECT_NEAR(loss, *losses.begin(), 1e-4 * std::fabs(*losses.begin()));
+  }
 
   // Resumed at the checkpoint of its last step: nothing left to train, and the evaluation
   // must be the uninterrupted run's (with fresh running statistics, mean 0 and variance 1,
