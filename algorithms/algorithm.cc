@@ -1,5 +1,6 @@
 #include "algorithms/algorithm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -79,9 +80,9 @@ bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device) {
 
 DeviceUpdater& LocalUpdater::Device(const ParamView& p) {
   if (!device_) {
-    SHOAL_CHECK(bool(env_.device),
-                "tensor \"" + p.name + "\" is in device memory, but this binary has no CUDA optimizer (link " +
-                    "//algorithms:cuda_device_ops and set AlgorithmEnv::device)");
+    SHOAL_CHECK(bool(env_.device), "tensor \"" + p.name +
+                                       "\" is in device memory, but this binary has no CUDA optimizer (link " +
+                                       "//algorithms:cuda_device_ops and set AlgorithmEnv::device)");
     device_ = env_.device->NewUpdater(*env_.optimizer);
   }
   return *device_;
@@ -134,8 +135,9 @@ void LocalUpdater::Load(const std::vector<ParamView>& params, const std::string&
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& bytes = in.Get(prefix + params[i].name);
     if (bytes.empty()) continue;
-    OptimizerState s = DecodeOptimizerState(
-        bytes, size_t(params[i].n), "checkpoint " + std::to_string(in.record.id) + " entry '" + prefix + params[i].name + "'");
+    OptimizerState s =
+        DecodeOptimizerState(bytes, size_t(params[i].n),
+                             "checkpoint " + std::to_string(in.record.id) + " entry '" + prefix + params[i].name + "'");
     if (params[i].on_device)
       Device(params[i]).Upload(i, params[i].n, s);
     else
@@ -149,6 +151,32 @@ void SaveWeights(const std::vector<ParamView>& params, CheckpointState* out) {
 
 void RestoreWeights(const CheckpointState& in, const std::vector<ParamView>& params) {
   for (auto& p : params) in.GetFloats("w/" + p.name, p.w, size_t(p.n));
+}
+
+void SaveBuffers(const std::vector<ParamView>& buffers, CheckpointState* out) {
+  for (auto& b : buffers) out->PutFloats("b/" + b.name, b.w, size_t(b.n));
+}
+
+void RestoreBuffers(const CheckpointState& in, const std::vector<ParamView>& buffers) {
+  for (auto& b : buffers) in.GetFloats("b/" + b.name, b.w, size_t(b.n));
+}
+
+void AverageBuffers(Communicator& comm, const std::vector<ParamView>& buffers) {
+  size_t total = 0;
+  for (auto& b : buffers) total += size_t(b.n);
+  if (total == 0) return;
+  std::vector<float> flat(total);
+  size_t at = 0;
+  for (auto& b : buffers) {
+    std::copy(b.w, b.w + b.n, flat.begin() + int64_t(at));
+    at += size_t(b.n);
+  }
+  comm.AllReduce(flat.data(), int64_t(total), ReduceOp::kMean);
+  at = 0;
+  for (auto& b : buffers) {
+    std::copy(flat.begin() + int64_t(at), flat.begin() + int64_t(at + size_t(b.n)), b.w);
+    at += size_t(b.n);
+  }
 }
 
 }  // namespace shoal

@@ -84,6 +84,20 @@ struct StepInfo {
   int64_t global_samples = 0;
 };
 
+// A model's buffers (batch-norm running statistics): model state that no gradient reaches
+// and no optimizer touches, so it is kept beside the weights in every checkpoint and
+// export, and made the same on every worker before an evaluation. Host views (ParamView::g
+// null) of the trainer's model; on a GPU they are copies, so callers bracket their use:
+// ToHost() fills the views with the model's current values and returns them, FromHost()
+// writes the views back into the model after a change. The trainer's thread only.
+class ModelBuffers {
+ public:
+  virtual ~ModelBuffers() = default;
+  virtual const std::vector<ParamView>& ToHost() = 0;
+  virtual void FromHost() = 0;
+  virtual bool empty() const = 0;
+};
+
 class Client;  // the parameter-server client (common/ps/client.h)
 struct ClientOptions;
 class Store;  // the rendezvous store (common/rendezvous/store.h)
@@ -108,6 +122,9 @@ struct AlgorithmEnv {
   // Batch balancing (algorithms/balance.h): -1 = as [algorithm] balance says; 0 or 1 =
   // decided by the code that builds the algorithm (auto's choice). Read it with BalanceOn.
   int balance = -1;
+  // The fewest samples of the global batch a balanced worker may get (MinBalancedShare,
+  // algorithms/balance.h: more than 1 for models with batch norm). Set by the trainer.
+  int64_t min_share = 1;
   // A Communicator among the job's workers; `name` keeps the rendezvous keys of two
   // communicators of one job apart (one per use: "allreduce", "adpsgd", ...).
   std::function<std::unique_ptr<Communicator>(const std::string& name)> make_communicator;
@@ -195,6 +212,16 @@ class Algorithm {
   // algorithm weights each gradient by StepInfo::samples. May turn true after a step
   // (auto's hand-over), on every rank at the same step.
   virtual bool BalancesBatches() const { return false; }
+  // The model's buffers (batch-norm running statistics), given once before Init; they
+  // outlive the algorithm. An algorithm whose model lives on servers keeps them there: rank
+  // 0 stores its buffers with every checkpoint and a resumed worker starts from them. Jobs
+  // without servers need nothing here: the trainer checkpoints them on the workers and
+  // averages them over its own communicator.
+  virtual void SetBuffers(ModelBuffers* buffers) { (void)buffers; }
+  // Before an evaluation: make the buffers the job's where every worker must evaluate the
+  // same model (ps_sync: rank 0's, through the servers, as PyTorch DDP broadcasts them).
+  // Called by every worker at the same step where the algorithm is synchronous.
+  virtual void SyncBuffers() {}
 };
 
 // Whether this env's algorithm balances batches ([algorithm] balance, or env.balance).
@@ -222,6 +249,13 @@ std::unique_ptr<Algorithm> MakeAlgorithm(const std::string& name, const Algorith
 // The weights of every tensor as checkpoint entries "w/<name>", and back (sizes checked).
 void SaveWeights(const std::vector<ParamView>& params, CheckpointState* out);
 void RestoreWeights(const CheckpointState& in, const std::vector<ParamView>& params);
+// A model's buffers as checkpoint entries "b/<name>", and back (a checkpoint without them
+// was written by another model: the error names the entry).
+void SaveBuffers(const std::vector<ParamView>& buffers, CheckpointState* out);
+void RestoreBuffers(const CheckpointState& in, const std::vector<ParamView>& buffers);
+// Every rank's buffers replaced by their mean over `comm`, the same bits on every rank (the
+// Communicator contract); one all-reduce for all of them.
+void AverageBuffers(Communicator& comm, const std::vector<ParamView>& buffers);
 
 // Applies env.optimizer to every tensor with this step's LR (shared by algorithms that
 // update locally). States are kept per tensor index: host states for host views, device

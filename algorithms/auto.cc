@@ -8,7 +8,8 @@
 //               still exact), or balanced bmuf when the exchange also costs > bmuf_ratio x
 //               the balanced compute,
 //     adpsgd    when balancing cannot help: [algorithm] balance = false, or the slowest
-//               worker's share of the global batch would be under one sample,
+//               worker's share of the global batch would be under env.min_share (one
+//               sample; more for batch norm, algorithms/balance.h),
 //   bmuf      when it costs > bmuf_ratio x compute (slow links): 1/block_steps the traffic,
 //   allreduce otherwise (fast links, equal workers).
 // The "auto" metrics event carries the figures behind the choice: measured compute and
@@ -151,7 +152,7 @@ class Auto : public Algorithm {
     // The slowest worker's share of the global batch once balanced.
     const double slowest_share = inv_sum > 0 && cmax > 0 ? double(global) * (1.0 / cmax) / inv_sum : 0;
     const bool uneven = W > 1 && cmin > 0 && cmax / cmin > uneven_ratio_;
-    const bool can_balance = may_balance_ && slowest_share >= 1.0;
+    const bool can_balance = may_balance_ && slowest_share >= double(std::max<int64_t>(1, env_.min_share));
     // Estimated seconds per global step: what the choice weighs (adpsgd gossips one model
     // with one peer, about half a ring all-reduce's bytes; bmuf exchanges 1/block_steps).
     const double est_allreduce = cmax + exchange, est_balanced = hmean + exchange;
@@ -174,7 +175,7 @@ class Auto : public Algorithm {
         }
       } else if (uneven) {
         choice = "adpsgd";
-        reason = may_balance_ ? "uneven workers; the slowest's balanced share is under one sample"
+        reason = may_balance_ ? "uneven workers; the slowest's balanced share is under the floor (min_share)"
                               : "uneven workers; balance = false";
       } else if (exchange > bmuf_ratio_ * cmax) {
         choice = "bmuf";

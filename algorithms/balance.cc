@@ -9,10 +9,11 @@
 
 namespace shoal {
 
-std::vector<int64_t> SplitBatch(int64_t global, const std::vector<double>& rates) {
+std::vector<int64_t> SplitBatch(int64_t global, const std::vector<double>& rates, int64_t floor) {
   const size_t W = rates.size();
-  SHOAL_CHECK(W >= 1 && global >= int64_t(W), "SplitBatch: a global batch of " + std::to_string(global) +
-                                                  " cannot give each of " + std::to_string(W) + " workers a sample");
+  SHOAL_CHECK(floor >= 1 && W >= 1 && global / int64_t(W) >= floor,
+              "SplitBatch: a global batch of " + std::to_string(global) + " cannot give each of " + std::to_string(W) +
+                  " workers " + std::to_string(floor) + " sample(s)");
   bool ok = true;
   double sum = 0;
   for (double r : rates) {
@@ -24,11 +25,12 @@ std::vector<int64_t> SplitBatch(int64_t global, const std::vector<double>& rates
   std::vector<int64_t> out(W);
   int64_t given = 0;
   for (size_t i = 0; i < W; ++i) {
-    out[i] = std::max<int64_t>(1, int64_t(std::floor(ideal[i])));
+    out[i] = std::max<int64_t>(floor, int64_t(std::floor(ideal[i])));
     given += out[i];
   }
-  // Hand out what is left by largest remainder, or take back what the minimum of one
-  // over-gave from the largest shares; ties go to the lower rank, so all ranks agree.
+  // Hand out what is left by largest remainder, or take back what the floor over-gave from
+  // the largest shares (never below the floor: W x floor <= global); ties go to the lower
+  // rank, so all ranks agree.
   std::vector<size_t> order(W);
   std::iota(order.begin(), order.end(), size_t(0));
   if (given < global) {
@@ -44,11 +46,18 @@ std::vector<int64_t> SplitBatch(int64_t global, const std::vector<double>& rates
   return out;
 }
 
+int64_t MinBalancedShare(int64_t values, int64_t batch_size) {
+  if (values <= 0) return 1;
+  const int64_t need = std::max<int64_t>(2, (kMinBatchNormValues + values - 1) / values);
+  return std::max<int64_t>(1, std::min(need, batch_size));
+}
+
 Balancer::Balancer(const AlgorithmEnv& env)
     : rank_(env.rank),
       world_(env.world),
       global_(env.config->batch_size * env.world),
-      every_(env.config->algorithm_opts.GetInt("balance_every_steps", 5, 1, int64_t(1) << 30)) {
+      every_(env.config->algorithm_opts.GetInt("balance_every_steps", 5, 1, int64_t(1) << 30)),
+      floor_(std::max<int64_t>(1, std::min(env.min_share, env.config->batch_size))) {
   comm_ = env.make_communicator("balance");
   sizes_.assign(size_t(world_), env.config->batch_size);
 }
@@ -73,7 +82,7 @@ bool Balancer::MaybeRebalance(int64_t steps_done) {
   window_s_ = 0;
   std::vector<double> rates(static_cast<size_t>(world_));
   comm_->AllGather(&mine, sizeof mine, rates.data());
-  std::vector<int64_t> next = SplitBatch(global_, rates);
+  std::vector<int64_t> next = SplitBatch(global_, rates, floor_);
   if (next == sizes_) return false;
   sizes_ = std::move(next);
   return true;

@@ -145,6 +145,46 @@ class ParamViews {
   int64_t copied_bytes_ = 0;
 };
 
+// The model's buffers (batch-norm running statistics) as host views: on the CPU they alias
+// the model's tensors; on a GPU they are copies, refreshed by ToHost and written back by
+// FromHost.
+class HostBuffers : public ModelBuffers {
+ public:
+  HostBuffers(Model& model, Backend& backend) : model_(model), backend_(backend) {
+    host_ = backend.device().is_cpu();
+    for (auto& b : model.buffers()) {
+      ParamView v;
+      v.name = b.name;
+      v.n = b.value.numel();
+      v.shape = b.value.shape();
+      if (host_) {
+        v.w = b.value.data<float>();
+      } else {
+        copies_.emplace_back(size_t(v.n));
+        v.w = copies_.back().data();
+      }
+      views_.push_back(v);
+    }
+  }
+  const std::vector<ParamView>& ToHost() override {
+    if (!host_)
+      for (size_t i = 0; i < views_.size(); ++i) backend_.CopyToHost(model_.buffers()[i].value, views_[i].w);
+    return views_;
+  }
+  void FromHost() override {
+    if (!host_)
+      for (size_t i = 0; i < views_.size(); ++i) backend_.CopyFromHost(model_.buffers()[i].value, views_[i].w);
+  }
+  bool empty() const override { return views_.empty(); }
+
+ private:
+  Model& model_;
+  Backend& backend_;
+  bool host_;
+  std::vector<std::vector<float>> copies_;
+  std::vector<ParamView> views_;
+};
+
 struct EvalResult {
   double accuracy = 0;
   double loss = 0;
@@ -274,7 +314,17 @@ class Trainer {
     };
     env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume, on_member_failure);
     env_.rejoin = opts_.resume && opts_.rejoin;
+    // Balanced batches give no worker fewer samples than batch norm needs (balance.h).
+    env_.min_share = MinBalancedShare(model_->MinStatisticsValues(), cfg_.batch_size);
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
+    buffers_ = std::make_unique<HostBuffers>(*model_, *backend_);
+    algo_->SetBuffers(buffers_.get());
+    // Workers that train one model over a communicator (every algorithm without servers but
+    // local, whose workers are independent) average their buffers over one of their own (an
+    // algorithm's exchange may be in flight at an evaluation: double_buffer).
+    const auto keys = KnownAlgorithmKeys(cfg_.algorithm);
+    const bool collective = std::find(keys.begin(), keys.end(), "collective") != keys.end();
+    if (collective && world_ > 1 && !buffers_->empty()) buffers_comm_ = env_.make_communicator("buffers");
     // A CUDA worker whose algorithm takes device params hands it the model's own tensors.
     params_ = std::make_unique<ParamViews>(*model_, *backend_, algo_->TakesDeviceParams());
     // Overlap: each node's gradients go to the algorithm as soon as the backward pass has
@@ -299,6 +349,9 @@ class Trainer {
       if (reshaped) ReshapePosition(&st);
       RestoreWeights(st, params_->HostWeights());
       params_->WeightsFromHost();
+      RestoreBuffers(st, buffers_->ToHost());
+      buffers_->FromHost();
+      buffers_synced_at_ = st.record.step;  // they were made the job's before being saved
       algo_->LoadState(params_->views(), st);
       scaler_.Load(st);
       resumed_step_ = st.record.step;
@@ -342,7 +395,8 @@ class Trainer {
         fflush(stdout);
         metrics_.Write("rewind", r.step, JsonObject().Add("rank", rank_).Add("from_step", step_).Add("why", r.why));
         step_ = r.step;
-        epoch_loss_sum_ = 0;  // the steps rolled back are trained again
+        buffers_synced_at_ = -1;  // the servers' buffers were pulled; sync again where due
+        epoch_loss_sum_ = 0;      // the steps rolled back are trained again
         epoch_loss_n_ = 0;
       }
     }
@@ -358,6 +412,7 @@ class Trainer {
       else
         train_->StartEpoch(epoch);
       while (!stop && TrainStep(epoch)) stop = cfg_.max_steps > 0 && step_ >= cfg_.max_steps;
+      SyncBuffers();
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
       evaluated_ = true;
@@ -390,6 +445,7 @@ class Trainer {
     // A run resumed from the checkpoint at its very end trained no epoch here, and still
     // reports the model's accuracy.
     if (algo_->ModelChangedAtFinish() || !evaluated_) {
+      SyncBuffers();
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
       metrics_.Write("eval", step_,
@@ -422,7 +478,8 @@ class Trainer {
                        .Add("wait_s", wait_s_)
                        .Add("loss_scale", scaler_.scale_double())
                        .Add("skipped_steps", scaler_.skipped_steps())
-                       .Add("weights_hash", hash));
+                       .Add("weights_hash", hash)
+                       .Add("buffers_hash", Fnv1a(buffers_->ToHost())));
     return res;
   }
 
@@ -573,6 +630,8 @@ class Trainer {
     st.record.epoch = step_ / env_.steps_per_epoch;
     st.record.batch = step_ % env_.steps_per_epoch;
     SaveWeights(params_->HostWeights(), &st);
+    SyncBuffers();  // every rank saves the job's buffers, as an evaluation here would see them
+    SaveBuffers(buffers_->ToHost(), &st);
     algo_->SaveState(params_->views(), &st);
     scaler_.Save(&st);
     if (balancer_) balancer_->Save(&st);
@@ -613,9 +672,28 @@ class Trainer {
   }
 
   // FNV-1a of the final weights: synchronous algorithms must end bit-identical everywhere.
-  std::string WeightsHash() const {
+  std::string WeightsHash() const { return Fnv1a(params_->HostWeights()); }
+
+  // Before an evaluation or a worker checkpoint, at most once a step (so a resumed run sees
+  // the very buffers the uninterrupted one evaluated; the export follows the last
+  // evaluation): the job's buffers. Collective jobs average the ranks' own (each of their
+  // algorithms agrees to stop by a collective, so all ranks come here at the same steps);
+  // PS algorithms do what their mode needs (Algorithm::SyncBuffers); local's workers keep
+  // their own.
+  void SyncBuffers() {
+    if (buffers_->empty() || buffers_synced_at_ == step_) return;
+    buffers_synced_at_ = step_;
+    if (buffers_comm_) {
+      AverageBuffers(*buffers_comm_, buffers_->ToHost());
+      buffers_->FromHost();
+    } else {
+      algo_->SyncBuffers();
+    }
+  }
+
+  static std::string Fnv1a(const std::vector<ParamView>& views) {
     uint64_t hash = 1469598103934665603ull;
-    for (auto& v : params_->HostWeights())
+    for (auto& v : views)
       for (int64_t i = 0; i < v.n; ++i) {
         uint32_t bits;
         memcpy(&bits, &v.w[i], 4);
@@ -636,12 +714,15 @@ class Trainer {
       throw Error(where + "cannot write in " + dir + ": " + std::string(strerror(errno)));
   }
 
-  // Raw fp32, parameters in the model's stable order (Model::ParamLayout()).
+  // Raw fp32: the parameters in the model's stable order (Model::ParamLayout()), then the
+  // buffers (batch-norm running statistics) in Model::buffers() order, which evaluation
+  // needs as much as the weights.
   void ExportWeights() const {
     FILE* f = fopen(cfg_.export_weights.c_str(), "wb");
     if (!f) throw Error(cfg_.export_weights + ": cannot write exported weights");
     bool ok = true;
     for (auto& v : params_->HostWeights()) ok = ok && fwrite(v.w, 4, size_t(v.n), f) == size_t(v.n);
+    for (auto& v : buffers_->ToHost()) ok = ok && fwrite(v.w, 4, size_t(v.n), f) == size_t(v.n);
     ok = (fclose(f) == 0) && ok;
     if (!ok) throw Error(cfg_.export_weights + ": short write of exported weights");
   }
@@ -654,6 +735,7 @@ class Trainer {
   std::unique_ptr<DataLoader> train_, test_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ParamViews> params_;
+  std::unique_ptr<HostBuffers> buffers_;  // outlives algo_, which may hold it
   MetricsWriter metrics_;
   AlgorithmEnv env_;
   std::unique_ptr<Algorithm> algo_;
@@ -662,7 +744,9 @@ class Trainer {
   int64_t skipped_seen_ = 0;      // algo_->skipped_steps() after the last step
   int64_t copied_at_window_ = 0;  // params_->copied_bytes() at the last train record
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
-  std::unique_ptr<Balancer> balancer_;  // while the algorithm balances batches
+  std::unique_ptr<Balancer> balancer_;          // while the algorithm balances batches
+  std::unique_ptr<Communicator> buffers_comm_;  // jobs without servers: averages the buffers
+  int64_t buffers_synced_at_ = -1;              // the step SyncBuffers last ran at
   int64_t resumed_step_ = 0;
   bool evaluated_ = false;
   double epoch_loss_sum_ = 0;  // this epoch's training losses, for WarnIfDead

@@ -35,6 +35,9 @@ std::vector<int64_t> Shape(const ParamView& p) { return p.shape.empty() ? std::v
 
 std::string ClockName(int r) { return "__shoal/clock/" + std::to_string(r); }
 const char* kStopName = "__shoal/stop";
+// A model buffer (batch-norm running statistics) kept on the servers: a control tensor, so
+// the shards assign what is pushed and checkpoint it with the weights.
+std::string BufferName(const std::string& name) { return "__shoal/buffer/" + name; }
 
 class ParameterServer : public Algorithm {
  public:
@@ -64,6 +67,11 @@ class ParameterServer : public Algorithm {
     }
     for (int r = 0; r < env_.world; ++r) specs.push_back({ClockName(r), DType::kF32, {1}});
     specs.push_back({kStopName, DType::kF32, {1}});
+    if (buffers_)
+      for (auto& b : buffers_->ToHost()) {
+        specs.push_back({BufferName(b.name), DType::kF32, Shape(b)});
+        buffer_names_.push_back(BufferName(b.name));
+      }
     // The shards learn the schedule and their update rule from this plan, never from data.
     TrainingPlan& plan = plan_;
     plan.steps_per_epoch = env_.steps_per_epoch;
@@ -102,6 +110,7 @@ class ParameterServer : public Algorithm {
       for (int r = 0; r < env_.world; ++r)
         refs.push_back({ClockName(r), DType::kF32, {1}, &zero_[size_t(r)], 4, nullptr});
       refs.push_back({kStopName, DType::kF32, {1}, &zero_.back(), 4, nullptr});
+      AddBufferRefs(&refs);
       client_->Wait(client_->Push(refs, msg::PushOp::ASSIGN));
     }
     // Resumed asynchronous workers need no meeting (nobody seeds): one restarted alone while
@@ -115,6 +124,7 @@ class ParameterServer : public Algorithm {
       client_->Barrier("init");
     }
     PullWeights(params);
+    if (env_.resume) PullBuffers();  // rank 0's, saved with the checkpoint
   }
 
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
@@ -166,6 +176,27 @@ class ParameterServer : public Algorithm {
       WriteCheckpoint();
     }
     client_->Leave();  // the servers go once every worker has
+    left_ = true;
+  }
+  void SetBuffers(ModelBuffers* buffers) override { buffers_ = buffers; }
+  // ps_sync: every worker evaluates rank 0's buffers (the synchronous steps keep the
+  // weights identical; the running statistics are each worker's own otherwise).
+  // Asynchronous workers evaluate their own. After Finish there is nobody to meet: every
+  // worker then holds the checkpoint's, or its own at the same step.
+  void SyncBuffers() override {
+    if (mode_ != Mode::kSync || buffer_names_.empty() || left_) return;
+    try {
+      if (env_.rank == 0) {
+        std::vector<TensorRef> refs;
+        AddBufferRefs(&refs);
+        client_->Wait(client_->Push(refs, msg::PushOp::ASSIGN));
+      }
+      client_->Barrier("buffers-" + std::to_string(last_step_));
+      if (env_.rank != 0) PullBuffers();
+    } catch (const Error& e) {
+      Recover(*params_, AwaitRestart(e));  // throws RewindTo
+      throw;
+    }
   }
   int64_t ResumedStep() const override { return resumed_step_; }
   int64_t skipped_steps() const override { return skipped_; }
@@ -242,6 +273,7 @@ class ParameterServer : public Algorithm {
       if (env_.rank == 0) client_->Reload(r.from);
       client_->Barrier("recovered");
       PullWeights(params);
+      PullBuffers();  // the checkpoint's, so the rewound job evaluates as the first pass did
       ev.Add("rewound_steps", last_step_ - r.from.step);
       last_step_ = r.from.step;
       epoch_ = r.from.step / env_.steps_per_epoch;
@@ -278,6 +310,29 @@ class ParameterServer : public Algorithm {
       max_staleness_ = std::max(max_staleness_, staleness_seen_);
       last_version_ = v;
     }
+  }
+
+  // Rank 0's buffers as pushes (views fresh from the model).
+  void AddBufferRefs(std::vector<TensorRef>* refs) {
+    if (buffer_names_.empty()) return;
+    const std::vector<ParamView>& views = buffers_->ToHost();
+    for (size_t i = 0; i < views.size(); ++i)
+      refs->push_back({buffer_names_[i], DType::kF32, Shape(views[i]), views[i].w, size_t(views[i].n) * 4, nullptr});
+  }
+
+  // The servers' buffers into the model.
+  void PullBuffers() {
+    if (buffer_names_.empty()) return;
+    std::vector<PulledTensor> out;
+    client_->Wait(client_->Pull(buffer_names_, &out));
+    const std::vector<ParamView>& views = buffers_->ToHost();
+    for (size_t i = 0; i < views.size(); ++i) {
+      SHOAL_CHECK(out[i].size() == size_t(views[i].n) * 4, "pulled '" + buffer_names_[i] + "' has " +
+                                                               std::to_string(out[i].size()) + " bytes, expected " +
+                                                               std::to_string(views[i].n * 4));
+      memcpy(views[i].w, out[i].data(), out[i].size());
+    }
+    buffers_->FromHost();
   }
 
   // ps_sync past the finish barrier: rank 0 writes the final checkpoint and every worker
@@ -326,6 +381,12 @@ class ParameterServer : public Algorithm {
     rec.batch = last_step_ % env_.steps_per_epoch;
     rec.shards = uint32_t(env_.config->servers.size());
     auto t0 = std::chrono::steady_clock::now();
+    // The buffers are rank 0's at this step (ps_sync: every worker's at an evaluation).
+    if (!buffer_names_.empty()) {
+      std::vector<TensorRef> refs;
+      AddBufferRefs(&refs);
+      client_->Wait(client_->Push(refs, msg::PushOp::ASSIGN));
+    }
     client_->Checkpoint(rec);
     if (env_.metrics)
       env_.metrics->Write(
@@ -390,7 +451,10 @@ class ParameterServer : public Algorithm {
   int wait_timeout_ms_ = 60000;
   std::unique_ptr<Client> client_;
   std::vector<std::string> names_;
-  std::vector<TensorSpec> specs_;  // registered again after a shard restart
+  ModelBuffers* buffers_ = nullptr;        // the trainer's (SetBuffers)
+  std::vector<std::string> buffer_names_;  // their names on the servers; empty: none
+  bool left_ = false;                      // Finish sent LEAVE
+  std::vector<TensorSpec> specs_;          // registered again after a shard restart
   TrainingPlan plan_;
   std::vector<uint64_t> versions_;                  // of each tensor at the last pull
   const std::vector<ParamView>* params_ = nullptr;  // the trainer's, as last pulled into

@@ -4,6 +4,7 @@
 // algorithm that averages gradients or deltas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -42,6 +43,53 @@ TEST(SplitBatch, ProportionalToThroughputSummingToTheGlobalBatch) {
     auto s = SplitBatch(g, {0.3, 2.5, 1.25, 7});
     EXPECT_EQ(std::accumulate(s.begin(), s.end(), int64_t(0)), g);
   }
+}
+
+// Models with batch norm: no share under the floor, however slow the worker.
+TEST(SplitBatch, NoShareFallsUnderTheFloor) {
+  EXPECT_EQ(SplitBatch(12, {1e-9, 1, 1}, 2), (std::vector<int64_t>{2, 5, 5}));
+  EXPECT_EQ(SplitBatch(64, {1e-9, 1e-9, 4, 4}, 16), (std::vector<int64_t>{16, 16, 16, 16}));
+  EXPECT_EQ(SplitBatch(64, {1, 100, 100, 100}, 4), (std::vector<int64_t>{4, 20, 20, 20}));
+  for (int64_t g : {12, 64, 1000})
+    for (int64_t floor : {1, 2, 3}) {
+      auto s = SplitBatch(g, {0.001, 2.5, 1.25, 7}, floor);
+      EXPECT_EQ(std::accumulate(s.begin(), s.end(), int64_t(0)), g);
+      EXPECT_GE(*std::min_element(s.begin(), s.end()), floor) << g << " " << floor;
+    }
+  try {
+    SplitBatch(8, {1, 1, 1}, 3);
+    FAIL() << "8 samples cannot give 3 workers 3 each";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot give each of 3 workers 3 sample(s)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MinBalancedShare, TwoSamplesAndSixteenValuesPerChannelWithBatchNorm) {
+  EXPECT_EQ(MinBalancedShare(0, 32), 1);   // no batch norm
+  EXPECT_EQ(MinBalancedShare(64, 32), 2);  // resnet20 on 32x32: its 8x8 last stage
+  EXPECT_EQ(MinBalancedShare(49, 32), 2);  // resnet50 on 224x224: 7x7
+  EXPECT_EQ(MinBalancedShare(4, 32), 4);   // 2x2 maps
+  EXPECT_EQ(MinBalancedShare(1, 32), 16);  // resnet50 on 32x32: 1x1 maps
+  EXPECT_EQ(MinBalancedShare(1, 8), 8);    // never more than the equal share
+  EXPECT_EQ(MinBalancedShare(1, 1), 1);
+}
+
+TEST(Balancer, TheSlowestShareStopsAtTheFloor) {
+  JobConfig cfg = Job("allreduce", "balance_every_steps = 1\n");
+  FakeCluster cluster(3);
+  std::vector<std::vector<int64_t>> sizes(3);
+  RunRankThreads(3, [&](int rank) {
+    AlgorithmEnv env = cluster.EnvFor(cfg, rank, 10);
+    env.min_share = 2;
+    Balancer b(env);
+    // Rank 0 is 100x slower: its proportional share, 12/201, would be the minimum of one.
+    b.Observe(4, rank == 0 ? 100.0 : 1.0);
+    EXPECT_TRUE(b.MaybeRebalance(1));
+    sizes[size_t(rank)] = b.sizes();
+  });
+  EXPECT_EQ(sizes[0], (std::vector<int64_t>{2, 5, 5}));
+  EXPECT_EQ(sizes[1], sizes[0]);
+  EXPECT_EQ(sizes[2], sizes[0]);
 }
 
 TEST(Balancer, EveryRankAgreesOnTheSplitFromGatheredThroughput) {

@@ -281,6 +281,25 @@ TEST(Model, GradReadyHookAnnouncesEachFinalGradientInReverseOrder) {
   EXPECT_TRUE(calls.empty());
 }
 
+// What the balanced-batch floor for batch norm is computed from: the values per channel per
+// sample at the smallest map a batch norm normalizes (a 1x1 map: one sample has none to
+// spread over).
+TEST(Model, MinStatisticsValuesIsTheSmallestBatchNormMap) {
+  auto be = MakeCpuBackend(1);
+  struct Case {
+    const char* model;
+    Shape input;
+    int64_t values;
+  };
+  for (const Case& c :
+       {Case{"mlp", {1, 28, 28}, 0}, Case{"lenet", {1, 28, 28}, 0}, Case{"resnet20", {3, 32, 32}, 64},
+        Case{"resnet20", {1, 28, 28}, 49}, Case{"resnet50", {3, 32, 32}, 1}, Case{"resnet50", {3, 64, 64}, 4}}) {
+    ModelOptions mo;
+    mo.input_shape = c.input;
+    EXPECT_EQ(MakeModel(c.model, *be, mo)->MinStatisticsValues(), c.values) << c.model << ShapeString(c.input);
+  }
+}
+
 TEST(Model, Resnet50TrainStepOnSmallImages) {
   auto be = MakeCpuBackend(1);
   ModelOptions mo;

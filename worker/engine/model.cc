@@ -1,5 +1,6 @@
 #include "worker/engine/model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -160,6 +161,17 @@ std::vector<ParamInfo> Model::ParamLayout() const {
     off += p.value.numel();
   }
   return out;
+}
+
+int64_t Model::MinStatisticsValues() const {
+  int64_t least = 0;
+  for (const Node& n : nodes_) {
+    if (!n.layer || n.layer->buffers().empty()) continue;
+    int64_t area = 1;  // the output has the input's shape: [1, C, H, W] or [1, C]
+    for (size_t d = 2; d < n.shape1.size(); ++d) area *= n.shape1[d];
+    least = least == 0 ? area : std::min(least, area);
+  }
+  return least;
 }
 
 int64_t Model::NumParams() const {

@@ -104,6 +104,10 @@ class Model {
   std::vector<Buffer>& buffers() { return buffers_; }  // batch-norm running stats
   std::vector<ParamInfo> ParamLayout() const;
   int64_t NumParams() const;  // total floats
+  // Values per channel per sample that the layers with running statistics (batch norm)
+  // normalize over, at the smallest of them: H x W of the smallest map, 1 for [N,C]
+  // inputs; 0 when the model has no such layer. A batch of N gives them N times this.
+  int64_t MinStatisticsValues() const;
   // Flat host copies in ParamLayout() order (dst/src hold NumParams() floats).
   void CopyParamsToHost(float* dst) const;
   void CopyParamsFromHost(const float* src);
