@@ -71,6 +71,7 @@ class Coordinator {
   struct BarrierState {
     std::map<int, PeerId> waiting;  // rank -> identity
     std::map<int, uint64_t> request_ids;
+    bool live_only = false;  // complete once every worker not known dead waits (Client::LiveBarrier)
   };
   using Key = std::pair<int, int>;  // (role, rank)
 
@@ -81,7 +82,11 @@ class Coordinator {
   void OnLeave(const InMessage& m);
   void ReplyClusterMap(const InMessage& m);
   void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what, bool input_error = false);
-  void FailBarriers(const std::string& why);
+  // Fails every waiting barrier, or with `strict_only` those that a death fails (a live-only
+  // barrier outlives a death).
+  void FailBarriers(const std::string& why, bool strict_only = false);
+  // Answers `name`'s waiters once everyone it waits for is there.
+  void MaybeCompleteBarrier(const std::string& name);
   // Writes generation_ and left_ to the checkpointer (synced); throws shoal::Error.
   void Persist(uint32_t generation) const;
   static std::string Name(const Key& k);

@@ -355,7 +355,10 @@ class Trainer {
         train_->Seek({epoch, first_batch});
       else
         train_->StartEpoch(epoch);
-      while (!stop && TrainStep(epoch)) stop = cfg_.max_steps > 0 && step_ >= cfg_.max_steps;
+      while (!stop && TrainStep(epoch))
+        stop = (cfg_.max_steps > 0 && step_ >= cfg_.max_steps) || algo_->StopRequested();
+      // Another worker reached the target: the job's final model is evaluated at Finish.
+      if (algo_->StopRequested()) break;
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
       evaluated_ = true;
@@ -387,7 +390,7 @@ class Trainer {
     skipped_seen_ = algo_->skipped_steps();
     // A run resumed from the checkpoint at its very end trained no epoch here, and still
     // reports the model's accuracy.
-    if (algo_->ModelChangedAtFinish() || !evaluated_) {
+    if (algo_->EvaluatesFinalModel() && (algo_->ModelChangedAtFinish() || !evaluated_)) {
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
       metrics_.Write("eval", step_,
@@ -629,7 +632,7 @@ class Trainer {
   std::unique_ptr<Algorithm> algo_;
   bool overlap_ = false;  // the algorithm takes gradients during the backward pass
   LossScaler scaler_;
-  int64_t skipped_seen_ = 0;  // algo_->skipped_steps() after the last step
+  int64_t skipped_seen_ = 0;      // algo_->skipped_steps() after the last step
   int64_t copied_at_window_ = 0;  // params_->copied_bytes() at the last train record
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
   std::unique_ptr<Balancer> balancer_;  // while the algorithm balances batches

@@ -153,7 +153,9 @@ class ParameterServer : public Algorithm {
       clock_ = 1e30f;
       client_->Wait(client_->Push({{ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr}}, msg::PushOp::APPLY));
     }
-    if (mode_ == Mode::kSync) {
+    if (mode_ != Mode::kSync) {
+      FinishAsync(params);
+    } else {
       try {
         client_->Barrier("finish");
       } catch (const Error& e) {
@@ -162,17 +164,31 @@ class ParameterServer : public Algorithm {
         Recover(params, AwaitRestart(e));
       }
       FinishSync(params);
-    } else if (checkpoints_ && env_.rank == 0 && last_step_ > 0) {
-      WriteCheckpoint();
     }
     client_->Leave();  // the servers go once every worker has
   }
   int64_t ResumedStep() const override { return resumed_step_; }
   int64_t skipped_steps() const override { return skipped_; }
-  bool ModelChangedAtFinish() const override { return mode_ == Mode::kSync; }
+  // Every mode ends holding the servers' final weights, which no worker evaluated yet.
+  bool ModelChangedAtFinish() const override { return true; }
+  bool EvaluatesFinalModel() const override { return mode_ == Mode::kSync || evaluates_final_; }
+
+  // Asynchronous workers: the first that reaches the target stops everyone. Its decision
+  // goes to the servers (__shoal/stop holds the step it was taken at), where every other
+  // worker sees it with its next pull and ends its epoch there (StopRequested).
+  bool StopRequested() const override { return mode_ != Mode::kSync && stop_seen_ > float(resumed_step_); }
 
   bool AgreeToStop(bool mine) override {
-    if (mode_ != Mode::kSync) return mine;  // asynchronous workers stop on their own
+    if (mode_ != Mode::kSync) {
+      if (mine && !StopRequested()) {
+        // Above the resumed step, so that a resumed job never takes a decision restored
+        // with the checkpoint for its own (the run before stopped there; this one goes on).
+        stop_flag_ = float(std::max(last_step_, resumed_step_ + 1));
+        client_->Wait(client_->Push({{kStopName, DType::kF32, {1}, &stop_flag_, 4, nullptr}}, msg::PushOp::ASSIGN));
+        stop_seen_ = stop_flag_;
+      }
+      return mine || StopRequested();
+    }
     try {
       return AgreeToStopOnce(mine);
     } catch (const Error& e) {
@@ -262,7 +278,11 @@ class ParameterServer : public Algorithm {
   void PullWeights(const std::vector<ParamView>& params) {
     params_ = &params;
     std::vector<PulledTensor> out;
-    client_->Wait(client_->Pull(names_, &out));
+    // Asynchronous workers read the stop decision with every pull (4 bytes more).
+    std::vector<std::string> names = names_;
+    if (mode_ != Mode::kSync) names.push_back(kStopName);
+    client_->Wait(client_->Pull(names, &out));
+    if (mode_ != Mode::kSync) stop_seen_ = out.back().ToFloats().at(0);
     versions_.clear();
     for (auto& t : out) versions_.push_back(t.version);
     for (size_t i = 0; i < params.size(); ++i) {
@@ -278,6 +298,26 @@ class ParameterServer : public Algorithm {
       max_staleness_ = std::max(max_staleness_, staleness_seen_);
       last_version_ = v;
     }
+  }
+
+  // ps_async, ps_ssp: the job's model is final once every live worker pushed its last
+  // gradient, so they meet (a dead worker is not waited for), rank 0 writes the final
+  // checkpoint, and every worker pulls the final weights. One worker evaluates them for
+  // the job: the lowest live rank, whose end record the launcher's done line reads.
+  void FinishAsync(const std::vector<ParamView>& params) {
+    while (true) {
+      try {
+        client_->LiveBarrier("finished");
+        break;
+      } catch (const Error& e) {
+        Recover(params, AwaitRestart(e));  // a shard restarted meanwhile: re-pull, meet again
+      }
+    }
+    if (checkpoints_ && env_.rank == 0 && last_step_ > 0) WriteCheckpoint();
+    PullWeights(params);
+    evaluates_final_ = true;
+    for (auto& m : client_->Members())
+      if (m.role == msg::Role::WORKER && m.alive && m.rank < env_.rank) evaluates_final_ = false;
   }
 
   // ps_sync past the finish barrier: rank 0 writes the final checkpoint and every worker
@@ -398,6 +438,8 @@ class ParameterServer : public Algorithm {
   std::chrono::steady_clock::time_point next_members_{};
   std::vector<float> zero_;
   float clock_ = 0, stop_flag_ = 0;
+  float stop_seen_ = 0;           // __shoal/stop at the last pull (asynchronous modes)
+  bool evaluates_final_ = false;  // FinishAsync: this worker evaluates the job's final model
   int64_t epoch_ = 0;
   uint64_t last_version_ = 0;
   double staleness_seen_ = 0, max_staleness_ = 0;
