@@ -81,6 +81,30 @@ TEST(Membership, AsyncTargetStopsEveryWorkerAndTheDoneLineIsTheFinalModel) {
   EXPECT_EQ(ProcessesOf(dir), 0);
 }
 
+// bmuf and adpsgd end with a final average and evaluate it. Rank 1's final evaluation is
+// held (a failpoint) well past the heartbeat timeout, after rank 0 has finished and its
+// coordinator has stopped acknowledging heartbeats: rank 1 must still finish (no
+// membership exit), and with max_restarts the finished job must not run again.
+TEST(Membership, AFinishingWorkerIsNeverKilledByMembership) {
+  setenv("SHOAL_FAILPOINT_SLOW_FINAL_EVAL", "1:4000", 1);
+  for (const char* algo : {"bmuf", "adpsgd"}) {
+    std::string dir = FreshDir(std::string("slow_final_") + algo);
+    std::string t = FmnistJob(std::string("slow_final_") + algo, dir + "/out", 2, "mlp", 4000, 1,
+                              std::string("[algorithm]\nname = \"") + algo + "\"\n\n" + kOpt);
+    t.insert(t.find("[cluster]\n") + 10, "heartbeat_ms = 100\nheartbeat_timeout_ms = 1000\n");
+    t.insert(t.find("seed = 42\n") + 10, "max_restarts = 1\n");
+    JobRun r = RunJob(dir, t, 240);
+    EXPECT_EQ(r.exit_code, 0) << algo << "\n" << r.stderr_text;
+    EXPECT_TRUE(Events(r, "restart").empty()) << algo << ": a finished job ran again\n" << r.stderr_text;
+    EXPECT_EQ(r.stderr_text.find("the job cannot go on"), std::string::npos) << algo << "\n" << r.stderr_text;
+    int ends = 0;
+    for (auto& l : Events(r, "end")) ends += JsonNumber(l, "rank").value_or(-1) == 1;
+    EXPECT_EQ(ends, 1) << algo << ": rank 1's end record\n" << r.stderr_text;
+    EXPECT_EQ(ProcessesOf(dir), 0);
+  }
+  unsetenv("SHOAL_FAILPOINT_SLOW_FINAL_EVAL");
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace shoal
