@@ -89,11 +89,12 @@ class ParameterServer : public Algorithm {
       // restarted alone: the others notice and roll back to `rec` in Recover).
       rec = client_->NewestCheckpoint();
       SHOAL_CHECK(rec.id > 0, "--resume: the coordinator has no complete checkpoint in " + env_.config->checkpoint_dir);
-      resumed_step_ = rec.step;
-      last_step_ = rec.step;
-      epoch_ = rec.step / env_.steps_per_epoch;
       // A worker restarted alone joins the generation the job is in now.
       client_->SetGeneration(client_->latest_generation());
+      resumed_step_ = rec.step;
+      if (mode_ == Mode::kSsp) resumed_step_ = std::max(resumed_step_, OwnClock());
+      last_step_ = resumed_step_;
+      epoch_ = resumed_step_ / env_.steps_per_epoch;
     } else if (env_.rank == 0) {
       // Rank 0 seeds the servers with the initial weights (every worker built the same).
       std::vector<TensorRef> refs;
@@ -376,14 +377,49 @@ class ParameterServer : public Algorithm {
               .Add("write_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   }
 
+  // ps_ssp resumed: the steps this worker's clock on the servers counts. A worker
+  // restarted alone while the others train goes on from there: its earlier pushes are in
+  // the servers' weights, and resuming at the checkpoint's step instead would set its clock
+  // back, holding every survivor until it trained those steps again. 0 when the clock is
+  // not a step of this job (a whole job resumed from its final checkpoint: 1e30).
+  int64_t OwnClock() {
+    std::vector<PulledTensor> out;
+    client_->Wait(client_->Pull({ClockName(env_.rank)}, &out));
+    const double c = out.at(0).ToFloats().at(0);
+    if (!(c > 0) || c > double(env_.total_steps)) return 0;
+    return int64_t(c);
+  }
+
+  // Who the coordinator says is dead now. A worker restarted alone answers again, and its
+  // clock holds the others back again.
+  void RefreshDead() {
+    std::set<int> dead;
+    for (auto& m : client_->Members())
+      if (m.role == msg::Role::WORKER && !m.alive && m.rank != env_.rank) dead.insert(m.rank);
+    for (int r : dead)
+      if (!dead_.count(r))
+        fprintf(stderr, "ps_ssp: worker %d stopped answering; its clock no longer holds the others back\n", r);
+    for (int r : dead_)
+      if (!dead.count(r)) fprintf(stderr, "ps_ssp: worker %d answers again; its clock counts again\n", r);
+    dead_ = std::move(dead);
+  }
+
   // SSP: wait until my clock is at most `staleness` ahead of the slowest live worker's. A
   // dead worker's clock never moves again, so while held back this asks the coordinator
   // (which tracks heartbeats) who is dead and leaves their clocks out: ps_ssp tolerates
-  // deaths as ps_async does (facts: kAnyButLast).
+  // deaths as ps_async does (facts: kAnyButLast). While some worker is left out, it asks
+  // after every step too, so one that comes back counts again. The wait is bounded by the
+  // slowest clock's progress: a worker catching up (restarted alone) is waited for as long
+  // as it moves.
   void WaitForSlowest(int64_t mine) {
     std::vector<std::string> clocks;
     for (int r = 0; r < env_.world; ++r) clocks.push_back(ClockName(r));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_timeout_ms_);
+    if (!dead_.empty() && std::chrono::steady_clock::now() >= next_members_) {
+      next_members_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(env_.config->heartbeat_ms);
+      RefreshDead();
+    }
+    double last_slowest = -1;
     while (true) {
       std::vector<PulledTensor> out;
       client_->Wait(client_->Pull(clocks, &out));
@@ -397,6 +433,12 @@ class ParameterServer : public Algorithm {
           slowest_rank = r;
         }
       }
+      // The slowest clock moved (or a worker that came back is now the slowest): wait on.
+      if (slowest != last_slowest) {
+        if (last_slowest >= 0)
+          deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_timeout_ms_);
+        last_slowest = slowest;
+      }
       double gap = double(mine) - slowest;
       if (gap <= double(staleness_)) {
         staleness_seen_ = std::max(0.0, gap);
@@ -408,10 +450,7 @@ class ParameterServer : public Algorithm {
         // Held back: perhaps by a dead worker. At most once a heartbeat period per job,
         // so waiting at the bound costs the coordinator little.
         next_members_ = now + std::chrono::milliseconds(env_.config->heartbeat_ms);
-        for (auto& m : client_->Members()) {
-          if (m.role != msg::Role::WORKER || m.alive || m.rank == env_.rank || !dead_.insert(m.rank).second) continue;
-          fprintf(stderr, "ps_ssp: worker %d stopped answering; its clock no longer holds the others back\n", m.rank);
-        }
+        RefreshDead();
         continue;  // the slowest of those left
       }
       if (now > deadline)

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
@@ -103,6 +106,83 @@ TEST(Membership, AFinishingWorkerIsNeverKilledByMembership) {
     EXPECT_EQ(ProcessesOf(dir), 0);
   }
   unsetenv("SHOAL_FAILPOINT_SLOW_FINAL_EVAL");
+}
+
+// The train events of one rank from metrics.jsonl: (step, wall_s).
+std::vector<std::pair<int64_t, double>> TrainSteps(const std::vector<std::string>& metrics, int rank) {
+  std::vector<std::pair<int64_t, double>> out;
+  for (auto& l : metrics)
+    if (JsonField(l, "event").value_or("") == "train" && JsonNumber(l, "rank").value_or(-1) == rank)
+      out.emplace_back(int64_t(JsonNumber(l, "step").value_or(0)), JsonNumber(l, "wall_s").value_or(0));
+  return out;
+}
+
+// ps_ssp, staleness 2, worker 2 four times slower (it sets the pace). Worker 2 is SIGKILLed
+// 10+ steps past the checkpoint at step 100 and restarted alone (max_restarts); a short
+// heartbeat timeout makes the survivors see it dead meanwhile. It must go on from the
+// clock the servers know for it, not the checkpoint's step (which would hold the
+// survivors until it trained those steps again), and once back its clock must hold the
+// survivors again.
+TEST(Membership, SspWorkerRestartedAloneTakesItsClockAndCountsAgain) {
+  std::string dir = FreshDir("ssp_alone");
+  // 12000 samples, 3 workers, batch 32: 125 steps an epoch each, 250 in all.
+  std::string t =
+      FmnistJob("ssp_alone", dir + "/out", 3, "mlp", 12000, 2,
+                std::string("[algorithm]\nname = \"ps_ssp\"\nstaleness = 2\ntimeout_ms = 20000\n\n") + kOpt);
+  t.insert(t.find("seed = 42\n") + 10,
+           "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 100\nmax_restarts = 1\n");
+  t.insert(t.find("[cluster]\n") + 10, "heartbeat_ms = 50\nheartbeat_timeout_ms = 200\n");
+  t.replace(t.find("workers = 3"), 11, "workers = [{}, {}, {slowdown = 3.0}]");
+  t.replace(t.find("log_every_steps = 20"), 20, "log_every_steps = 1");
+  int64_t killed_after = -1;
+  std::thread killer([&] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream m(dir + "/out/metrics.jsonl");
+      std::vector<std::string> lines;
+      std::string l;
+      while (std::getline(m, l)) lines.push_back(l);
+      bool ckpt = false;
+      for (auto& x : lines)
+        ckpt = ckpt || (JsonField(x, "event").value_or("") == "checkpoint" && JsonNumber(x, "id").value_or(0) == 100);
+      auto w2 = TrainSteps(lines, 2);
+      if (ckpt && !w2.empty() && w2.back().first >= 110) {
+        killed_after = w2.back().first;
+        std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml --rank 2'";
+        if (system(cmd.c_str()) != 0) killed_after = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  JobRun r = RunJob(dir, t, 300);
+  killer.join();
+  ASSERT_GE(killed_after, 110) << r.stderr_text;
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  auto restarts = Events(r, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << r.stderr_text;
+  EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "worker 2") << restarts[0];
+  EXPECT_EQ(JsonNumber(restarts[0], "from_checkpoint").value_or(-1), 100) << restarts[0];
+  // The restarted worker went on from its own clock (at least the step it had logged).
+  int64_t resumed = -1;
+  for (auto& l : Events(r, "resume"))
+    if (JsonNumber(l, "rank").value_or(-1) == 2) resumed = int64_t(JsonNumber(l, "step").value_or(-1));
+  EXPECT_GE(resumed, killed_after) << "resumed at the checkpoint's step, behind its own clock\n" << r.stderr_text;
+  // Back in the bound: no survivor took its last step (clock 250) before worker 2's clock
+  // was within the staleness (its train event at step 248; the event follows the push,
+  // hence the slack).
+  double w2_at_248 = -1;
+  for (auto& [step, wall] : TrainSteps(r.metrics, 2))
+    if (step == 248) w2_at_248 = wall;
+  ASSERT_GT(w2_at_248, 0) << r.stderr_text;
+  for (int rank : {0, 1}) {
+    double last = -1;
+    for (auto& [step, wall] : TrainSteps(r.metrics, rank))
+      if (step == 250) last = wall;
+    EXPECT_GE(last + 0.5, w2_at_248) << "worker " << rank << " ran ahead of the rejoined worker 2\n" << r.stderr_text;
+  }
+  EXPECT_EQ(r.stderr_text.find("steps behind for"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(ProcessesOf(dir), 0);
 }
 
 }  // namespace
