@@ -35,7 +35,8 @@ class Coordinator {
 
   // Handles register / barrier / heartbeat / rendezvous; returns false for other kinds.
   bool Handle(const InMessage& m, Clock::time_point now);
-  // Reports members whose heartbeats stopped; call periodically.
+  // Reports members whose heartbeats stopped; call periodically. `now`: the last moment
+  // the caller had read every message queued for it (its silence, not theirs, is no death).
   void Tick(Clock::time_point now);
 
   // Where committed checkpoints are recorded (shard 0's checkpointer); nullptr = no
