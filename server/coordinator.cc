@@ -368,9 +368,9 @@ void Coordinator::OnBarrier(const InMessage& m) {
 void Coordinator::MaybeCompleteBarrier(const std::string& name) {
   BarrierState& b = barriers_.at(name);
   for (int r = 0; r < cfg_.world_size(); ++r) {
-    if (b.waiting.count(r)) continue;
-    // A live-only barrier leaves out the workers known dead (a worker never seen may be
-    // starting, so it is waited for); one that answers again is waited for again.
+    if (b.waiting.count(r) || (b.live_only && left_.count(r))) continue;
+    // A live-only barrier leaves out the workers known dead or finished (a worker never
+    // seen may be starting, so it is waited for); one that answers again is waited for again.
     auto it = members_.find({int(msg::Role::WORKER), r});
     if (!b.live_only || it == members_.end() || it->second.alive) return;
   }
