@@ -171,8 +171,10 @@ class ParameterServer : public Algorithm {
   int64_t ResumedStep() const override { return resumed_step_; }
   int64_t skipped_steps() const override { return skipped_; }
   // Every mode ends holding the servers' final weights, which no worker evaluated yet.
+  // One worker evaluates them for the job: rank 0 in ps_sync (a death there ends or rolls
+  // back the job), the lowest live rank in the asynchronous modes (FinishAsync).
   bool ModelChangedAtFinish() const override { return true; }
-  bool EvaluatesFinalModel() const override { return mode_ == Mode::kSync || evaluates_final_; }
+  bool EvaluatesFinalModel() const override { return mode_ == Mode::kSync ? env_.rank == 0 : evaluates_final_; }
 
   // Asynchronous workers: the first that reaches the target stops everyone. Its decision
   // goes to the servers (__shoal/stop holds the step it was taken at), where every other
