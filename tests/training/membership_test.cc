@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
 #include "common/json_fields.h"
+#include "tests/ps/ps_test_util.h"
 #include "tests/training/job_runner.h"
 
 namespace shoal {
@@ -117,44 +119,55 @@ std::vector<std::pair<int64_t, double>> TrainSteps(const std::vector<std::string
   return out;
 }
 
-// ps_ssp, staleness 2, worker 2 four times slower (it sets the pace). Worker 2 is SIGKILLed
-// 10+ steps past the checkpoint at step 100 and restarted alone (max_restarts); a short
-// heartbeat timeout makes the survivors see it dead meanwhile. It must go on from the
-// clock the servers know for it, not the checkpoint's step (which would hold the
-// survivors until it trained those steps again), and once back its clock must hold the
-// survivors again.
-TEST(Membership, SspWorkerRestartedAloneTakesItsClockAndCountsAgain) {
-  std::string dir = FreshDir("ssp_alone");
-  // 12000 samples, 3 workers, batch 32: 125 steps an epoch each, 250 in all.
+// A ps_ssp job of 3 workers (staleness 2, 125 steps an epoch each, 250 in all) with
+// checkpoints every `every` steps and a restart allowed; worker 2 is `slow` times slower.
+std::string SspJob(const std::string& dir, int every, const std::string& speeds, int hb_timeout_ms) {
   std::string t =
       FmnistJob("ssp_alone", dir + "/out", 3, "mlp", 12000, 2,
                 std::string("[algorithm]\nname = \"ps_ssp\"\nstaleness = 2\ntimeout_ms = 20000\n\n") + kOpt);
-  t.insert(t.find("seed = 42\n") + 10,
-           "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 100\nmax_restarts = 1\n");
-  t.insert(t.find("[cluster]\n") + 10, "heartbeat_ms = 50\nheartbeat_timeout_ms = 200\n");
-  t.replace(t.find("workers = 3"), 11, "workers = [{}, {}, {slowdown = 3.0}]");
+  t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = " +
+                                           std::to_string(every) + "\nmax_restarts = 1\n");
+  t.insert(t.find("[cluster]\n") + 10,
+           "heartbeat_ms = 100\nheartbeat_timeout_ms = " + std::to_string(hb_timeout_ms) + "\n");
+  t.replace(t.find("workers = 3"), 11, "workers = " + speeds);
   t.replace(t.find("log_every_steps = 20"), 20, "log_every_steps = 1");
-  int64_t killed_after = -1;
-  std::thread killer([&] {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::ifstream m(dir + "/out/metrics.jsonl");
-      std::vector<std::string> lines;
-      std::string l;
-      while (std::getline(m, l)) lines.push_back(l);
-      bool ckpt = false;
-      for (auto& x : lines)
-        ckpt = ckpt || (JsonField(x, "event").value_or("") == "checkpoint" && JsonNumber(x, "id").value_or(0) == 100);
-      auto w2 = TrainSteps(lines, 2);
-      if (ckpt && !w2.empty() && w2.back().first >= 110) {
-        killed_after = w2.back().first;
-        std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml --rank 2'";
-        if (system(cmd.c_str()) != 0) killed_after = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return t;
+}
+
+// Waits (bounded) until checkpoint `ckpt` is committed and worker 2 has logged step `step`;
+// then `before` runs and worker 2 is SIGKILLed. Returns the step worker 2 had logged, or -1.
+int64_t KillWorker2After(const std::string& dir, int ckpt, int64_t step, const std::function<void()>& before) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream m(dir + "/out/metrics.jsonl");
+    std::vector<std::string> lines;
+    std::string l;
+    while (std::getline(m, l)) lines.push_back(l);
+    bool committed = false;
+    for (auto& x : lines)
+      committed =
+          committed || (JsonField(x, "event").value_or("") == "checkpoint" && JsonNumber(x, "id").value_or(0) == ckpt);
+    auto w2 = TrainSteps(lines, 2);
+    if (committed && !w2.empty() && w2.back().first >= step) {
+      if (before) before();
+      const std::string cmd = "pkill -KILL -f -- '--confi[g] " + dir + "/job.toml --rank 2'";
+      return system(cmd.c_str()) == 0 ? w2.back().first : -1;
     }
-  });
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// Worker 2 (the slowest, four times slower) SIGKILLed 10+ steps past the checkpoint at step
+// 100 and restarted alone, before anyone took it for dead (heartbeat timeout 5 s): it goes
+// on from the clock the servers know for it, not from the checkpoint's step, which set its
+// clock back and held the survivors until it had trained those steps again (until
+// timeout_ms when that took long).
+TEST(Membership, SspWorkerRestartedAloneGoesOnFromItsOwnClock) {
+  std::string dir = FreshDir("ssp_clock");
+  std::string t = SspJob(dir, 100, "[{}, {}, {slowdown = 3.0}]", 5000);
+  int64_t killed_after = -1;
+  std::thread killer([&] { killed_after = KillWorker2After(dir, 100, 110, nullptr); });
   JobRun r = RunJob(dir, t, 300);
   killer.join();
   ASSERT_GE(killed_after, 110) << r.stderr_text;
@@ -163,25 +176,50 @@ TEST(Membership, SspWorkerRestartedAloneTakesItsClockAndCountsAgain) {
   ASSERT_EQ(restarts.size(), 1u) << r.stderr_text;
   EXPECT_EQ(JsonField(restarts[0], "alone").value_or("?"), "worker 2") << restarts[0];
   EXPECT_EQ(JsonNumber(restarts[0], "from_checkpoint").value_or(-1), 100) << restarts[0];
-  // The restarted worker went on from its own clock (at least the step it had logged).
   int64_t resumed = -1;
   for (auto& l : Events(r, "resume"))
     if (JsonNumber(l, "rank").value_or(-1) == 2) resumed = int64_t(JsonNumber(l, "step").value_or(-1));
   EXPECT_GE(resumed, killed_after) << "resumed at the checkpoint's step, behind its own clock\n" << r.stderr_text;
-  // Back in the bound: no survivor took its last step (clock 250) before worker 2's clock
-  // was within the staleness (its train event at step 248; the event follows the push,
-  // hence the slack).
-  double w2_at_248 = -1;
+  EXPECT_EQ(r.stderr_text.find("steps behind for"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(ProcessesOf(dir), 0);
+}
+
+// Worker 2 (eight times slower; the others four) stopped until the survivors took it for
+// dead and left its clock out, then SIGKILLed and restarted alone: once back, its clock
+// holds them again, so no survivor takes its last step (clock 250) before worker 2's clock
+// is within the staleness: worker 2 logs step 247 before it pushes clock 248.
+TEST(Membership, SspWorkerSeenDeadCountsAgainOnceBack) {
+  std::string dir = FreshDir("ssp_back");
+  std::string t = SspJob(dir, 50, "[{slowdown = 3.0}, {slowdown = 3.0}, {slowdown = 7.0}]", 500);
+  const std::string stop = "pkill -STOP -f -- '--confi[g] " + dir + "/job.toml --rank 2'";
+  bool seen_dead = false;
+  int64_t killed_after = -1;
+  std::thread killer([&] {
+    killed_after = KillWorker2After(dir, 50, 60, [&] {
+      if (system(stop.c_str()) != 0) return;
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!(seen_dead =
+                   ReadFile(dir + "/out/logs/worker-0.log").find("worker 2 stopped answering") != std::string::npos) &&
+             std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    });
+  });
+  JobRun r = RunJob(dir, t, 300);
+  killer.join();
+  ASSERT_GE(killed_after, 60) << r.stderr_text;
+  ASSERT_TRUE(seen_dead) << r.stderr_text;
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  ASSERT_EQ(Events(r, "restart").size(), 1u) << r.stderr_text;
+  double w2_at_247 = -1;
   for (auto& [step, wall] : TrainSteps(r.metrics, 2))
-    if (step == 248) w2_at_248 = wall;
-  ASSERT_GT(w2_at_248, 0) << r.stderr_text;
+    if (step == 247) w2_at_247 = wall;
+  ASSERT_GT(w2_at_247, 0) << r.stderr_text;
   for (int rank : {0, 1}) {
     double last = -1;
     for (auto& [step, wall] : TrainSteps(r.metrics, rank))
       if (step == 250) last = wall;
-    EXPECT_GE(last + 0.5, w2_at_248) << "worker " << rank << " ran ahead of the rejoined worker 2\n" << r.stderr_text;
+    EXPECT_GE(last + 0.01, w2_at_247) << "worker " << rank << " ran ahead of the rejoined worker 2\n" << r.stderr_text;
   }
-  EXPECT_EQ(r.stderr_text.find("steps behind for"), std::string::npos) << r.stderr_text;
   EXPECT_EQ(ProcessesOf(dir), 0);
 }
 
