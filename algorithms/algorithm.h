@@ -171,6 +171,9 @@ class Algorithm {
   virtual void Finish(const std::vector<ParamView>& params) { (void)params; }
   // True when Finish replaced the weights (e.g. a final average): evaluate again.
   virtual bool ModelChangedAtFinish() const { return false; }
+  // False when another worker evaluates the job's final model for everyone (asynchronous
+  // PS jobs: every worker holds the same final weights, one evaluation is the job's).
+  virtual bool EvaluatesFinalModel() const { return true; }
   // True when Step, Init, Finish and checkpoints take on-device views (ParamView::on_device):
   // a CUDA worker then hands over its model's own device tensors, no host mirrors.
   virtual bool TakesDeviceParams() const { return false; }
@@ -208,6 +211,9 @@ class Algorithm {
   // Rank 0 of a collective job stops everyone at the target: all ranks must agree when to
   // stop, so algorithms that synchronize decide it together.
   virtual bool AgreeToStop(bool mine) { return mine; }
+  // True once another worker decided to stop (asynchronous algorithms, asked after every
+  // step): end the epoch now and Finish, without this epoch's evaluation.
+  virtual bool StopRequested() const { return false; }
   // True when the trainer should balance the workers' batches (algorithms/balance.h): the
   // algorithm weights each gradient by StepInfo::samples. May turn true after a step
   // (auto's hand-over), on every rank at the same step.

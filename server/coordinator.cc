@@ -31,7 +31,7 @@ Coordinator::Coordinator(const JobConfig& cfg, ReplyFn reply) : cfg_(cfg), reply
 
 namespace {
 const char* kGenerationNote = "coordinator/generation";
-const char* kLeftNote = "coordinator/left";  // "0,2": the workers that finished
+const char* kLeftNote = "coordinator/left";        // "0,2": the workers that finished
 const char* kTensorsNote = "coordinator/tensors";  // Coordinator::tensors_
 
 // "name\t[shape]" lines -> name -> "[shape]".
@@ -235,8 +235,8 @@ void Coordinator::OnCheckpoint(const InMessage& m) {
         // it resumes at `rec`, so everyone else must go back there with it.
         Persist(generation_ + 1);
         ++generation_;
-        last_restart_ = Name({int(h.getRole()), h.getRank()}) + " restarted from checkpoint " +
-                        std::to_string(rec.id) + " (step " + std::to_string(rec.step) + ")";
+        last_restart_ = Name({int(h.getRole()), h.getRank()}) + " restarted from checkpoint " + std::to_string(rec.id) +
+                        " (step " + std::to_string(rec.step) + ")";
         LOG(WARNING) << "coordinator: " << last_restart_ << "; recovery generation " << generation_;
         FailBarriers(last_restart_);
       }
@@ -280,8 +280,8 @@ void Coordinator::OnRegister(const InMessage& m) {
     const std::string why = kept ? ModelMismatch(TensorLines(*kept), job) : "";
     if (!why.empty()) {
       std::string what = "coordinator: " + Name({int(h.getRole()), h.getRank()}) +
-                         " registered another model than the checkpoints in " + checkpointer_->path() + " hold: " +
-                         why + "; resume with the model that wrote them, or start over with --fresh";
+                         " registered another model than the checkpoints in " + checkpointer_->path() +
+                         " hold: " + why + "; resume with the model that wrote them, or start over with --fresh";
       LOG(WARNING) << what;
       return ReplyError(m.identity, h.getRequestId(), what, /*input_error=*/true);
     }
@@ -346,7 +346,7 @@ void Coordinator::OnBarrier(const InMessage& m) {
     return;
   }
   for (auto& kv : members_) {
-    if (!kv.second.alive) {
+    if (!kv.second.alive && !h.getLiveOnly()) {
       ReplyError(m.identity, h.getRequestId(),
                  "coordinator: barrier '" + name + "' cannot complete: " + Name(kv.first) + " stopped answering");
       return;
@@ -361,7 +361,19 @@ void Coordinator::OnBarrier(const InMessage& m) {
   BarrierState& b = barriers_[name];
   b.waiting[h.getRank()] = m.identity;
   b.request_ids[h.getRank()] = h.getRequestId();
-  if (int(b.waiting.size()) < cfg_.world_size()) return;
+  b.live_only = h.getLiveOnly();
+  MaybeCompleteBarrier(name);
+}
+
+void Coordinator::MaybeCompleteBarrier(const std::string& name) {
+  BarrierState& b = barriers_.at(name);
+  for (int r = 0; r < cfg_.world_size(); ++r) {
+    if (b.waiting.count(r) || (b.live_only && left_.count(r))) continue;
+    // A live-only barrier leaves out the workers known dead or finished (a worker never
+    // seen may be starting, so it is waited for); one that answers again is waited for again.
+    auto it = members_.find({int(msg::Role::WORKER), r});
+    if (!b.live_only || it == members_.end() || it->second.alive) return;
+  }
   for (auto& kv : b.waiting) {
     OutMessage out;
     auto r = out.header();
@@ -385,12 +397,17 @@ void Coordinator::ReplyError(const PeerId& to, uint64_t request_id, const std::s
   reply_(to, out);
 }
 
-void Coordinator::FailBarriers(const std::string& why) {
-  for (auto& bkv : barriers_)
-    for (auto& kv : bkv.second.waiting)
-      ReplyError(kv.second, bkv.second.request_ids[kv.first],
-                 "coordinator: barrier '" + bkv.first + "' cannot complete: " + why);
-  barriers_.clear();
+void Coordinator::FailBarriers(const std::string& why, bool strict_only) {
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    if (strict_only && it->second.live_only) {
+      ++it;
+      continue;
+    }
+    for (auto& kv : it->second.waiting)
+      ReplyError(kv.second, it->second.request_ids[kv.first],
+                 "coordinator: barrier '" + it->first + "' cannot complete: " + why);
+    it = barriers_.erase(it);
+  }
 }
 
 void Coordinator::Tick(Clock::time_point now) {
@@ -402,8 +419,13 @@ void Coordinator::Tick(Clock::time_point now) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - kv.second.last_seen).count();
     LOG(ERROR) << "coordinator: " << Name(kv.first) << " stopped answering: no heartbeat for " << ms << " ms (timeout "
                << cfg_.heartbeat_timeout_ms << " ms)";
-    FailBarriers(Name(kv.first) + " stopped answering");
+    FailBarriers(Name(kv.first) + " stopped answering", /*strict_only=*/true);
   }
+  // A live-only barrier may have been waiting only for the worker that just died.
+  std::vector<std::string> live;
+  for (auto& [name, b] : barriers_)
+    if (b.live_only) live.push_back(name);
+  for (auto& name : live) MaybeCompleteBarrier(name);
 }
 
 }  // namespace shoal

@@ -35,7 +35,8 @@ class Coordinator {
 
   // Handles register / barrier / heartbeat / rendezvous; returns false for other kinds.
   bool Handle(const InMessage& m, Clock::time_point now);
-  // Reports members whose heartbeats stopped; call periodically.
+  // Reports members whose heartbeats stopped; call periodically. `now`: the last moment
+  // the caller had read every message queued for it (its silence, not theirs, is no death).
   void Tick(Clock::time_point now);
 
   // Where committed checkpoints are recorded (shard 0's checkpointer); nullptr = no
@@ -71,6 +72,7 @@ class Coordinator {
   struct BarrierState {
     std::map<int, PeerId> waiting;  // rank -> identity
     std::map<int, uint64_t> request_ids;
+    bool live_only = false;  // complete once every worker not known dead waits (Client::LiveBarrier)
   };
   using Key = std::pair<int, int>;  // (role, rank)
 
@@ -81,7 +83,11 @@ class Coordinator {
   void OnLeave(const InMessage& m);
   void ReplyClusterMap(const InMessage& m);
   void ReplyError(const PeerId& to, uint64_t request_id, const std::string& what, bool input_error = false);
-  void FailBarriers(const std::string& why);
+  // Fails every waiting barrier, or with `strict_only` those that a death fails (a live-only
+  // barrier outlives a death).
+  void FailBarriers(const std::string& why, bool strict_only = false);
+  // Answers `name`'s waiters once everyone it waits for is there.
+  void MaybeCompleteBarrier(const std::string& name);
   // Writes generation_ and left_ to the checkpointer (synced); throws shoal::Error.
   void Persist(uint32_t generation) const;
   static std::string Name(const Key& k);

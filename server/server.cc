@@ -215,8 +215,15 @@ msg::Header::Builder Server::ReplyHeader(OutMessage& out, msg::Kind kind, uint64
 
 void Server::Run(const std::atomic<bool>& stop) {
   auto last_tick = Coordinator::Clock::now();
+  // The last moment this loop had read everything queued. Members' silence is measured up
+  // to here, not up to now: after a long handling step (a RELOAD's load, a checkpoint
+  // write it waits for) their heartbeats sit unread in the socket, and the loop serves at
+  // most 64 messages before the next check, so counting up to now would declare live
+  // members dead (and refuse every barrier after).
+  auto caught_up = last_tick;
   while (!stop) {
     Transport::Ready ready = transport_->Wait(50);
+    if (!ready.message) caught_up = Coordinator::Clock::now();
     if (ready.event)
       for (auto& e : transport_->DrainEvents()) {
         // Ordinary disconnects are routine; failed handshakes are worth a warning.
@@ -236,7 +243,10 @@ void Server::Run(const std::atomic<bool>& stop) {
         // message and keep serving.
         LOG(ERROR) << who_ << ": dropped a message after a second failure while refusing it";
       }
-      if (!got) break;
+      if (!got) {
+        caught_up = Coordinator::Clock::now();
+        break;
+      }
     }
     FinishCheckpointWrite(/*wait=*/false);
     auto now = Coordinator::Clock::now();
@@ -253,7 +263,7 @@ void Server::Run(const std::atomic<bool>& stop) {
       break;
     }
     if (coordinator_ && now - last_tick > std::chrono::milliseconds(20)) {
-      coordinator_->Tick(now);
+      coordinator_->Tick(caught_up);
       last_tick = now;
     }
   }

@@ -1,10 +1,12 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <unistd.h>
@@ -306,7 +308,15 @@ class Trainer {
     // A member that stopped answering ends this worker at once with one line naming it (a
     // collective would otherwise wait out its own timeout).
     const int rank = rank_;
-    auto on_member_failure = [rank](const std::string& why) {
+    auto finished = finished_;
+    auto on_member_failure = [rank, finished](const std::string& why) {
+      // Past the algorithm's Finish this worker needs nobody: rank 0's coordinator may
+      // already be gone (it waits for the others only so long), and the final evaluation
+      // and end record must not die with it (a restart would run a finished job again).
+      if (finished->load()) {
+        fprintf(stderr, "shoal-worker %d: after this worker's training ended: %s (no matter now)\n", rank, why.c_str());
+        return;
+      }
       fprintf(stderr, "shoal-worker %d: the job cannot go on: %s\n", rank, why.c_str());
       fflush(stderr);
       fflush(stdout);
@@ -411,7 +421,10 @@ class Trainer {
         train_->Seek({epoch, first_batch});
       else
         train_->StartEpoch(epoch);
-      while (!stop && TrainStep(epoch)) stop = cfg_.max_steps > 0 && step_ >= cfg_.max_steps;
+      while (!stop && TrainStep(epoch))
+        stop = (cfg_.max_steps > 0 && step_ >= cfg_.max_steps) || algo_->StopRequested();
+      // Another worker reached the target: the job's final model is evaluated at Finish.
+      if (algo_->StopRequested()) break;
       SyncBuffers();
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
@@ -439,13 +452,16 @@ class Trainer {
   TrainResult Finish() {
     params_->PullWeightsAndGrads();
     algo_->Finish(params_->views());
+    finished_->store(true);
     params_->PushWeights();
     if (algo_->skipped_steps() > skipped_seen_) scaler_.Update(true);  // double_buffer's last step
     skipped_seen_ = algo_->skipped_steps();
     // A run resumed from the checkpoint at its very end trained no epoch here, and still
     // reports the model's accuracy.
-    if (algo_->ModelChangedAtFinish() || !evaluated_) {
-      SyncBuffers();
+    // Every rank: making the buffers the job's may be a collective.
+    if (algo_->ModelChangedAtFinish() || !evaluated_) SyncBuffers();
+    if (algo_->EvaluatesFinalModel() && (algo_->ModelChangedAtFinish() || !evaluated_)) {
+      SlowFinalEvaluationFailpoint();
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
       accuracy_ = ev.accuracy;
       metrics_.Write("eval", step_,
@@ -565,6 +581,15 @@ class Trainer {
     printf("worker %d: warning: %s\n", rank_, msg);
     fflush(stdout);
     metrics_.Write("warning", step_, JsonObject().Add("rank", rank_).Add("kind", "dead_network").Add("message", msg));
+  }
+
+  // Tests: SHOAL_FAILPOINT_SLOW_FINAL_EVAL="RANK:MS" holds that rank's final evaluation
+  // for MS milliseconds (a slower device's evaluation, while the others have left).
+  void SlowFinalEvaluationFailpoint() const {
+    const char* fp = getenv("SHOAL_FAILPOINT_SLOW_FINAL_EVAL");
+    int r = -1, ms = 0;
+    if (fp && sscanf(fp, "%d:%d", &r, &ms) == 2 && r == rank_ && ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(ms, 600000)));
   }
 
   // Whether this job may balance batches: [algorithm] balance, or an algorithm that may
@@ -740,6 +765,8 @@ class Trainer {
   AlgorithmEnv env_;
   std::unique_ptr<Algorithm> algo_;
   bool overlap_ = false;  // the algorithm takes gradients during the backward pass
+  // Set once the algorithm's Finish returned; read by the membership's thread.
+  std::shared_ptr<std::atomic<bool>> finished_ = std::make_shared<std::atomic<bool>>(false);
   LossScaler scaler_;
   int64_t skipped_seen_ = 0;      // algo_->skipped_steps() after the last step
   int64_t copied_at_window_ = 0;  // params_->copied_bytes() at the last train record

@@ -97,11 +97,12 @@ class ParameterServer : public Algorithm {
       // restarted alone: the others notice and roll back to `rec` in Recover).
       rec = client_->NewestCheckpoint();
       SHOAL_CHECK(rec.id > 0, "--resume: the coordinator has no complete checkpoint in " + env_.config->checkpoint_dir);
-      resumed_step_ = rec.step;
-      last_step_ = rec.step;
-      epoch_ = rec.step / env_.steps_per_epoch;
       // A worker restarted alone joins the generation the job is in now.
       client_->SetGeneration(client_->latest_generation());
+      resumed_step_ = rec.step;
+      if (mode_ == Mode::kSsp) resumed_step_ = std::max(resumed_step_, OwnClock());
+      last_step_ = resumed_step_;
+      epoch_ = resumed_step_ / env_.steps_per_epoch;
     } else if (env_.rank == 0) {
       // Rank 0 seeds the servers with the initial weights (every worker built the same).
       std::vector<TensorRef> refs;
@@ -163,7 +164,9 @@ class ParameterServer : public Algorithm {
       clock_ = 1e30f;
       client_->Wait(client_->Push({{ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr}}, msg::PushOp::APPLY));
     }
-    if (mode_ == Mode::kSync) {
+    if (mode_ != Mode::kSync) {
+      FinishAsync(params);
+    } else {
       try {
         client_->Barrier("finish");
       } catch (const Error& e) {
@@ -172,8 +175,6 @@ class ParameterServer : public Algorithm {
         Recover(params, AwaitRestart(e));
       }
       FinishSync(params);
-    } else if (checkpoints_ && env_.rank == 0 && last_step_ > 0) {
-      WriteCheckpoint();
     }
     client_->Leave();  // the servers go once every worker has
     left_ = true;
@@ -200,10 +201,28 @@ class ParameterServer : public Algorithm {
   }
   int64_t ResumedStep() const override { return resumed_step_; }
   int64_t skipped_steps() const override { return skipped_; }
-  bool ModelChangedAtFinish() const override { return mode_ == Mode::kSync; }
+  // Every mode ends holding the servers' final weights, which no worker evaluated yet.
+  // One worker evaluates them for the job: rank 0 in ps_sync (a death there ends or rolls
+  // back the job), the lowest live rank in the asynchronous modes (FinishAsync).
+  bool ModelChangedAtFinish() const override { return true; }
+  bool EvaluatesFinalModel() const override { return mode_ == Mode::kSync ? env_.rank == 0 : evaluates_final_; }
+
+  // Asynchronous workers: the first that reaches the target stops everyone. Its decision
+  // goes to the servers (__shoal/stop holds the step it was taken at), where every other
+  // worker sees it with its next pull and ends its epoch there (StopRequested).
+  bool StopRequested() const override { return mode_ != Mode::kSync && stop_seen_ > float(resumed_step_); }
 
   bool AgreeToStop(bool mine) override {
-    if (mode_ != Mode::kSync) return mine;  // asynchronous workers stop on their own
+    if (mode_ != Mode::kSync) {
+      if (mine && !StopRequested()) {
+        // Above the resumed step, so that a resumed job never takes a decision restored
+        // with the checkpoint for its own (the run before stopped there; this one goes on).
+        stop_flag_ = float(std::max(last_step_, resumed_step_ + 1));
+        client_->Wait(client_->Push({{kStopName, DType::kF32, {1}, &stop_flag_, 4, nullptr}}, msg::PushOp::ASSIGN));
+        stop_seen_ = stop_flag_;
+      }
+      return mine || StopRequested();
+    }
     try {
       return AgreeToStopOnce(mine);
     } catch (const Error& e) {
@@ -294,7 +313,11 @@ class ParameterServer : public Algorithm {
   void PullWeights(const std::vector<ParamView>& params) {
     params_ = &params;
     std::vector<PulledTensor> out;
-    client_->Wait(client_->Pull(names_, &out));
+    // Asynchronous workers read the stop decision with every pull (4 bytes more).
+    std::vector<std::string> names = names_;
+    if (mode_ != Mode::kSync) names.push_back(kStopName);
+    client_->Wait(client_->Pull(names, &out));
+    if (mode_ != Mode::kSync) stop_seen_ = out.back().ToFloats().at(0);
     versions_.clear();
     for (auto& t : out) versions_.push_back(t.version);
     for (size_t i = 0; i < params.size(); ++i) {
@@ -333,6 +356,26 @@ class ParameterServer : public Algorithm {
       memcpy(views[i].w, out[i].data(), out[i].size());
     }
     buffers_->FromHost();
+  }
+
+  // ps_async, ps_ssp: the job's model is final once every live worker pushed its last
+  // gradient, so they meet (a dead worker is not waited for), rank 0 writes the final
+  // checkpoint, and every worker pulls the final weights. One worker evaluates them for
+  // the job: the lowest live rank, whose end record the launcher's done line reads.
+  void FinishAsync(const std::vector<ParamView>& params) {
+    while (true) {
+      try {
+        client_->LiveBarrier("finished");
+        break;
+      } catch (const Error& e) {
+        Recover(params, AwaitRestart(e));  // a shard restarted meanwhile: re-pull, meet again
+      }
+    }
+    if (checkpoints_ && env_.rank == 0 && last_step_ > 0) WriteCheckpoint();
+    PullWeights(params);
+    evaluates_final_ = true;
+    for (auto& m : client_->Members())
+      if (m.role == msg::Role::WORKER && m.alive && m.rank < env_.rank) evaluates_final_ = false;
   }
 
   // ps_sync past the finish barrier: rank 0 writes the final checkpoint and every worker
@@ -397,14 +440,49 @@ class ParameterServer : public Algorithm {
               .Add("write_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   }
 
+  // ps_ssp resumed: the steps this worker's clock on the servers counts. A worker
+  // restarted alone while the others train goes on from there: its earlier pushes are in
+  // the servers' weights, and resuming at the checkpoint's step instead would set its clock
+  // back, holding every survivor until it trained those steps again. 0 when the clock is
+  // not a step of this job (a whole job resumed from its final checkpoint: 1e30).
+  int64_t OwnClock() {
+    std::vector<PulledTensor> out;
+    client_->Wait(client_->Pull({ClockName(env_.rank)}, &out));
+    const double c = out.at(0).ToFloats().at(0);
+    if (!(c > 0) || c > double(env_.total_steps)) return 0;
+    return int64_t(c);
+  }
+
+  // Who the coordinator says is dead now. A worker restarted alone answers again, and its
+  // clock holds the others back again.
+  void RefreshDead() {
+    std::set<int> dead;
+    for (auto& m : client_->Members())
+      if (m.role == msg::Role::WORKER && !m.alive && m.rank != env_.rank) dead.insert(m.rank);
+    for (int r : dead)
+      if (!dead_.count(r))
+        fprintf(stderr, "ps_ssp: worker %d stopped answering; its clock no longer holds the others back\n", r);
+    for (int r : dead_)
+      if (!dead.count(r)) fprintf(stderr, "ps_ssp: worker %d answers again; its clock counts again\n", r);
+    dead_ = std::move(dead);
+  }
+
   // SSP: wait until my clock is at most `staleness` ahead of the slowest live worker's. A
   // dead worker's clock never moves again, so while held back this asks the coordinator
   // (which tracks heartbeats) who is dead and leaves their clocks out: ps_ssp tolerates
-  // deaths as ps_async does (facts: kAnyButLast).
+  // deaths as ps_async does (facts: kAnyButLast). While some worker is left out, it asks
+  // after every step too, so one that comes back counts again. The wait is bounded by the
+  // slowest clock's progress: a worker catching up (restarted alone) is waited for as long
+  // as it moves.
   void WaitForSlowest(int64_t mine) {
     std::vector<std::string> clocks;
     for (int r = 0; r < env_.world; ++r) clocks.push_back(ClockName(r));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_timeout_ms_);
+    if (!dead_.empty() && std::chrono::steady_clock::now() >= next_members_) {
+      next_members_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(env_.config->heartbeat_ms);
+      RefreshDead();
+    }
+    double last_slowest = -1;
     while (true) {
       std::vector<PulledTensor> out;
       client_->Wait(client_->Pull(clocks, &out));
@@ -418,6 +496,12 @@ class ParameterServer : public Algorithm {
           slowest_rank = r;
         }
       }
+      // The slowest clock moved (or a worker that came back is now the slowest): wait on.
+      if (slowest != last_slowest) {
+        if (last_slowest >= 0)
+          deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_timeout_ms_);
+        last_slowest = slowest;
+      }
       double gap = double(mine) - slowest;
       if (gap <= double(staleness_)) {
         staleness_seen_ = std::max(0.0, gap);
@@ -429,10 +513,7 @@ class ParameterServer : public Algorithm {
         // Held back: perhaps by a dead worker. At most once a heartbeat period per job,
         // so waiting at the bound costs the coordinator little.
         next_members_ = now + std::chrono::milliseconds(env_.config->heartbeat_ms);
-        for (auto& m : client_->Members()) {
-          if (m.role != msg::Role::WORKER || m.alive || m.rank == env_.rank || !dead_.insert(m.rank).second) continue;
-          fprintf(stderr, "ps_ssp: worker %d stopped answering; its clock no longer holds the others back\n", m.rank);
-        }
+        RefreshDead();
         continue;  // the slowest of those left
       }
       if (now > deadline)
@@ -462,6 +543,8 @@ class ParameterServer : public Algorithm {
   std::chrono::steady_clock::time_point next_members_{};
   std::vector<float> zero_;
   float clock_ = 0, stop_flag_ = 0;
+  float stop_seen_ = 0;           // __shoal/stop at the last pull (asynchronous modes)
+  bool evaluates_final_ = false;  // FinishAsync: this worker evaluates the job's final model
   int64_t epoch_ = 0;
   uint64_t last_version_ = 0;
   double staleness_seen_ = 0, max_staleness_ = 0;

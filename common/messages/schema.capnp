@@ -129,4 +129,6 @@ struct Header {
   rejoin @16 :Bool;                # resumeQuery from a shard (or ps_sync worker) restarted alone while the job runs
   inputError @17 :Bool;            # error: the job itself is wrong (e.g. another model than the checkpoints'), so
                                    # the receiver throws InputError and exits 2: a restart would be refused the same way
+  liveOnly @18 :Bool;              # barrier: completes once every worker not known dead has arrived, and a death
+                                   # does not fail it (asynchronous jobs' finish: the survivors of a death go on)
 }

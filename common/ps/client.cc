@@ -89,8 +89,8 @@ InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, b
       if (resend) wait = std::min(wait, RemainingMs(resend_at));
       if (!control_->Recv(&r, wait)) {
         if (RemainingMs(deadline) == 0)
-          throw Error(what + ": the coordinator (" + cfg_.servers[0] + ") did not answer within " +
-                      std::to_string(opts_.timeout_ms) + " ms" + control_->RefusalHint());
+          throw ControlTimeout(what + ": the coordinator (" + cfg_.servers[0] + ") did not answer within " +
+                               std::to_string(opts_.timeout_ms) + " ms" + control_->RefusalHint());
         control_->TrySend(m);
         resend_at = Clock::now() + period;
         continue;
@@ -280,8 +280,9 @@ void Client::Dispatch(int shard, InMessage& m) {
       break;
     }
     default:
-      req.error += (req.error.empty() ? "" : "; ") +
-                   UnexpectedAnswer("shard " + std::to_string(shard), cluster_.servers[size_t(shard)], req.asked, h.getKind());
+      req.error +=
+          (req.error.empty() ? "" : "; ") +
+          UnexpectedAnswer("shard " + std::to_string(shard), cluster_.servers[size_t(shard)], req.asked, h.getKind());
   }
 }
 
@@ -353,6 +354,26 @@ void Client::Barrier(const std::string& name) {
   Control(m, id, "barrier '" + name + "'");
 }
 
+void Client::LiveBarrier(const std::string& name) {
+  OutMessage m;
+  uint64_t id = next_id_++;
+  auto h = m.header();
+  Header(h, msg::Kind::BARRIER, id);
+  h.setBarrierName(name);
+  h.setLiveOnly(true);
+  while (true) {
+    try {
+      Control(m, id, "barrier '" + name + "'");
+      return;
+    } catch (const ControlTimeout&) {
+      // Still waiting for a live worker's last steps: go on while the coordinator answers
+      // (Members throws when it does not). Asking again is harmless: the coordinator keeps
+      // one place per rank, and the answer carries this id.
+      Members();
+    }
+  }
+}
+
 }  // namespace shoal
 
 namespace shoal {
@@ -402,8 +423,8 @@ CheckpointRecord Client::NewestCheckpoint() {
   // A rejoining process's query starts a generation: never sent twice.
   InMessage r = Control(m, id, "resume query", /*resend=*/!rejoin);
   SHOAL_CHECK(r.header().getKind() == msg::Kind::CHECKPOINT_ACK,
-              "resume query: " + UnexpectedAnswer("the coordinator", cfg_.servers[0], msg::Kind::RESUME_QUERY,
-                                                    r.header().getKind()));
+              "resume query: " +
+                  UnexpectedAnswer("the coordinator", cfg_.servers[0], msg::Kind::RESUME_QUERY, r.header().getKind()));
   CheckpointRecord rec = FromWire(r.header().getCheckpoint());
   committed_ = std::max(committed_, rec.id);
   latest_generation_ = r.header().getGeneration();

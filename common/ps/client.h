@@ -90,6 +90,13 @@ class ShardRestarted : public Error {
   CheckpointRecord from;
 };
 
+// A control request the coordinator did not answer within timeout_ms (as opposed to one
+// it refused): the caller may ask again when waiting longer is what it wants.
+class ControlTimeout : public Error {
+ public:
+  using Error::Error;
+};
+
 class Client {
  public:
   Client(const JobConfig& cfg, const ClientOptions& opts);
@@ -116,6 +123,12 @@ class Client {
   void Leave();
   // Returns once every worker of the job has reached the barrier of that name.
   void Barrier(const std::string& name);
+  // Returns once every worker the coordinator does not know to be dead has reached the
+  // barrier of that name; a death while waiting does not fail it. It waits as long as the
+  // coordinator answers and the others live (an asynchronous job's slower workers may
+  // need far longer than timeout_ms for their last epoch): it throws when the coordinator
+  // stops answering, or refuses the barrier (a new recovery generation).
+  void LiveBarrier(const std::string& name);
   // The members as the coordinator sees them now: a worker whose heartbeats stopped for
   // [cluster] heartbeat_timeout_ms has alive = false. Also updates cluster().members.
   const std::vector<ClusterInfo::Member>& Members();
@@ -176,7 +189,7 @@ class Client {
   uint64_t next_id_ = 1;
   uint64_t committed_ = 0;  // the newest checkpoint known complete
   uint32_t generation_ = 0, latest_generation_ = 0;
-  bool rejoined_ = false;  // the rejoining resume query was sent
+  bool rejoined_ = false;     // the rejoining resume query was sent
   std::string last_restart_;  // the coordinator's words for the newest restart
 };
 

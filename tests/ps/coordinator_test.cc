@@ -4,11 +4,13 @@
 #include <csignal>
 #include <gtest/gtest.h>
 #include <thread>
+#include <unistd.h>
 
 #include "common/config.h"
 #include "common/error.h"
 #include "tests/ps/ps_test_util.h"
 #include "common/ps/client.h"
+#include "common/transport/heartbeat.h"
 
 namespace shoal {
 namespace {
@@ -305,6 +307,60 @@ TEST(Coordinator, CoordinatorShardRestartedAloneGoesOnFromItsGenerationOnDisk) {
   w.Wait(w.Pull({"a", "b"}, &out));
   for (auto& t : out) EXPECT_EQ(t.ToFloats(), std::vector<float>(4, 1.f)) << t.name << " is not the checkpoint's";
   w.Barrier("y");  // the new generation's barriers complete
+}
+
+// Shard 0 handles a RELOAD on its serving thread; here the reload waits for a checkpoint
+// write held by its failpoint (2.5 s, standing for a long load). Meanwhile 100 workers'
+// heartbeats queue up unread. After it, the coordinator serves a bounded number of
+// messages before its next membership check: time it spent not reading must not count as
+// the members' silence, so no live member is declared dead (every barrier would be refused).
+TEST(Coordinator, ALongHandlingStepIsNoMembersSilence) {
+  const int workers = 100;
+  std::string job = JobWithCheckpoints("coord-stall", 1, workers);
+  const std::string gate = testing::TempPath("coord-stall-gate");
+  testing::WriteFile(gate, "open");
+  setenv("SHOAL_FAILPOINT_CHECKPOINT_WRITE_GATE", gate.c_str(), 1);
+  ServerProcess s0(job, 0);
+  unsetenv("SHOAL_FAILPOINT_CHECKPOINT_WRITE_GATE");
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.timeout_ms = 30000;
+  Client w(cfg, o);
+  w.Register({{"a", DType::kF32, {4}}, {"b", DType::kF32, {4}}});
+  AssignAB(w, 1.f);
+  const CheckpointRecord rec = CheckpointAt(w, 1, 1);
+  // Every other worker heartbeats (every 100 ms; dead after 1 s of silence).
+  TransportContext ctx("test-members");
+  std::vector<std::unique_ptr<HeartbeatSender>> members;
+  for (int r = 1; r < workers; ++r)
+    members.push_back(
+        std::make_unique<HeartbeatSender>(ctx, "tcp://" + cfg.servers[0], CurveKeys{}, msg::Role::WORKER, r, 100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(s0.log().find("stopped answering"), std::string::npos) << s0.log();
+
+  // Checkpoint 2's write is held until the gate opens; the RELOAD waits for it on shard
+  // 0's serving thread.
+  ASSERT_EQ(unlink(gate.c_str()), 0);
+  std::thread writer([&] {
+    ClientOptions wo;
+    wo.rank = 1;
+    wo.timeout_ms = 30000;
+    Client c(cfg, wo);
+    c.Register();
+    CheckpointAt(c, 2, 1);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    testing::WriteFile(gate, "open");
+  });
+  w.Reload(rec);
+  opener.join();
+  writer.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // many membership checks
+  EXPECT_EQ(s0.log().find("stopped answering"), std::string::npos) << s0.log();
+  members.clear();
 }
 
 }  // namespace

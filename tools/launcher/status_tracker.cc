@@ -205,7 +205,11 @@ void StatusTracker::OnEval(int rank, const std::string& line) {
   At(rank).bytes_sent = JsonNumber(line, "bytes_sent").value_or(At(rank).bytes_sent);
   // The final model's evaluation is the done line's business, not a progress line.
   if (JsonField(line, "final").value_or("") == "true") {
-    if (!std::isnan(acc) && (rank == 0 || std::isnan(acc_))) acc_ = acc;
+    if (std::isnan(acc) || (final_rank_ >= 0 && rank != 0)) return;
+    final_pending_ = true;
+    final_rank_ = rank;
+    final_acc_ = acc;
+    final_step_ = int64_t(JsonNumber(line, "step").value_or(0));
     return;
   }
   const int64_t step = int64_t(JsonNumber(line, "step").value_or(0));
@@ -242,7 +246,7 @@ std::vector<StragglerChange> StatusTracker::TakeStragglerChanges() {
 }
 
 std::optional<std::string> StatusTracker::TakeEvalLine(double now_s, bool force) {
-  if (pending_evals_.empty()) return std::nullopt;
+  if (pending_evals_.empty()) return TakeFinalLine(now_s, force);
   if (pending_since_ < 0) pending_since_ = now_s;
   auto first = pending_evals_.begin();
   int expected = 0, have = 0;
@@ -280,6 +284,19 @@ std::optional<std::string> StatusTracker::TakeEvalLine(double now_s, bool force)
   pending_eval_epoch_.erase(step);
   pending_since_ = pending_evals_.empty() ? 0 : -1;
   return line;
+}
+
+std::optional<std::string> StatusTracker::TakeFinalLine(double now_s, bool force) {
+  if (!final_pending_) return std::nullopt;
+  // Rank 0's figure is the done line's: wait for its end (or the job's) unless it is here.
+  if (!force && final_rank_ != 0)
+    for (auto& [r, w] : workers_)
+      if (!w.gone && !w.ended) return std::nullopt;
+  final_pending_ = false;
+  acc_ = final_acc_;
+  AddPoint(&acc_curve_, now_s, acc_);
+  return "final model step " + std::to_string(std::max<int64_t>(final_step_, int64_t(step_))) + " test_acc " +
+         Fmt("%.4f", acc_) + " [" + Fmt("%.0f", now_s) + " s]";
 }
 
 int64_t StatusTracker::SettledStep() const {

@@ -114,6 +114,14 @@ class StatusTracker {
   std::map<int64_t, std::map<int, double>> pending_evals_;  // step -> rank -> accuracy
   std::map<int64_t, double> pending_eval_wall_, pending_eval_epoch_;
   double pending_since_ = 0;
+  std::optional<std::string> TakeFinalLine(double now_s, bool force);
+  // The final model's evaluation (a `final` eval event; rank 0's, else the first), shown
+  // as the last progress line once every epoch's line is out and the workers ended: the
+  // done line's accuracy is the figure the last progress line shows.
+  bool final_pending_ = false;
+  int final_rank_ = -1;
+  int64_t final_step_ = 0;
+  double final_acc_ = NAN;
   std::vector<std::string> eval_lines_;
   int64_t last_eval_step_printed_ = -1;
   std::vector<StragglerChange> changes_, straggler_log_;
