@@ -13,6 +13,7 @@
 #include "algorithms/balance.h"
 #include "algorithms/env.h"
 #include "algorithms/worker_checkpoints.h"
+#include "common/checkpoint/checkpoint_store.h"
 #include "common/error.h"
 #include "common/metrics.h"
 #include "worker/data/data_loader.h"
@@ -262,6 +263,13 @@ class Trainer {
     const CheckpointStart start = CheckpointStartFrom(opts_.resume, opts_.fresh);
     if (opts_.resume && cfg_.checkpoint_dir.empty())
       throw Error(cfg_.path + ": --resume: [job] checkpoint_dir is not set, so there is no checkpoint to resume from");
+    // An earlier run's checkpoints, refused before this worker joins anyone (the store opens
+    // only after the algorithm has met its peers): InputError, exit 2, never restarted.
+    if (start == CheckpointStart::kNew && !FactsOf(cfg_.algorithm).needs_servers && !cfg_.checkpoint_dir.empty()) {
+      const std::string path = cfg_.checkpoint_dir + "/worker-" + std::to_string(rank_);
+      std::optional<HeldCheckpoints> held = CheckpointStore::Peek(path);
+      if (held && !held->empty()) throw InputError(EarlierRunError("worker " + std::to_string(rank_), path, *held));
+    }
     metrics_.Open(cfg_.output_dir + "/metrics.jsonl");
     // A member that stopped answering ends this worker at once with one line naming it (a
     // collective would otherwise wait out its own timeout).
@@ -629,7 +637,7 @@ class Trainer {
   std::unique_ptr<Algorithm> algo_;
   bool overlap_ = false;  // the algorithm takes gradients during the backward pass
   LossScaler scaler_;
-  int64_t skipped_seen_ = 0;  // algo_->skipped_steps() after the last step
+  int64_t skipped_seen_ = 0;      // algo_->skipped_steps() after the last step
   int64_t copied_at_window_ = 0;  // params_->copied_bytes() at the last train record
   std::unique_ptr<WorkerCheckpoints> checkpoints_;
   std::unique_ptr<Balancer> balancer_;  // while the algorithm balances batches

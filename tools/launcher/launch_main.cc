@@ -17,6 +17,7 @@
 #include <cstring>
 #include <exception>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -28,6 +29,7 @@
 #include "algorithms/facts.h"
 #include "algorithms/optimizers/optimizer.h"
 #include "algorithms/job_keys.h"
+#include "common/checkpoint/checkpoint_store.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/json_fields.h"
@@ -155,7 +157,78 @@ class Launch {
               cfg_.algorithm.c_str());
       return 2;
     }
+    if (int rc = CheckDataPaths()) return rc;
+    return CheckEarlierRun();
+  }
+
+  // The data files, before the checkpoints: a job that cannot read its data fails the same
+  // way whatever its checkpoints hold, and a missing file is what the user must fix first.
+  // Every process of `shoal run` runs on this machine, so the launcher sees what they would.
+  int CheckDataPaths() {
+    if (cfg_.data_format == "synthetic") return 0;
+    for (auto [key, path] : {std::pair<const char*, std::string>{"train", cfg_.train_path}, {"test", cfg_.test_path}}) {
+      if (path.empty() || PathOrPrefixExists(path)) continue;
+      fprintf(stderr, "shoal: %s: [data] %s = \"%s\": no such file or directory, nor files whose names start with it\n",
+              job_path_.c_str(), key, path.c_str());
+      return 2;
+    }
     return 0;
+  }
+  // `path` itself, or (the formats take a prefix: "t10k" for t10k-images-idx3-ubyte) a
+  // file in its folder whose name starts with its last part.
+  static bool PathOrPrefixExists(const std::string& path) {
+    if (access(path.c_str(), F_OK) == 0) return true;
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().filename().string().rfind(base, 0) == 0) return true;
+    return false;
+  }
+
+  // The checkpoint stores this job's processes open: "shard K" or "worker R", and its folder.
+  std::vector<std::pair<std::string, std::string>> CheckpointStores() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (cfg_.checkpoint_dir.empty()) return out;
+    if (facts_.needs_servers)
+      for (size_t k = 0; k < cfg_.servers.size(); ++k)
+        out.emplace_back("shard " + std::to_string(k), cfg_.checkpoint_dir + "/shard-" + std::to_string(k));
+    else
+      for (int r = 0; r < cfg_.world_size(); ++r)
+        out.emplace_back("worker " + std::to_string(r), cfg_.checkpoint_dir + "/worker-" + std::to_string(r));
+    return out;
+  }
+
+  // A new run (neither --resume nor --fresh) over an earlier run's checkpoints is refused
+  // here, once, before any process starts: each process would refuse alone (exit 2, its log
+  // lines among the launcher's), and a restart must never get past the refusal with --fresh,
+  // which deletes what the refusal protects.
+  int CheckEarlierRun() {
+    if (FLAGS_resume || FLAGS_fresh) return 0;
+    std::string held;
+    CheckpointRecord newest;
+    try {
+      for (auto& [who, path] : CheckpointStores()) {
+        std::optional<HeldCheckpoints> h = CheckpointStore::Peek(path);
+        if (!h || h->empty()) continue;
+        std::vector<uint64_t> ids;
+        for (auto& rec : h->written) ids.push_back(rec.id);
+        held += (held.empty() ? "" : "; ") + who + ": " + IdList(ids);
+        if (h->committed.id > newest.id) newest = h->committed;
+      }
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s: [job] checkpoint_dir: %s\n", job_path_.c_str(), e.what());
+      return 2;
+    }
+    if (held.empty()) return 0;
+    const std::string complete = DescribeCommitted(newest);
+    fprintf(stderr,
+            "shoal: %s: [job] checkpoint_dir %s holds checkpoints of an earlier run (%s%s): continue that run with "
+            "--resume, or start over with --fresh (deletes them); nothing was started\n",
+            job_path_.c_str(), cfg_.checkpoint_dir.c_str(), held.c_str(),
+            complete.empty() ? "" : ("; " + complete).c_str());
+    return 2;
   }
 
   // The output and log directories, metrics.jsonl, and the environment every child inherits.
@@ -304,9 +377,9 @@ class Launch {
     const bool resume = last_checkpoint_ > 0 || FLAGS_resume;
     // A checkpoint every worker had written as the failure came may not be announced yet:
     // the workers agree on the newest one they all hold, never an older one than this.
-    std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
-                                                  std::to_string(last_checkpoint_step_) +
-                                                  ") or a newer one every process holds"
+    std::string from = last_checkpoint_ > 0
+                           ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
+                                 std::to_string(last_checkpoint_step_) + ") or a newer one every process holds"
                        : resume ? "the checkpoint it resumed from"
                                 : "the start (no complete checkpoint yet)";
     fprintf(stderr, "shoal: restart %d of %lld after %s: every process starts again from %s\n", restarts_,
@@ -397,7 +470,7 @@ class Launch {
     std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
                                                   std::to_string(last_checkpoint_step_) + ")"
                                             : "the checkpoint the run resumed from";
-    std::string what = server ? "shard " + name.substr(7) + " restarted alone; workers re-pull from " + from
+    std::string what = server     ? "shard " + name.substr(7) + " restarted alone; workers re-pull from " + from
                        : SyncPs() ? name + " restarted alone from " + from + "; the others roll back to it"
                                   : name + " restarted alone from " + from + "; the others go on";
     fprintf(stderr, "shoal: restart %d of %lld after %s: %s\n", restarts_, (long long)cfg_.max_restarts, why.c_str(),
