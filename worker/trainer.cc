@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <unistd.h>
@@ -561,6 +562,15 @@ class Trainer {
     uint64_t bytes = 0;
     for (auto& [k, v] : st.entries) bytes += v.size();
     checkpoints_->Save(std::move(st));
+    // Failpoint for tests: rank 0 dies once (the file named here marks it done) after every
+    // worker wrote this checkpoint and before its log line: a launcher reading only the log
+    // takes that moment for "no checkpoint yet".
+    if (const char* once = getenv("SHOAL_FAILPOINT_DIE_BEFORE_CHECKPOINT_LOG"); once && rank_ == 0) {
+      if (FILE* f = fopen(once, "wx")) {
+        fclose(f);
+        _exit(1);
+      }
+    }
     if (rank_ == 0)
       metrics_.Write(
           "checkpoint", step_,

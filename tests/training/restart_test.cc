@@ -1,13 +1,19 @@
 // What `shoal run` refuses before starting anything, and how it restarts: real launcher,
 // servers and workers on loopback, bounded waits. An earlier run's checkpoints are refused
 // once, by the launcher, and never restarted over (a restart with --fresh deleted them); a
-// missing data file is named before the checkpoints.
+// missing data file is named before the checkpoints; deaths in one reap count against
+// max_restarts together; a restart asks the checkpoint stores, not the log, whether a
+// complete checkpoint exists.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
@@ -101,6 +107,87 @@ TEST(Restart, AnEarlierRunsCheckpointsAreRefusedOnceBeforeAnythingStarts) {
     EXPECT_EQ(nodata.stderr_text.find("checkpoint"), std::string::npos) << nodata.stderr_text;
     EXPECT_EQ(ProcessesOf(d), 0);
   }
+}
+
+// The launcher's process id for the job in `dir` (0 when none).
+pid_t LauncherOf(const std::string& dir) {
+  FILE* p = popen(("pgrep -f -- 'shoal-launc[h] .*" + dir + "/job.toml'").c_str(), "r");
+  if (!p) return 0;
+  int pid = 0;
+  if (fscanf(p, "%d", &pid) != 1) pid = 0;
+  pclose(p);
+  return pid_t(pid);
+}
+
+// Process `pid`'s state letter (R, S, T stopped, Z ended and not yet reaped); 0 when gone.
+char State(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return 0;
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
+}
+bool Ended(const std::string& pid) { return State(pid) == 0 || State(pid) == 'Z'; }
+
+// Both workers of an asynchronous PS job die in one reap (the launcher is held stopped
+// while they die) with one restart left: the launcher restarted each alone ("restart 2 of
+// 1"); now the two deaths are one failure and the job restarts once, as a whole.
+TEST(Restart, DeathsInOneReapCountAgainstMaxRestartsTogether) {
+  const std::string d = FreshDir("one_reap");
+  bool killed = false;
+  std::thread killer([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (CountEvents(d, "checkpoint") < 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // The launcher reads metrics.jsonl every 100 ms: it knows of the checkpoint (so each
+    // worker could be restarted alone) before it is held.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    pid_t launcher = 0;
+    while (!(launcher = LauncherOf(d)) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::string w0 = PidsOf(d, "--rank 0"), w1 = PidsOf(d, "--rank 1");
+    if (!launcher || w0.empty() || w1.empty()) return;
+    w0 = w0.substr(0, w0.find('\n'));
+    w1 = w1.substr(0, w1.find('\n'));
+    kill(launcher, SIGSTOP);
+    while (State(std::to_string(launcher)) != 'T' && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    kill(pid_t(std::stoi(w0)), SIGKILL);
+    kill(pid_t(std::stoi(w1)), SIGKILL);
+    while (!(Ended(w0) && Ended(w1)) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kill(launcher, SIGCONT);
+    killed = true;
+  });
+  JobRun run = RunJob(d, Job("one_reap", d, "ps_async", 4, 1), 300);
+  killer.join();
+  ASSERT_TRUE(killed) << run.stderr_text;
+  EXPECT_EQ(run.stderr_text.find("restart 2 of 1"), std::string::npos) << run.stderr_text;
+  auto restarts = Events(run, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << run.stderr_text;
+  EXPECT_FALSE(JsonField(restarts[0], "alone")) << restarts[0] << run.stderr_text;
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
+// Rank 0 dies after every worker wrote checkpoint 20 but before it logged it: the launcher,
+// reading only the log, restarted with --fresh and deleted that complete checkpoint. It asks
+// the stores now, and the job resumes from it.
+TEST(Restart, ACompleteCheckpointNobodyLoggedIsResumedNotDeleted) {
+  const std::string d = FreshDir("unlogged");
+  setenv("SHOAL_FAILPOINT_DIE_BEFORE_CHECKPOINT_LOG", (d + "/died").c_str(), 1);
+  JobRun run = RunJob(d, Job("unlogged", d, "allreduce", 2, 1), 300);
+  unsetenv("SHOAL_FAILPOINT_DIE_BEFORE_CHECKPOINT_LOG");
+  ASSERT_TRUE(std::filesystem::exists(d + "/died")) << run.stderr_text;
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("restart 1 of 1 after worker 0 exit code 1: every process starts again from "
+                                 "checkpoint 20 (step 20)"),
+            std::string::npos)
+      << run.stderr_text;
+  auto resumes = Events(run, "resume");
+  ASSERT_EQ(resumes.size(), 2u) << run.stderr_text;
+  for (auto& e : resumes) EXPECT_EQ(JsonNumber(e, "step").value_or(-1), 20) << e;
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
 }
 
 }  // namespace

@@ -231,6 +231,34 @@ class Launch {
     return 2;
   }
 
+  // The newest checkpoint every process holds whole, asked of the stores themselves (every
+  // process stopped): one whose commit no process logged yet (killed between writing it and
+  // the log line) counts too. Shard 0's coordinator commits a PS job's; a job without servers
+  // has a complete checkpoint wherever every worker wrote one. id 0 when there is none;
+  // nullopt when a store cannot be read (then nothing may be deleted either).
+  std::optional<CheckpointRecord> CompleteCheckpointInStores() const {
+    try {
+      auto stores = CheckpointStores();
+      if (stores.empty()) return CheckpointRecord{};
+      if (facts_.needs_servers) {
+        std::optional<HeldCheckpoints> h = CheckpointStore::Peek(stores[0].second);
+        return h ? h->committed : CheckpointRecord{};
+      }
+      std::map<uint64_t, std::pair<int, CheckpointRecord>> seen;  // id -> stores holding it, its record
+      for (auto& [who, path] : stores) {
+        std::optional<HeldCheckpoints> h = CheckpointStore::Peek(path);
+        if (!h) return CheckpointRecord{};
+        for (auto& rec : h->written) seen[rec.id] = {seen[rec.id].first + 1, rec};
+      }
+      for (auto it = seen.rbegin(); it != seen.rend(); ++it)
+        if (it->second.first == int(stores.size())) return it->second.second;
+      return CheckpointRecord{};
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+      return std::nullopt;
+    }
+  }
+
   // The output and log directories, metrics.jsonl, and the environment every child inherits.
   int PrepareOutput() {
     metrics_path_ = cfg_.output_dir + "/metrics.jsonl";
@@ -282,9 +310,10 @@ class Launch {
       if (FLAGS_resume) mode_args.push_back("--resume");
       if (FLAGS_fresh) mode_args.push_back("--fresh");
     } else {
-      // A checkpoint committed in this run or the one resumed from is the place to go on
-      // from; without one, what the failed attempt left is incomplete and goes.
-      mode_args.push_back(last_checkpoint_ > 0 || FLAGS_resume ? "--resume" : "--fresh");
+      // A complete checkpoint (Restart asked the stores) or the one resumed from is the place
+      // to go on from; without one, what the failed attempt left is incomplete and this
+      // launch's own (CheckEarlierRun let no earlier run's checkpoints through), so it goes.
+      mode_args.push_back(restart_resumes_ ? "--resume" : "--fresh");
     }
     const bool append_logs = restarts_ > 0;
     std::vector<std::string> worker_args;
@@ -374,13 +403,22 @@ class Launch {
     end_lines_.clear();
     tracker_->Restarted();
     Publish("restarting", true);
-    const bool resume = last_checkpoint_ > 0 || FLAGS_resume;
+    // The stores, not the log: every rank may have written a checkpoint that rank 0 was
+    // killed before logging, and --fresh would delete that complete checkpoint.
+    std::optional<CheckpointRecord> stored = CompleteCheckpointInStores();
+    if (stored && stored->id > last_checkpoint_) {
+      last_checkpoint_ = stored->id;
+      last_checkpoint_step_ = stored->step;
+    }
+    const bool resume = last_checkpoint_ > 0 || FLAGS_resume || !stored;
+    restart_resumes_ = resume;
     // A checkpoint every worker had written as the failure came may not be announced yet:
     // the workers agree on the newest one they all hold, never an older one than this.
     std::string from = last_checkpoint_ > 0
                            ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
                                  std::to_string(last_checkpoint_step_) + ") or a newer one every process holds"
-                       : resume ? "the checkpoint it resumed from"
+                       : FLAGS_resume ? "the checkpoint it resumed from"
+                       : resume ? "the newest complete checkpoint (the stores could not be read, so none is deleted)"
                                 : "the start (no complete checkpoint yet)";
     fprintf(stderr, "shoal: restart %d of %lld after %s: every process starts again from %s\n", restarts_,
             (long long)cfg_.max_restarts, last_failure_.c_str(), from.c_str());
@@ -558,21 +596,26 @@ class Launch {
       else
         failed.push_back(c);
     }
-    // Those that can be started alone again are, before anything else is decided.
-    std::vector<std::pair<std::string, std::string>> alone;  // name, why (Child* die with Start)
-    for (auto it = failed.begin(); it != failed.end();) {
-      if (CanRestartAlone(**it)) {
-        fprintf(stderr, "\nshoal: %s stopped: %s; last lines of %s:\n%s", (*it)->name.c_str(),
-                DescribeExit(**it).c_str(), (*it)->log_path.c_str(), TailLines((*it)->log_path, 8).c_str());
-        metrics_.Write("process_failed", int64_t(tracker_->step()),
-                       JsonObject().Add("process", (*it)->name).Add("why", DescribeExit(**it)));
-        alone.emplace_back((*it)->name, (*it)->name + " " + DescribeExit(**it));
-        it = failed.erase(it);
-      } else {
-        ++it;
-      }
+    // Those that can be started alone again are, before anything else is decided. Deaths in
+    // one reap go alone only together: each restart counts against max_restarts, and a shard
+    // or a ps_sync worker rejoins as a new recovery generation that expects every other
+    // process to be running. So several go alone only when the budget holds them all and
+    // none of them rejoins; otherwise they are failures like the rest (the whole job
+    // restarts, one restart, from its checkpoint; or an asynchronous job goes on).
+    bool all_alone = !failed.empty(), rejoins = false;
+    for (Child* c : failed) {
+      all_alone = all_alone && CanRestartAlone(*c);
+      rejoins = rejoins || c->name.rfind("server ", 0) == 0 || SyncPs();
     }
-    if (!alone.empty() && failed.empty()) {
+    if (all_alone && (failed.size() == 1 || (!rejoins && restarts_ + int(failed.size()) <= cfg_.max_restarts))) {
+      std::vector<std::pair<std::string, std::string>> alone;  // name, why (Child* die with Start)
+      for (Child* c : failed) {
+        fprintf(stderr, "\nshoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
+                c->log_path.c_str(), TailLines(c->log_path, 8).c_str());
+        metrics_.Write("process_failed", int64_t(tracker_->step()),
+                       JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
+        alone.emplace_back(c->name, c->name + " " + DescribeExit(*c));
+      }
       for (auto& [name, why] : alone) RestartAlone(name, why);
       return 0;
     }
@@ -649,6 +692,7 @@ class Launch {
   std::string last_failure_;  // "worker 1 killed by SIGKILL"
   bool resume_reported_ = false;
   bool last_failure_is_input_ = false;
+  bool restart_resumes_ = false;  // the next restart passes --resume (else --fresh)
   // How each process was started (argv, log), to start one again alone.
   std::map<std::string, std::pair<std::vector<std::string>, std::string>> started_;
 };
