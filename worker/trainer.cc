@@ -669,12 +669,15 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   std::unique_ptr<Trainer> t;
   // Everything before the first message to another process depends only on the job, the
   // files and the machine: an error there is the input's (InputError), not a failure a
-  // restart could get past.
+  // restart could get past, unless it says it is the machine's (TransientError: a read
+  // error, a CUDA failure other than a missing device).
   try {
     t = std::make_unique<Trainer>(cfg, opts);
     t->LoadData();
     t->BuildModel();
   } catch (const InputError&) {
+    throw;
+  } catch (const TransientError&) {
     throw;
   } catch (const Error& e) {
     throw InputError(e.what());

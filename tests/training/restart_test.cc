@@ -3,7 +3,7 @@
 // once, by the launcher, and never restarted over (a restart with --fresh deleted them); a
 // missing data file is named before the checkpoints; deaths in one reap count against
 // max_restarts together; a restart asks the checkpoint stores, not the log, whether a
-// complete checkpoint exists.
+// complete checkpoint exists. The processes' own labels: exit 2 only for the job's input.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -188,6 +188,34 @@ TEST(Restart, ACompleteCheckpointNobodyLoggedIsResumedNotDeleted) {
   ASSERT_EQ(resumes.size(), 2u) << run.stderr_text;
   for (auto& e : resumes) EXPECT_EQ(JsonNumber(e, "step").value_or(-1), 20) << e;
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+}
+
+// shoal-server exits 2 ("bad input", never restarted) only for the job's input: a shard that
+// cannot reach shard 0 to ask for the complete checkpoint (here: nobody listens there) fails
+// with exit 1, which a launcher may restart.
+TEST(Restart, AShardThatCannotReachShardZeroIsNotBadInput) {
+  const std::string d = FreshDir("no_shard0");
+  std::ofstream(d + "/job.toml") << Job("no_shard0", d, "ps_async", 1, 0);
+  const std::string out = d + "/server.txt";
+  const int rc = Exec(BinDir() + "/server/shoal-server --config " + d + "/job.toml --shard 1 --resume", out, 120);
+  EXPECT_EQ(rc, 1) << ReadAll(out);
+  EXPECT_NE(ReadAll(out).find("shoal-server: shard 1 could not start:"), std::string::npos) << ReadAll(out);
+}
+
+// A data file that opens but fails to read (EIO: /proc/self/mem at offset 0) is the
+// machine's failure, not the job's: the worker exits 1 (a launcher may restart it), not 2.
+TEST(Restart, AWorkersReadErrorIsNotBadInput) {
+  const std::string d = FreshDir("eio");
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"})
+    std::filesystem::create_symlink("/proc/self/mem", d + "/" + f);
+  std::string job = Job("eio", d, "allreduce", 1, 0);
+  job.replace(job.find("/usr/share/datasets/fashion-mnist/train"), 39, d + "/train");
+  job.replace(job.find("workers = 2"), 11, "workers = 1");
+  std::ofstream(d + "/job.toml") << job;
+  const std::string out = d + "/worker.txt";
+  const int rc = Exec(BinDir() + "/worker/shoal-worker --config " + d + "/job.toml --rank 0", out, 60);
+  EXPECT_EQ(rc, 1) << ReadAll(out);
+  EXPECT_NE(ReadAll(out).find("read error: Input/output error"), std::string::npos) << ReadAll(out);
 }
 
 }  // namespace
