@@ -90,7 +90,7 @@ for l in "$ROOT"/lib/*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$l" 2>/
 
 cat > "$ROOT/shoal" <<'ENTRY'
 #!/usr/bin/env bash
-# Shoal from an unpacked bundle: run | server | worker | task | keygen | gpu-check.
+# Shoal from an unpacked bundle: run | checkpoints | server | worker | task | keygen | gpu-check.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # CUDA libraries of the machine's Python packages, when present (GPU machines without a
@@ -110,6 +110,7 @@ cmd="${1:-}"
 [[ $# -gt 0 ]] && shift
 case "$cmd" in
   run) exec "$HERE/bin/shoal-launch" --bin_dir="$HERE/bin" "$@" ;;
+  checkpoints) exec "$HERE/bin/shoal-launch" --checkpoint_state "$@" ;;
   server) exec "$HERE/bin/shoal-server" "$@" ;;
   worker) exec "$HERE/bin/shoal-worker" "$@" ;;
   task) exec "$HERE/bin/shoal-task" "$@" ;;
@@ -117,7 +118,7 @@ case "$cmd" in
   gpu-check)
     [[ -x "$HERE/checks/gpu_check.sh" ]] || { echo "shoal: this bundle has no checks/ (build it with ./shoal bundle --gpu-checks)" >&2; exit 2; }
     exec "$HERE/checks/gpu_check.sh" "$@" ;;
-  *) echo "usage: shoal run JOB.toml [--resume] | server | worker | task --config JOB.toml | keygen | gpu-check [OUT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: shoal run JOB.toml [--resume] | checkpoints JOB.toml | server | worker | task --config JOB.toml | keygen | gpu-check [OUT_DIR]" >&2; exit 2 ;;
 esac
 ENTRY
 chmod +x "$ROOT/shoal"

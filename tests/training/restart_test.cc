@@ -218,6 +218,33 @@ TEST(Restart, AWorkersReadErrorIsNotBadInput) {
   EXPECT_NE(ReadAll(out).find("read error: Input/output error"), std::string::npos) << ReadAll(out);
 }
 
+// `shoal checkpoints JOB.toml` (shoal-launch --checkpoint_state), which a requeued sbatch job
+// asks before it starts its tasks with --resume or --fresh: "none" only when every folder is
+// here and none holds a complete checkpoint.
+TEST(Restart, CheckpointStateSaysWhatTheFoldersHold) {
+  const std::string d = FreshDir("state");
+  auto state = [&](const std::string& job) {
+    std::ofstream(d + "/state.toml") << job;
+    const std::string out = d + "/state.txt";
+    EXPECT_EQ(Exec(BinDir() + "/tools/launcher/shoal-launch --checkpoint_state " + d + "/state.toml", out, 60), 0)
+        << ReadAll(out);
+    return ReadAll(out);
+  };
+  std::string job = Job("state", d, "allreduce", 1, 0);
+  EXPECT_EQ(state(job), "unknown: worker 0's folder " + d + "/ckpt/worker-0 is not on this machine\n");
+  std::string never = job;
+  never.replace(never.find("checkpoint_every_steps = 20"), 27, "checkpoint_every_steps = 1000");
+  JobRun empty = RunJob(d, never, 300);
+  ASSERT_EQ(empty.exit_code, 0) << empty.stderr_text;
+  EXPECT_EQ(state(job), "none\n");
+  JobRun full = RunJob(d, job, 300);
+  ASSERT_EQ(full.exit_code, 0) << full.stderr_text;
+  EXPECT_EQ(state(job), "complete 40 40\n");
+  std::string off = job;
+  off.erase(off.find("checkpoint_dir"), off.find('\n', off.find("checkpoint_dir")) - off.find("checkpoint_dir") + 1);
+  EXPECT_EQ(state(off), "off\n");
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace shoal

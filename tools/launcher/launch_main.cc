@@ -43,6 +43,10 @@
 DEFINE_string(bin_dir, "bazel-bin", "where shoal-server and shoal-worker were built");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
 DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
+DEFINE_bool(checkpoint_state, false,
+            "start nothing: print what the job's checkpoint folders hold, as seen from this machine, in one line: "
+            "'complete ID STEP', 'none' (every folder is here and none holds a complete checkpoint), 'unknown: WHY' "
+            "(a folder is not here) or 'off' (no [job] checkpoint_dir); for scripts such as a requeued sbatch job");
 
 namespace shoal {
 namespace {
@@ -229,6 +233,39 @@ class Launch {
             job_path_.c_str(), cfg_.checkpoint_dir.c_str(), held.c_str(),
             complete.empty() ? "" : ("; " + complete).c_str());
     return 2;
+  }
+
+  // --checkpoint_state: what a requeued batch job needs to start again without deleting a
+  // complete checkpoint. "none" only when every store is here (a shared checkpoint_dir) and
+  // none is complete; a store that is not here may be on another node's disk.
+  int PrintCheckpointState() {
+    try {
+      cfg_ = LoadJobConfig(job_path_);
+      facts_ = FactsOf(cfg_.algorithm);
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+      return 2;
+    }
+    auto stores = CheckpointStores();
+    if (stores.empty()) {
+      printf("off\n");
+      return 0;
+    }
+    for (auto& [who, path] : stores) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(path, ec)) {
+        printf("unknown: %s's folder %s is not on this machine\n", who.c_str(), path.c_str());
+        return 0;
+      }
+    }
+    std::optional<CheckpointRecord> rec = CompleteCheckpointInStores();
+    if (!rec)
+      printf("unknown: a folder could not be read\n");
+    else if (rec->id == 0)
+      printf("none\n");
+    else
+      printf("complete %llu %lld\n", (unsigned long long)rec->id, (long long)rec->step);
+    return 0;
   }
 
   // The newest checkpoint every process holds whole, asked of the stores themselves (every
@@ -721,6 +758,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (FLAGS_checkpoint_state) return shoal::Launch(argv[1]).PrintCheckpointState();
     return shoal::Run(argv[1]);
   } catch (const std::exception& e) {  // Run reports shoal::Error itself; anything else is a bug
     fprintf(stderr, "shoal: %s: unexpected error: %s\n", argv[1], e.what());
