@@ -129,9 +129,11 @@ char State(const std::string& pid) {
 }
 bool Ended(const std::string& pid) { return State(pid) == 0 || State(pid) == 'Z'; }
 
-// Both workers of an asynchronous PS job die in one reap (the launcher is held stopped
-// while they die) with one restart left: the launcher restarted each alone ("restart 2 of
-// 1"); now the two deaths are one failure and the job restarts once, as a whole.
+// Both workers of an asynchronous PS job die at once (the launcher is held stopped while
+// they die) with one restart left: the launcher restarted each alone ("restart 2 of 1");
+// now the two deaths are one failure and the job restarts once, as a whole. (The launcher
+// may be stopped between two of its waitpid calls, so the two ends can straddle two reaps:
+// its short wait after a death gathers them.)
 TEST(Restart, DeathsInOneReapCountAgainstMaxRestartsTogether) {
   const std::string d = FreshDir("one_reap");
   bool killed = false;

@@ -623,15 +623,25 @@ class Launch {
   // Reaps ended children; returns 1 once a death ends the job (everything stopped).
   int CheckProcesses(bool tolerant) {
     std::vector<Child*> failed;
-    for (Child* c : group_.Reap()) {
-      bool is_worker = c->name.rfind("worker", 0) == 0;
-      if (is_worker) tracker_->WorkerGone(WorkerRank(c->name), c->exit_code != 0);
-      if (is_worker && c->exit_code == 0)
-        ++workers_done_;
-      else if (!is_worker && c->exit_code == 0 && c->term_signal == 0)
-        continue;  // a server leaves by itself once every worker has finished
-      else
-        failed.push_back(c);
+    auto take = [&](const std::vector<Child*>& ended) {
+      for (Child* c : ended) {
+        bool is_worker = c->name.rfind("worker", 0) == 0;
+        if (is_worker) tracker_->WorkerGone(WorkerRank(c->name), c->exit_code != 0);
+        if (is_worker && c->exit_code == 0)
+          ++workers_done_;
+        else if (!is_worker && c->exit_code == 0 && c->term_signal == 0)
+          continue;  // a server leaves by itself once every worker has finished
+        else
+          failed.push_back(c);
+      }
+    };
+    take(group_.Reap());
+    // Deaths close together are one failure: a host going down takes several processes, and
+    // their ends can straddle two reaps (one waitpid round). A moment's wait gathers them
+    // before restarting any alone decides the budget.
+    if (!failed.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      take(group_.Reap());
     }
     // Those that can be started alone again are, before anything else is decided. Deaths in
     // one reap go alone only together: each restart counts against max_restarts, and a shard
