@@ -41,11 +41,12 @@ int Count(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// Every file under `dir` but RocksDB's info logs, with its size and modification time.
+// Every file under `dir` (RocksDB's info logs too: the launcher only reads), with its size
+// and modification time.
 std::map<std::string, std::string> Listing(const std::string& dir) {
   std::map<std::string, std::string> out;
   for (auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file() || e.path().filename().string().rfind("LOG", 0) == 0) continue;
+    if (!e.is_regular_file()) continue;
     out[e.path().string()] =
         std::to_string(e.file_size()) + "@" + std::to_string(e.last_write_time().time_since_epoch().count());
   }
