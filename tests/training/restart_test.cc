@@ -5,7 +5,10 @@
 // max_restarts together; a restart asks the checkpoint stores, not the log, whether a
 // complete checkpoint exists. The processes' own labels: exit 2 only for the job's input.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -191,6 +194,44 @@ TEST(Restart, ACompleteCheckpointNobodyLoggedIsResumedNotDeleted) {
   ASSERT_EQ(resumes.size(), 2u) << run.stderr_text;
   for (auto& e : resumes) EXPECT_EQ(JsonNumber(e, "step").value_or(-1), 20) << e;
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
+}
+
+// --fresh, and shard 0 fails before it opened (and so deleted) its checkpoints: its port is
+// taken. The restart that follows must not take the earlier run's complete checkpoint, still
+// in shard 0's folder, for this launch's: the user chose to discard it (and shard 1 has
+// already deleted its part). It starts from the beginning again.
+TEST(Restart, AFreshRunNeverResumesTheRunItWasToldToDiscard) {
+  const std::string d = FreshDir("fresh_discard");
+  const std::string job = Job("fresh_discard", d, "ps_async", 1, 1);
+  JobRun first = RunJob(d, job, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  const size_t at = job.find("127.0.0.1:") + 10;
+  const int port = std::stoi(job.substr(at, job.find('"', at) - at));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // not held open by the job's processes
+  const int one = 1;  // the first run's connections may hold the port in TIME_WAIT
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << "port " << port;
+  ASSERT_EQ(listen(fd, 1), 0);
+  std::thread release([&] {
+    // Free the port once shard 0 has failed on it, before the launcher restarts the job.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (ReadAll(d + "/out/logs/server-0.log").find("could not start") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    close(fd);
+  });
+  JobRun run = RunJob(d, job, 300, {"--fresh"});
+  release.join();
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("restart 1 of 1 after server 0 exit code 1: every process starts again from the "
+                                 "start (no complete checkpoint yet)"),
+            std::string::npos)
+      << run.stderr_text;
+  EXPECT_TRUE(Events(run, "resume").empty()) << run.stderr_text;
 }
 
 // shoal-server exits 2 ("bad input", never restarted) only for the job's input: a shard that

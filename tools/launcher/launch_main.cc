@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -268,6 +269,17 @@ class Launch {
     return 0;
   }
 
+  // CheckpointStore::Peek, but with --fresh a store no process of this launch has opened yet
+  // (and so deleted) holds the earlier run the user chose to discard: it counts as none. Every
+  // open writes the store's CURRENT, a read-only Peek never does.
+  std::optional<HeldCheckpoints> PeekThisLaunch(const std::string& path) const {
+    struct stat st {};
+    if (FLAGS_fresh && stat((path + "/CURRENT").c_str(), &st) == 0 &&
+        double(st.st_mtim.tv_sec) + 1e-9 * double(st.st_mtim.tv_nsec) < start_)
+      return std::nullopt;
+    return CheckpointStore::Peek(path);
+  }
+
   // The newest checkpoint every process holds whole, asked of the stores themselves (every
   // process stopped): one whose commit no process logged yet (killed between writing it and
   // the log line) counts too. Shard 0's coordinator commits a PS job's; a job without servers
@@ -278,12 +290,12 @@ class Launch {
       auto stores = CheckpointStores();
       if (stores.empty()) return CheckpointRecord{};
       if (facts_.needs_servers) {
-        std::optional<HeldCheckpoints> h = CheckpointStore::Peek(stores[0].second);
+        std::optional<HeldCheckpoints> h = PeekThisLaunch(stores[0].second);
         return h ? h->committed : CheckpointRecord{};
       }
       std::map<uint64_t, std::pair<int, CheckpointRecord>> seen;  // id -> stores holding it, its record
       for (auto& [who, path] : stores) {
-        std::optional<HeldCheckpoints> h = CheckpointStore::Peek(path);
+        std::optional<HeldCheckpoints> h = PeekThisLaunch(path);
         if (!h) return CheckpointRecord{};
         for (auto& rec : h->written) seen[rec.id] = {seen[rec.id].first + 1, rec};
       }
