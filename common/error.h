@@ -19,6 +19,14 @@ class InputError : public Error {
   using Error::Error;
 };
 
+// The machine or the network failed, not the job: a read error (EIO, a stale NFS handle), a
+// CUDA allocation or launch failure. A retry may get past it, so it is never taken for
+// InputError, even where every other error is (a worker's start-up): processes exit 1 on it.
+class TransientError : public Error {
+ public:
+  using Error::Error;
+};
+
 // SHOAL_CHECK(cond, msg): throws shoal::Error(msg) when cond is false. Used for input
 // validation, where a clear message beats an abort.
 #define SHOAL_CHECK(cond, msg)                \

@@ -31,13 +31,17 @@ RankInfo ResolveRank(int flag_rank, const std::string& no_rank) {
     const char* size;
     const char* name;
   };
+  // The launcher that started this process first: mpirun inside an sbatch allocation leaves
+  // the batch step's SLURM_PROCID=0 in every task's environment, so Slurm's variable is
+  // taken only where no MPI launcher set its own (srun then started the task; srun --mpi=pmix
+  // sets PMIX_RANK to the same rank).
   for (Source s :
-       {Source{"SLURM_PROCID", "SLURM_NTASKS", "slurm"},
-        Source{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"}, Source{"RANK", "WORLD_SIZE", "env"}}) {
+       {Source{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"}, Source{"PMIX_RANK", nullptr, "pmix"},
+        Source{"SLURM_PROCID", "SLURM_NTASKS", "slurm"}, Source{"RANK", "WORLD_SIZE", "env"}}) {
     int rank;
     if (ReadInt(s.rank, &rank)) {
       r.rank = rank;
-      ReadInt(s.size, &r.world);
+      if (s.size) ReadInt(s.size, &r.world);  // PMIx keeps the size out of the environment
       r.source = s.name;
       break;
     }
@@ -48,8 +52,8 @@ RankInfo ResolveRank(int flag_rank, const std::string& no_rank) {
   } else if (r.source.empty()) {
     if (!no_rank.empty()) throw Error(no_rank);
     throw Error(
-        "no rank: pass --rank R, or start under Slurm (SLURM_PROCID), Open MPI (OMPI_COMM_WORLD_RANK) or with RANK "
-        "set");
+        "no rank: pass --rank R, or start under Open MPI (OMPI_COMM_WORLD_RANK), PMIx (PMIX_RANK), Slurm "
+        "(SLURM_PROCID) or with RANK set");
   }
   return r;
 }

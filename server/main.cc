@@ -56,14 +56,19 @@ int main(int argc, char** argv) {
     fprintf(stderr, "shoal-server: --config JOB.toml is required\n");
     return 2;
   }
-  std::unique_ptr<shoal::Server> server;
+  // Exit 2 tells a launcher not to restart: only for what is certainly the job file's or the
+  // flags' fault. Binding, reaching shard 0 and reading the checkpoints can fail for reasons
+  // a restart gets past (a port still held, shard 0 restarting, a network timeout): exit 1,
+  // unless the error says it is the input's (InputError).
+  shoal::JobConfig cfg;
+  std::unique_ptr<shoal::UpdateRule> rule;
   try {
     CheckBind(FLAGS_bind);
     // Before the port is bound: a refused flag must not have listened (and taken the port).
     if (FLAGS_rejoin && !FLAGS_resume)
       throw shoal::Error(std::string("--rejoin needs --resume") + (FLAGS_fresh ? ", not --fresh" : "") +
                          ": a shard restarted alone rejoins from the job's newest checkpoint");
-    shoal::JobConfig cfg = shoal::LoadJobConfig(FLAGS_config);
+    cfg = shoal::LoadJobConfig(FLAGS_config);
     // Only [optimizer]: the server reads nothing of [algorithm] and must not link the
     // algorithms' facts; the workers and the launcher check that section.
     shoal::CheckOptimizerKeys(cfg.optimizer, cfg.optimizer_opts);
@@ -73,14 +78,25 @@ int main(int argc, char** argv) {
       throw shoal::Error("--shard " + std::to_string(FLAGS_shard) + ": " + FLAGS_config + " lists " +
                          std::to_string(cfg.servers.size()) + " server(s) in [cluster] servers (shards 0 to " +
                          std::to_string(cfg.servers.size() - 1) + ")");
-    server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);
+    shoal::CheckpointStartFrom(FLAGS_resume, FLAGS_fresh);  // both given: refused here
     // The parameter-server algorithms run the job's optimizer here, on whole tensors; the
     // workers' plan (at registration) says how.
-    server->kv().SetUpdateRule(shoal::MakeServerUpdateRule(cfg));
-    server->OpenCheckpoints(shoal::CheckpointStartFrom(FLAGS_resume, FLAGS_fresh), FLAGS_rejoin);
+    rule = shoal::MakeServerUpdateRule(cfg);
   } catch (const std::exception& e) {
     fprintf(stderr, "shoal-server: %s\n", e.what());
     return 2;
+  }
+  std::unique_ptr<shoal::Server> server;
+  try {
+    server = std::make_unique<shoal::Server>(cfg, FLAGS_shard, FLAGS_bind);
+    server->kv().SetUpdateRule(std::move(rule));
+    server->OpenCheckpoints(shoal::CheckpointStartFrom(FLAGS_resume, FLAGS_fresh), FLAGS_rejoin);
+  } catch (const shoal::InputError& e) {
+    fprintf(stderr, "shoal-server: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "shoal-server: shard %d could not start: %s\n", FLAGS_shard, e.what());
+    return 1;
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

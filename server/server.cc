@@ -33,17 +33,17 @@ std::string ConnectEndpoint(const std::string& host_port) { return "tcp://" + ho
 
 Server::Server(const JobConfig& cfg, int shard, const std::string& bind_override)
     : cfg_(cfg), shard_(shard), who_("shard " + std::to_string(shard)), ctx_(who_) {
-  SHOAL_CHECK(shard >= 0 && shard < int(cfg_.servers.size()), cfg_.path + ": shard " + std::to_string(shard) +
-                                                                  " is not in [cluster] servers (" +
-                                                                  std::to_string(cfg_.servers.size()) + " listed)");
+  if (shard < 0 || shard >= int(cfg_.servers.size()))
+    throw InputError(cfg_.path + ": shard " + std::to_string(shard) + " is not in [cluster] servers (" +
+                     std::to_string(cfg_.servers.size()) + " listed)");
   CurveKeys keys = CurveKeysFrom(cfg_);
   if (!bind_override.empty() && !keys.enabled() && !cfg_.allow_plaintext) {
     std::string host =
         bind_override.substr(bind_override.find("://") == std::string::npos ? 0 : bind_override.find("://") + 3);
     host = host.substr(0, host.rfind(':'));
-    SHOAL_CHECK(IsLoopbackHost(host), "--bind " + bind_override + ": not a loopback address, and " + cfg_.path +
-                                          " has no [security] keys: add keys (./shoal keygen) or set [security] "
-                                          "allow_plaintext = true");
+    if (!IsLoopbackHost(host))
+      throw InputError("--bind " + bind_override + ": not a loopback address, and " + cfg_.path +
+                       " has no [security] keys: add keys (./shoal keygen) or set [security] allow_plaintext = true");
   }
   transport_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
   transport_->EnableMonitor();
@@ -76,9 +76,10 @@ Server::~Server() {
 
 void Server::OpenCheckpoints(CheckpointStart start, bool rejoin) {
   const bool resume = start == CheckpointStart::kResume;
-  SHOAL_CHECK(!rejoin || resume, who_ + ": --rejoin needs --resume");
+  if (rejoin && !resume) throw InputError(who_ + ": --rejoin needs --resume");
   if (cfg_.checkpoint_dir.empty()) {
-    SHOAL_CHECK(!resume, cfg_.path + ": [job] checkpoint_dir: not set, so there is no checkpoint to resume from");
+    if (resume)
+      throw InputError(cfg_.path + ": [job] checkpoint_dir: not set, so there is no checkpoint to resume from");
     return;
   }
   checkpointer_ = std::make_unique<Checkpointer>(cfg_.checkpoint_dir, shard_, start);
@@ -101,10 +102,12 @@ void Server::OpenCheckpoints(CheckpointStart start, bool rejoin) {
     rec = c.NewestCheckpoint();
     generation_ = c.generation();
   }
-  SHOAL_CHECK(rec.id > 0, who_ + ": --resume: no complete checkpoint in " + cfg_.checkpoint_dir);
-  SHOAL_CHECK(rec.shards == cfg_.servers.size(), who_ + ": --resume: checkpoint " + std::to_string(rec.id) +
-                                                     " was written by " + std::to_string(rec.shards) +
-                                                     " shards, the job has " + std::to_string(cfg_.servers.size()));
+  // What the stores hold against the job: the same on every restart, so InputError. (Not
+  // getting an answer from shard 0 above is the network's or shard 0's failure: Error.)
+  if (rec.id == 0) throw InputError(who_ + ": --resume: no complete checkpoint in " + cfg_.checkpoint_dir);
+  if (rec.shards != cfg_.servers.size())
+    throw InputError(who_ + ": --resume: checkpoint " + std::to_string(rec.id) + " was written by " +
+                     std::to_string(rec.shards) + " shards, the job has " + std::to_string(cfg_.servers.size()));
   checkpointer_->Load(rec.id, &kv_);
   resumed_step_ = rec.step;
   LOG(INFO) << who_ << ": resumed checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size() << " tensors, "

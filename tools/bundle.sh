@@ -35,6 +35,9 @@ skip() {
 # pack DEST RPATH BUILT...: copies each built binary (a path under BAZEL_BIN) into DEST, its
 # shared-library closure into $ROOT/lib (once each), and sets the copy's RPATH to RPATH so
 # that it finds them there. The one packer of the bundle.
+# DT_RPATH (--force-rpath), not patchelf's default DT_RUNPATH: the loader searches RUNPATH
+# after LD_LIBRARY_PATH, so an HPC `module load` that puts an older libstdc++ or libzmq on
+# LD_LIBRARY_PATH would win over the bundle's own and break its binaries; RPATH comes first.
 pack() {
   local dest="$1" rpath="$2" b name path
   shift 2
@@ -54,7 +57,7 @@ pack() {
       [[ -f "$path" && ! -e "$ROOT/lib/$name" ]] && cp -L "$path" "$ROOT/lib/$name"
     done < <(ldd "$BIN/$b" | awk '/=>/ {print $1, $2, $3, $4}')
     cp -L "$BIN/$b" "$dest/"
-    patchelf --set-rpath "$rpath" "$dest/$(basename "$b")"
+    patchelf --force-rpath --set-rpath "$rpath" "$dest/$(basename "$b")"
   done
 }
 pack "$ROOT/bin" '$ORIGIN/../lib' "${BINARIES[@]}"
@@ -83,11 +86,11 @@ if [[ -n "$GPU_CHECKS" ]]; then
     ln -s "$(realpath --relative-to="$RUNFILES/$(dirname "$b")" "$ROOT/bin/$(basename "$b")")" "$RUNFILES/$b"
   done
 fi
-for l in "$ROOT"/lib/*; do patchelf --set-rpath '$ORIGIN' "$l" 2>/dev/null || true; done
+for l in "$ROOT"/lib/*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$l" 2>/dev/null || true; done
 
 cat > "$ROOT/shoal" <<'ENTRY'
 #!/usr/bin/env bash
-# Shoal from an unpacked bundle: run | server | worker | task | keygen | gpu-check.
+# Shoal from an unpacked bundle: run | checkpoints | server | worker | task | keygen | gpu-check.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # CUDA libraries of the machine's Python packages, when present (GPU machines without a
@@ -99,11 +102,15 @@ while read -r d; do
 done < <(for s in $sites /usr/local/lib/python3*/dist-packages /usr/lib/python3/dist-packages; do
            for d in "$s"/nvidia/*/lib; do echo "$d"; done
          done | awk '!seen[$0]++'; echo /usr/local/cuda/lib64; echo /usr/local/cuda/lib)
+# The bundle's binaries find their own libraries first through DT_RPATH (pack), whatever a
+# `module load` put here. lib/ itself is not put on LD_LIBRARY_PATH: gpu-check's python3 and
+# PyTorch inherit it and must keep the machine's libstdc++ and libz.
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 cmd="${1:-}"
 [[ $# -gt 0 ]] && shift
 case "$cmd" in
   run) exec "$HERE/bin/shoal-launch" --bin_dir="$HERE/bin" "$@" ;;
+  checkpoints) exec "$HERE/bin/shoal-launch" --checkpoint_state "$@" ;;
   server) exec "$HERE/bin/shoal-server" "$@" ;;
   worker) exec "$HERE/bin/shoal-worker" "$@" ;;
   task) exec "$HERE/bin/shoal-task" "$@" ;;
@@ -111,7 +118,7 @@ case "$cmd" in
   gpu-check)
     [[ -x "$HERE/checks/gpu_check.sh" ]] || { echo "shoal: this bundle has no checks/ (build it with ./shoal bundle --gpu-checks)" >&2; exit 2; }
     exec "$HERE/checks/gpu_check.sh" "$@" ;;
-  *) echo "usage: shoal run JOB.toml [--resume] | server | worker | task --config JOB.toml | keygen | gpu-check [OUT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: shoal run JOB.toml [--resume] | checkpoints JOB.toml | server | worker | task --config JOB.toml | keygen | gpu-check [OUT_DIR]" >&2; exit 2 ;;
 esac
 ENTRY
 chmod +x "$ROOT/shoal"

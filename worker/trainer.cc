@@ -15,6 +15,7 @@
 #include "algorithms/balance.h"
 #include "algorithms/env.h"
 #include "algorithms/worker_checkpoints.h"
+#include "common/checkpoint/checkpoint_store.h"
 #include "common/error.h"
 #include "common/metrics.h"
 #include "worker/data/data_loader.h"
@@ -304,6 +305,13 @@ class Trainer {
     const CheckpointStart start = CheckpointStartFrom(opts_.resume, opts_.fresh);
     if (opts_.resume && cfg_.checkpoint_dir.empty())
       throw Error(cfg_.path + ": --resume: [job] checkpoint_dir is not set, so there is no checkpoint to resume from");
+    // An earlier run's checkpoints, refused before this worker joins anyone (the store opens
+    // only after the algorithm has met its peers): InputError, exit 2, never restarted.
+    if (start == CheckpointStart::kNew && !FactsOf(cfg_.algorithm).needs_servers && !cfg_.checkpoint_dir.empty()) {
+      const std::string path = cfg_.checkpoint_dir + "/worker-" + std::to_string(rank_);
+      std::optional<HeldCheckpoints> held = CheckpointStore::Peek(path);
+      if (held && !held->empty()) throw InputError(EarlierRunError("worker " + std::to_string(rank_), path, *held));
+    }
     metrics_.Open(cfg_.output_dir + "/metrics.jsonl");
     // A member that stopped answering ends this worker at once with one line naming it (a
     // collective would otherwise wait out its own timeout).
@@ -664,6 +672,15 @@ class Trainer {
     for (auto& [k, v] : st.entries) bytes += v.size();
     const uint64_t id = st.record.id;
     checkpoints_->Save(std::move(st));
+    // Failpoint for tests: rank 0 dies once (the file named here marks it done) after every
+    // worker wrote this checkpoint and before its log line: a launcher reading only the log
+    // takes that moment for "no checkpoint yet".
+    if (const char* once = getenv("SHOAL_FAILPOINT_DIE_BEFORE_CHECKPOINT_LOG"); once && rank_ == 0) {
+      if (FILE* f = fopen(once, "wx")) {
+        fclose(f);
+        _exit(1);
+      }
+    }
     if (rank_ == 0)
       metrics_.Write("checkpoint", step_,
                      JsonObject()
@@ -792,12 +809,15 @@ TrainResult Train(const JobConfig& cfg, const TrainerOptions& opts) {
   std::unique_ptr<Trainer> t;
   // Everything before the first message to another process depends only on the job, the
   // files and the machine: an error there is the input's (InputError), not a failure a
-  // restart could get past.
+  // restart could get past, unless it says it is the machine's (TransientError: a read
+  // error, a CUDA failure other than a missing device).
   try {
     t = std::make_unique<Trainer>(cfg, opts);
     t->LoadData();
     t->BuildModel();
   } catch (const InputError&) {
+    throw;
+  } catch (const TransientError&) {
     throw;
   } catch (const Error& e) {
     throw InputError(e.what());

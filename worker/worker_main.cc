@@ -11,7 +11,7 @@
 #include "worker/trainer.h"
 
 DEFINE_string(config, "", "job file (TOML)");
-DEFINE_int32(rank, -1, "worker rank; from SLURM_PROCID / OMPI_COMM_WORLD_RANK / RANK when not given");
+DEFINE_int32(rank, -1, "worker rank; from OMPI_COMM_WORLD_RANK / PMIX_RANK / SLURM_PROCID / RANK when not given");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
 DEFINE_bool(rejoin, false,
             "with --resume, in a ps_sync job whose other processes still run: this worker was restarted alone; "

@@ -130,16 +130,61 @@ CheckpointStore::CheckpointStore(const std::string& path, const std::string& who
     Check(rocksdb::DestroyDB(path_, StoreOptions()), who + ": --fresh: cannot delete the checkpoints in " + path_);
   Open();
   if (start == CheckpointStart::kNew) {
-    std::vector<uint64_t> held = Written();
-    CheckpointRecord committed = Committed();
-    if (!held.empty() || committed.id > 0) {
-      std::string newest = committed.id > 0 ? "; the newest complete one is " + std::to_string(committed.id) +
-                                                  " (step " + std::to_string(committed.step) + ")"
-                                            : "";
-      throw Error(who + ": " + path_ + " holds checkpoints of an earlier run (" + IdList(held) + newest +
-                  "): continue that run with --resume, or start over with --fresh (deletes them)");
-    }
+    HeldCheckpoints held;
+    for (uint64_t id : Written()) held.written.push_back(CheckpointRecord{id});
+    held.committed = Committed();
+    // InputError: the same flags refuse the same folder again, so a launcher must not restart
+    // (with --fresh, which would delete what the refusal protects). `shoal run` refuses
+    // before starting anything; this is the line for srun, mpirun and hand-started processes.
+    if (!held.empty()) throw InputError(EarlierRunError(who, path_, held));
   }
+}
+
+std::string EarlierRunError(const std::string& who, const std::string& path, const HeldCheckpoints& held) {
+  std::vector<uint64_t> ids;
+  for (auto& rec : held.written) ids.push_back(rec.id);
+  const std::string newest = DescribeCommitted(held.committed);
+  return who + ": " + path + " holds checkpoints of an earlier run (" + IdList(ids) +
+         (newest.empty() ? "" : "; " + newest) +
+         "): continue that run with --resume, or start over with --fresh (deletes them)";
+}
+
+std::string DescribeCommitted(const CheckpointRecord& committed) {
+  if (committed.id == 0) return "";
+  return "the newest complete one is " + std::to_string(committed.id) + " (step " + std::to_string(committed.step) +
+         ")";
+}
+
+std::optional<HeldCheckpoints> CheckpointStore::Peek(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return std::nullopt;
+  const std::string missing = MissingCurrent(path);
+  if (!missing.empty()) throw InputError(path + ": checkpoints: damaged (" + missing + ")");
+  // A folder without CURRENT holds nothing kept (MissingCurrent): a process killed as it
+  // first created the store.
+  if (!std::filesystem::exists(std::filesystem::path(path) / "CURRENT", ec)) return std::nullopt;
+  rocksdb::DB* raw = nullptr;
+  Check(rocksdb::DB::OpenForReadOnly(StoreOptions(), path, &raw), path + ": checkpoints: cannot read");
+  std::unique_ptr<rocksdb::DB> db(raw);
+  HeldCheckpoints held;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("m/"); it->Valid() && it->key().starts_with("m/"); it->Next()) {
+    const std::string what = path + ": checkpoint manifest " + it->key().ToString();
+    ByteReader r(std::string_view(it->value().data(), it->value().size()), what);
+    held.written.push_back(DecodeRecord(r, what));
+  }
+  Check(it->status(), path + ": checkpoints: cannot read");
+  it.reset();
+  std::sort(held.written.begin(), held.written.end(),
+            [](const CheckpointRecord& a, const CheckpointRecord& b) { return a.id > b.id; });
+  std::string v;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kCommittedKey, &v);
+  if (!s.IsNotFound()) {
+    Check(s, path + ": checkpoints: cannot read");
+    ByteReader r(v, path + ": committed checkpoint record");
+    held.committed = DecodeRecord(r, path + ": committed checkpoint record");
+  }
+  return held;
 }
 
 CheckpointStore::~CheckpointStore() = default;

@@ -44,10 +44,23 @@ enum class CheckpointStart {
 // From the --resume and --fresh flags; throws when both are given.
 CheckpointStart CheckpointStartFrom(bool resume, bool fresh);
 
+// What one store holds, as the launcher sees it before (or between) the job's processes.
+struct HeldCheckpoints {
+  std::vector<CheckpointRecord> written;  // every checkpoint with a manifest, newest first
+  CheckpointRecord committed;             // id 0 when none
+  bool empty() const { return written.empty() && committed.id == 0; }
+};
+
 class CheckpointStore {
  public:
   // Opens (or creates) `path`; `who` ("shard 1", "worker 0") names the owner in errors.
+  // kNew over a store holding checkpoints throws InputError: a restart would be refused alike.
   CheckpointStore(const std::string& path, const std::string& who, CheckpointStart start);
+  // What the store at `path` holds, read-only: nothing is created, locked or changed, so the
+  // launcher can look before starting any process and after stopping them all. nullopt when
+  // no store is there; throws shoal::Error naming the path when one is there but unreadable.
+  // Must not run while a process writes the store (RocksDB leaves that undefined).
+  static std::optional<HeldCheckpoints> Peek(const std::string& path);
   ~CheckpointStore();
   CheckpointStore(const CheckpointStore&) = delete;
   CheckpointStore& operator=(const CheckpointStore&) = delete;
@@ -116,6 +129,13 @@ class CheckpointStore {
   mutable std::mutex mu_;  // guards db_ (reopened after a failed write)
   std::shared_ptr<rocksdb::DB> db_;
 };
+
+// The refusal of a new run (neither --resume nor --fresh) over what `held` holds, naming
+// `who` ("worker 0") and `path`.
+std::string EarlierRunError(const std::string& who, const std::string& path, const HeldCheckpoints& held);
+
+// "the newest complete one is 7 (step 700)", or "" for id 0: for error messages.
+std::string DescribeCommitted(const CheckpointRecord& committed);
 
 // "7, 5" (or "none"): ids for error messages.
 std::string IdList(const std::vector<uint64_t>& ids);

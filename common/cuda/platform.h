@@ -8,11 +8,17 @@
 
 namespace shoal {
 
-// Number of usable CUDA devices (0 without a driver or GPU); *why gets the reason.
-int CudaDeviceCount(std::string* why = nullptr);
+// Number of usable CUDA devices (0 without a driver or GPU); *why gets the reason, and
+// *transient whether a retry may find them (devices busy or not ready, rather than none).
+int CudaDeviceCount(std::string* why = nullptr, bool* transient = nullptr);
 
-// Throws shoal::Error("<where>: <CUDA message>") when e is not cudaSuccess, clearing the
-// sticky error first so the next call starts clean.
+// Whether `e` says what this machine lacks (no device or driver, a device index beyond
+// those present, an unsupported feature): the same on every retry. Everything else (out of
+// memory, a busy or failed device, a launch failure) may pass.
+bool CudaErrorIsPermanent(cudaError_t e);
+
+// Throws shoal::Error("<where>: <CUDA message>") when e is not cudaSuccess (TransientError
+// unless CudaErrorIsPermanent), clearing the sticky error first so the next call starts clean.
 void CheckCuda(cudaError_t e, const std::string& where);
 
 }  // namespace shoal

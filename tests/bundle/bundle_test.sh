@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ./shoal bundle's archive is relocatable: unpacked elsewhere, every binary finds its
-# libraries inside the bundle (glibc and CUDA excepted), and a job runs from it with a bare
-# environment, from another directory.
+# libraries inside the bundle (glibc and CUDA excepted), also when LD_LIBRARY_PATH names a
+# folder of other libraries of the same names (an HPC `module load`), and a job runs from it
+# with a bare environment, from another directory, and with that LD_LIBRARY_PATH.
 set -euo pipefail
 R="$TEST_SRCDIR/$TEST_WORKSPACE"
 fail() { echo "FAIL: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
@@ -14,8 +15,17 @@ tar -C "$NODE" -xzf "$ARCHIVE"
 B="$(echo "$NODE"/shoal-*)"
 [[ -x "$B/shoal" ]] || fail "no shoal entry in the bundle"
 
+# A decoy of every bundled library: another library under its name, which breaks whatever
+# loads it (its symbols are missing). The bundle's own must win over LD_LIBRARY_PATH.
+DECOY="$TEST_TMPDIR/decoy"
+mkdir -p "$DECOY"
+ZLIB="$( (ldconfig -p 2> /dev/null || /sbin/ldconfig -p) | awk '/libz\.so\.1 / {p = $NF} END {print p}')"
+[[ -f "$ZLIB" ]] || fail "no libz.so.1 here to make decoys of"
+for l in "$B"/lib/*; do cp -L "$ZLIB" "$DECOY/$(basename "$l")"; done
+[[ -n "$(ls "$DECOY")" ]] || fail "no decoy libraries"
+
 for b in "$B"/bin/*; do
-  readelf -d "$b" | grep -q 'R.*PATH.*\$ORIGIN/\.\./lib' || fail "$b: RPATH is not \$ORIGIN/../lib"
+  readelf -d "$b" | grep -q '(RPATH).*\$ORIGIN/\.\./lib' || fail "$b: DT_RPATH is not \$ORIGIN/../lib (RUNPATH loses to LD_LIBRARY_PATH)"
   while read -r name path; do
     case "$name" in
       ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*) continue ;;
@@ -23,13 +33,13 @@ for b in "$B"/bin/*; do
     esac
     path="$(realpath "$path")"
     [[ "$path" == "$(realpath "$B/lib")/"* ]] || fail "$(basename "$b") loads $name from $path, not from the bundle"
-  done < <(env -i ldd "$b" | awk '/=>/ {print $1, $3}')
+  done < <(env -i LD_LIBRARY_PATH="$DECOY" ldd "$b" | awk '/=>/ {print $1, $3}')
 done
 
 source "$R/tests/bundle/mlp_job.sh"
 mlp_job "$TEST_TMPDIR/job.toml" "$TEST_TMPDIR/out" 2
 cd "$TEST_TMPDIR"
-env -i PATH=/usr/bin:/bin HOME="$TEST_TMPDIR" timeout -s KILL 120 "$B/shoal" run job.toml > run.out 2> run.err ||
-  fail "the bundled job failed: $(tail -5 run.err)"
+env -i PATH=/usr/bin:/bin HOME="$TEST_TMPDIR" LD_LIBRARY_PATH="$DECOY" timeout -s KILL 120 "$B/shoal" run job.toml \
+  > run.out 2> run.err || fail "the bundled job failed: $(tail -5 run.err)"
 tail -1 run.out | grep -q '"event":"done".*"steps":' || fail "no done line: $(tail -2 run.out)"
 echo "3 passed, 0 failed"

@@ -27,6 +27,40 @@ TEST(CudaDevice, MissingDeviceIsReportedNotFatal) {
   }
 }
 
+// What the machine lacks (no device or driver, a device index beyond those present) is the
+// job's input on this machine, the same on every retry: shoal::Error, which a worker's
+// start-up reports as InputError (exit 2). Anything else CUDA says (out of memory, a busy or
+// failed device, a launch failure) may pass: TransientError, exit 1, so a launcher restarts.
+TEST(CudaDevice, MissingDevicesArePermanentOtherFailuresTransient) {
+  for (cudaError_t e : {cudaErrorNoDevice, cudaErrorInsufficientDriver, cudaErrorInvalidDevice}) {
+    EXPECT_TRUE(CudaErrorIsPermanent(e)) << cudaGetErrorString(e);
+    try {
+      CheckCuda(e, "here");
+      FAIL() << "no throw";
+    } catch (const TransientError& t) {
+      ADD_FAILURE() << "transient: " << t.what();
+    } catch (const Error&) {
+    }
+  }
+  for (cudaError_t e : {cudaErrorMemoryAllocation, cudaErrorDevicesUnavailable, cudaErrorLaunchFailure,
+                        cudaErrorECCUncorrectable, cudaErrorSystemNotReady}) {
+    EXPECT_FALSE(CudaErrorIsPermanent(e)) << cudaGetErrorString(e);
+    EXPECT_THROW(CheckCuda(e, "here"), TransientError) << cudaGetErrorString(e);
+  }
+  // A device's absence on this machine stays permanent.
+  std::string why;
+  if (CudaDeviceCount(&why) > 0) return;
+  bool transient = true;
+  CudaDeviceCount(&why, &transient);
+  EXPECT_FALSE(transient) << why;
+  try {
+    MakeCudaBackend(0);
+  } catch (const TransientError& t) {
+    ADD_FAILURE() << "transient: " << t.what();
+  } catch (const Error&) {
+  }
+}
+
 // The mixed-precision backend: without a device the only complaint is the missing device.
 TEST(CudaDevice, MixedPrecisionBackendIsBuilt) {
   std::string why;

@@ -24,7 +24,8 @@ struct Outcome {
 // bounded by timeout(1).
 Outcome RunWorker(const std::string& flags, const std::string& job_keys = "") {
   const std::string dir = testing::FreshDir("worker_flags");
-  std::ofstream(dir + "/job.toml") << "[job]\nname = \"flags\"\n" << job_keys << "\noutput_dir = \"" << dir
+  std::ofstream(dir + "/job.toml") << "[job]\nname = \"flags\"\n"
+                                   << job_keys << "\noutput_dir = \"" << dir
                                    << "/out\"\n[cluster]\nworkers = 1\n[model]\nname = \"mlp\"\n"
                                       "[data]\nformat = \"synthetic\"\nsynthetic_samples = 64\nbatch_size = 16\n"
                                       "[algorithm]\nname = \"local\"\n[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
@@ -107,15 +108,24 @@ TEST(WorkerStart, MissingDataAndMissingDevicesAreInputErrors) {
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("worker 0"), std::string::npos) << o.output;
 
-  const std::string job = "[job]\nname = \"nodata\"\nmax_restarts = 2\n[cluster]\nworkers = 2\n[model]\nname = \"mlp\"\n"
-                          "[data]\nformat = \"idx\"\ntrain = \"" + dir + "/no/such/train\"\ntest = \"" + dir +
-                          "/no/such/test\"\nbatch_size = 16\n[algorithm]\nname = \"allreduce\"\n"
-                          "[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
+  const std::string job =
+      "[job]\nname = \"nodata\"\nmax_restarts = 2\n[cluster]\nworkers = 2\n[model]\nname = \"mlp\"\n"
+      "[data]\nformat = \"idx\"\ntrain = \"" +
+      dir + "/no/such/train\"\ntest = \"" + dir +
+      "/no/such/test\"\nbatch_size = 16\n[algorithm]\nname = \"allreduce\"\n"
+      "[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
+  // `shoal run` names the missing data itself, before starting anything.
   testing::JobRun r = testing::RunJob(dir, job, 60);
-  EXPECT_NE(r.exit_code, 0) << r.stderr_text;
-  EXPECT_NE(r.stderr_text.find(dir + "/no/such/train"), std::string::npos) << r.stderr_text;
-  EXPECT_NE(r.stderr_text.find("not restarting"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("[data] train = \"" + dir + "/no/such/train\": no such file"), std::string::npos)
+      << r.stderr_text;
   EXPECT_EQ(r.stderr_text.find("restart 1 of"), std::string::npos) << r.stderr_text;
+  // A worker started by hand (srun, mpirun) refuses it too, with exit code 2.
+  std::ofstream(dir + "/job.toml") << job;
+  const int rc = system(("timeout -s KILL 60 " + testing::BinDir() + "/worker/shoal-worker --config " + dir +
+                         "/job.toml --rank 0 > " + dir + "/worker.txt 2>&1")
+                            .c_str());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 2) << rc;
 }
 
 }  // namespace

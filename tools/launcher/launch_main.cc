@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -28,6 +30,7 @@
 #include "algorithms/facts.h"
 #include "algorithms/optimizers/optimizer.h"
 #include "algorithms/job_keys.h"
+#include "common/checkpoint/checkpoint_store.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/json_fields.h"
@@ -41,6 +44,10 @@
 DEFINE_string(bin_dir, "bazel-bin", "where shoal-server and shoal-worker were built");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
 DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
+DEFINE_bool(checkpoint_state, false,
+            "start nothing: print what the job's checkpoint folders hold, as seen from this machine, in one line: "
+            "'complete ID STEP', 'none' (every folder is here and none holds a complete checkpoint), 'unknown: WHY' "
+            "(a folder is not here) or 'off' (no [job] checkpoint_dir); for scripts such as a requeued sbatch job");
 
 namespace shoal {
 namespace {
@@ -155,7 +162,150 @@ class Launch {
               cfg_.algorithm.c_str());
       return 2;
     }
+    if (int rc = CheckDataPaths()) return rc;
+    return CheckEarlierRun();
+  }
+
+  // The data files, before the checkpoints: a job that cannot read its data fails the same
+  // way whatever its checkpoints hold, and a missing file is what the user must fix first.
+  // Every process of `shoal run` runs on this machine, so the launcher sees what they would.
+  int CheckDataPaths() {
+    if (cfg_.data_format == "synthetic") return 0;
+    for (auto [key, path] : {std::pair<const char*, std::string>{"train", cfg_.train_path}, {"test", cfg_.test_path}}) {
+      if (path.empty() || PathOrPrefixExists(path)) continue;
+      fprintf(stderr, "shoal: %s: [data] %s = \"%s\": no such file or directory, nor files whose names start with it\n",
+              job_path_.c_str(), key, path.c_str());
+      return 2;
+    }
     return 0;
+  }
+  // `path` itself, or (the formats take a prefix: "t10k" for t10k-images-idx3-ubyte) a
+  // file in its folder whose name starts with its last part.
+  static bool PathOrPrefixExists(const std::string& path) {
+    if (access(path.c_str(), F_OK) == 0) return true;
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().filename().string().rfind(base, 0) == 0) return true;
+    return false;
+  }
+
+  // The checkpoint stores this job's processes open: "shard K" or "worker R", and its folder.
+  std::vector<std::pair<std::string, std::string>> CheckpointStores() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (cfg_.checkpoint_dir.empty()) return out;
+    if (facts_.needs_servers)
+      for (size_t k = 0; k < cfg_.servers.size(); ++k)
+        out.emplace_back("shard " + std::to_string(k), cfg_.checkpoint_dir + "/shard-" + std::to_string(k));
+    else
+      for (int r = 0; r < cfg_.world_size(); ++r)
+        out.emplace_back("worker " + std::to_string(r), cfg_.checkpoint_dir + "/worker-" + std::to_string(r));
+    return out;
+  }
+
+  // A new run (neither --resume nor --fresh) over an earlier run's checkpoints is refused
+  // here, once, before any process starts: each process would refuse alone (exit 2, its log
+  // lines among the launcher's), and a restart must never get past the refusal with --fresh,
+  // which deletes what the refusal protects.
+  int CheckEarlierRun() {
+    if (FLAGS_resume || FLAGS_fresh) return 0;
+    std::string held;
+    CheckpointRecord newest;
+    try {
+      for (auto& [who, path] : CheckpointStores()) {
+        std::optional<HeldCheckpoints> h = CheckpointStore::Peek(path);
+        if (!h || h->empty()) continue;
+        std::vector<uint64_t> ids;
+        for (auto& rec : h->written) ids.push_back(rec.id);
+        held += (held.empty() ? "" : "; ") + who + ": " + IdList(ids);
+        if (h->committed.id > newest.id) newest = h->committed;
+      }
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s: [job] checkpoint_dir: %s\n", job_path_.c_str(), e.what());
+      return 2;
+    }
+    if (held.empty()) return 0;
+    const std::string complete = DescribeCommitted(newest);
+    fprintf(stderr,
+            "shoal: %s: [job] checkpoint_dir %s holds checkpoints of an earlier run (%s%s): continue that run with "
+            "--resume, or start over with --fresh (deletes them); nothing was started\n",
+            job_path_.c_str(), cfg_.checkpoint_dir.c_str(), held.c_str(),
+            complete.empty() ? "" : ("; " + complete).c_str());
+    return 2;
+  }
+
+  // --checkpoint_state: what a requeued batch job needs to start again without deleting a
+  // complete checkpoint. "none" only when every store is here (a shared checkpoint_dir) and
+  // none is complete; a store that is not here may be on another node's disk.
+  int PrintCheckpointState() {
+    try {
+      cfg_ = LoadJobConfig(job_path_);
+      facts_ = FactsOf(cfg_.algorithm);
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+      return 2;
+    }
+    auto stores = CheckpointStores();
+    if (stores.empty()) {
+      printf("off\n");
+      return 0;
+    }
+    for (auto& [who, path] : stores) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(path, ec)) {
+        printf("unknown: %s's folder %s is not on this machine\n", who.c_str(), path.c_str());
+        return 0;
+      }
+    }
+    std::optional<CheckpointRecord> rec = CompleteCheckpointInStores();
+    if (!rec)
+      printf("unknown: a folder could not be read\n");
+    else if (rec->id == 0)
+      printf("none\n");
+    else
+      printf("complete %llu %lld\n", (unsigned long long)rec->id, (long long)rec->step);
+    return 0;
+  }
+
+  // CheckpointStore::Peek, but with --fresh a store no process of this launch has opened yet
+  // (and so deleted) holds the earlier run the user chose to discard: it counts as none. Every
+  // open writes the store's CURRENT, a read-only Peek never does.
+  std::optional<HeldCheckpoints> PeekThisLaunch(const std::string& path) const {
+    struct stat st {};
+    if (FLAGS_fresh && stat((path + "/CURRENT").c_str(), &st) == 0 &&
+        double(st.st_mtim.tv_sec) + 1e-9 * double(st.st_mtim.tv_nsec) < start_)
+      return std::nullopt;
+    return CheckpointStore::Peek(path);
+  }
+
+  // The newest checkpoint every process holds whole, asked of the stores themselves (every
+  // process stopped): one whose commit no process logged yet (killed between writing it and
+  // the log line) counts too. Shard 0's coordinator commits a PS job's; a job without servers
+  // has a complete checkpoint wherever every worker wrote one. id 0 when there is none;
+  // nullopt when a store cannot be read (then nothing may be deleted either).
+  std::optional<CheckpointRecord> CompleteCheckpointInStores() const {
+    try {
+      auto stores = CheckpointStores();
+      if (stores.empty()) return CheckpointRecord{};
+      if (facts_.needs_servers) {
+        std::optional<HeldCheckpoints> h = PeekThisLaunch(stores[0].second);
+        return h ? h->committed : CheckpointRecord{};
+      }
+      std::map<uint64_t, std::pair<int, CheckpointRecord>> seen;  // id -> stores holding it, its record
+      for (auto& [who, path] : stores) {
+        std::optional<HeldCheckpoints> h = PeekThisLaunch(path);
+        if (!h) return CheckpointRecord{};
+        for (auto& rec : h->written) seen[rec.id] = {seen[rec.id].first + 1, rec};
+      }
+      for (auto it = seen.rbegin(); it != seen.rend(); ++it)
+        if (it->second.first == int(stores.size())) return it->second.second;
+      return CheckpointRecord{};
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s\n", e.what());
+      return std::nullopt;
+    }
   }
 
   // The output and log directories, metrics.jsonl, and the environment every child inherits.
@@ -209,9 +359,10 @@ class Launch {
       if (FLAGS_resume) mode_args.push_back("--resume");
       if (FLAGS_fresh) mode_args.push_back("--fresh");
     } else {
-      // A checkpoint committed in this run or the one resumed from is the place to go on
-      // from; without one, what the failed attempt left is incomplete and goes.
-      mode_args.push_back(last_checkpoint_ > 0 || FLAGS_resume ? "--resume" : "--fresh");
+      // A complete checkpoint (Restart asked the stores) or the one resumed from is the place
+      // to go on from; without one, what the failed attempt left is incomplete and this
+      // launch's own (CheckEarlierRun let no earlier run's checkpoints through), so it goes.
+      mode_args.push_back(restart_resumes_ ? "--resume" : "--fresh");
     }
     const bool append_logs = restarts_ > 0;
     std::vector<std::string> worker_args;
@@ -301,13 +452,22 @@ class Launch {
     end_lines_.clear();
     tracker_->Restarted();
     Publish("restarting", true);
-    const bool resume = last_checkpoint_ > 0 || FLAGS_resume;
+    // The stores, not the log: every rank may have written a checkpoint that rank 0 was
+    // killed before logging, and --fresh would delete that complete checkpoint.
+    std::optional<CheckpointRecord> stored = CompleteCheckpointInStores();
+    if (stored && stored->id > last_checkpoint_) {
+      last_checkpoint_ = stored->id;
+      last_checkpoint_step_ = stored->step;
+    }
+    const bool resume = last_checkpoint_ > 0 || FLAGS_resume || !stored;
+    restart_resumes_ = resume;
     // A checkpoint every worker had written as the failure came may not be announced yet:
     // the workers agree on the newest one they all hold, never an older one than this.
-    std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
-                                                  std::to_string(last_checkpoint_step_) +
-                                                  ") or a newer one every process holds"
-                       : resume ? "the checkpoint it resumed from"
+    std::string from = last_checkpoint_ > 0
+                           ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
+                                 std::to_string(last_checkpoint_step_) + ") or a newer one every process holds"
+                       : FLAGS_resume ? "the checkpoint it resumed from"
+                       : resume ? "the newest complete checkpoint (the stores could not be read, so none is deleted)"
                                 : "the start (no complete checkpoint yet)";
     fprintf(stderr, "shoal: restart %d of %lld after %s: every process starts again from %s\n", restarts_,
             (long long)cfg_.max_restarts, last_failure_.c_str(), from.c_str());
@@ -397,7 +557,7 @@ class Launch {
     std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
                                                   std::to_string(last_checkpoint_step_) + ")"
                                             : "the checkpoint the run resumed from";
-    std::string what = server ? "shard " + name.substr(7) + " restarted alone; workers re-pull from " + from
+    std::string what = server     ? "shard " + name.substr(7) + " restarted alone; workers re-pull from " + from
                        : SyncPs() ? name + " restarted alone from " + from + "; the others roll back to it"
                                   : name + " restarted alone from " + from + "; the others go on";
     fprintf(stderr, "shoal: restart %d of %lld after %s: %s\n", restarts_, (long long)cfg_.max_restarts, why.c_str(),
@@ -475,31 +635,46 @@ class Launch {
   // Reaps ended children; returns 1 once a death ends the job (everything stopped).
   int CheckProcesses(bool tolerant) {
     std::vector<Child*> failed;
-    for (Child* c : group_.Reap()) {
-      bool is_worker = c->name.rfind("worker", 0) == 0;
-      if (is_worker) tracker_->WorkerGone(WorkerRank(c->name), c->exit_code != 0);
-      if (is_worker && c->exit_code == 0)
-        ++workers_done_;
-      else if (!is_worker && c->exit_code == 0 && c->term_signal == 0)
-        continue;  // a server leaves by itself once every worker has finished
-      else
-        failed.push_back(c);
-    }
-    // Those that can be started alone again are, before anything else is decided.
-    std::vector<std::pair<std::string, std::string>> alone;  // name, why (Child* die with Start)
-    for (auto it = failed.begin(); it != failed.end();) {
-      if (CanRestartAlone(**it)) {
-        fprintf(stderr, "\nshoal: %s stopped: %s; last lines of %s:\n%s", (*it)->name.c_str(),
-                DescribeExit(**it).c_str(), (*it)->log_path.c_str(), TailLines((*it)->log_path, 8).c_str());
-        metrics_.Write("process_failed", int64_t(tracker_->step()),
-                       JsonObject().Add("process", (*it)->name).Add("why", DescribeExit(**it)));
-        alone.emplace_back((*it)->name, (*it)->name + " " + DescribeExit(**it));
-        it = failed.erase(it);
-      } else {
-        ++it;
+    auto take = [&](const std::vector<Child*>& ended) {
+      for (Child* c : ended) {
+        bool is_worker = c->name.rfind("worker", 0) == 0;
+        if (is_worker) tracker_->WorkerGone(WorkerRank(c->name), c->exit_code != 0);
+        if (is_worker && c->exit_code == 0)
+          ++workers_done_;
+        else if (!is_worker && c->exit_code == 0 && c->term_signal == 0)
+          continue;  // a server leaves by itself once every worker has finished
+        else
+          failed.push_back(c);
       }
+    };
+    take(group_.Reap());
+    // Deaths close together are one failure: a host going down takes several processes, and
+    // their ends can straddle two reaps (one waitpid round). A moment's wait gathers them
+    // before restarting any alone decides the budget.
+    if (!failed.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      take(group_.Reap());
     }
-    if (!alone.empty() && failed.empty()) {
+    // Those that can be started alone again are, before anything else is decided. Deaths in
+    // one reap go alone only together: each restart counts against max_restarts, and a shard
+    // or a ps_sync worker rejoins as a new recovery generation that expects every other
+    // process to be running. So several go alone only when the budget holds them all and
+    // none of them rejoins; otherwise they are failures like the rest (the whole job
+    // restarts, one restart, from its checkpoint; or an asynchronous job goes on).
+    bool all_alone = !failed.empty(), rejoins = false;
+    for (Child* c : failed) {
+      all_alone = all_alone && CanRestartAlone(*c);
+      rejoins = rejoins || c->name.rfind("server ", 0) == 0 || SyncPs();
+    }
+    if (all_alone && (failed.size() == 1 || (!rejoins && restarts_ + int(failed.size()) <= cfg_.max_restarts))) {
+      std::vector<std::pair<std::string, std::string>> alone;  // name, why (Child* die with Start)
+      for (Child* c : failed) {
+        fprintf(stderr, "\nshoal: %s stopped: %s; last lines of %s:\n%s", c->name.c_str(), DescribeExit(*c).c_str(),
+                c->log_path.c_str(), TailLines(c->log_path, 8).c_str());
+        metrics_.Write("process_failed", int64_t(tracker_->step()),
+                       JsonObject().Add("process", c->name).Add("why", DescribeExit(*c)));
+        alone.emplace_back(c->name, c->name + " " + DescribeExit(*c));
+      }
       for (auto& [name, why] : alone) RestartAlone(name, why);
       return 0;
     }
@@ -576,6 +751,7 @@ class Launch {
   std::string last_failure_;  // "worker 1 killed by SIGKILL"
   bool resume_reported_ = false;
   bool last_failure_is_input_ = false;
+  bool restart_resumes_ = false;  // the next restart passes --resume (else --fresh)
   // How each process was started (argv, log), to start one again alone.
   std::map<std::string, std::pair<std::vector<std::string>, std::string>> started_;
 };
@@ -604,6 +780,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (FLAGS_checkpoint_state) return shoal::Launch(argv[1]).PrintCheckpointState();
     return shoal::Run(argv[1]);
   } catch (const std::exception& e) {  // Run reports shoal::Error itself; anything else is a bug
     fprintf(stderr, "shoal: %s: unexpected error: %s\n", argv[1], e.what());

@@ -65,10 +65,10 @@ int main(int argc, char** argv) {
     shoal::JobConfig cfg = shoal::LoadJobConfig(config);
     shoal::CheckJobKeys(cfg);
     // shoal-task has no --rank: the role's rank comes from the task's.
-    shoal::RankInfo task = shoal::ResolveRank(
-        -1,
-        "no task rank in the environment (SLURM_PROCID, OMPI_COMM_WORLD_RANK or RANK): "
-        "start shoal-task with srun or mpirun");
+    shoal::RankInfo task =
+        shoal::ResolveRank(-1,
+                           "no task rank in the environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID or RANK): "
+                           "start shoal-task with srun or mpirun");
     const bool servers = shoal::FactsOf(cfg.algorithm).needs_servers;
     const int num_servers = servers ? int(cfg.servers.size()) : 0;
     const int tasks = num_servers + cfg.world_size();
@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
   }
   args.insert(args.end(), pass.begin(), pass.end());
   // The role's binary reads its rank from its flag; the task's environment would disagree.
-  for (const char* v :
-       {"SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE"})
+  for (const char* v : {"SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                        "RANK", "WORLD_SIZE"})
     unsetenv(v);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());

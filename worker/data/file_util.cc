@@ -39,7 +39,9 @@ std::vector<uint8_t> ReadPlain(const std::string& path, FILE* f) {
   uint8_t buf[1 << 16];
   size_t got;
   while ((got = fread(buf, 1, sizeof(buf), f)) > 0) out.insert(out.end(), buf, buf + got);
-  if (ferror(f)) throw Error(path + ": read error: " + strerror(errno));
+  // The file is there and opened: a failing read is the disk's or the network's (EIO, a
+  // stale NFS handle), which a restart may get past.
+  if (ferror(f)) throw TransientError(path + ": read error: " + strerror(errno));
   return out;
 }
 
@@ -109,7 +111,15 @@ std::vector<uint8_t> Inflate(const std::string& path, const std::vector<uint8_t>
 std::vector<uint8_t> ReadFileBytes(const std::string& path, const InflateLimit& limit) {
   if (DirExists(path)) throw Error(path + ": is a directory, expected a data file");
   std::unique_ptr<FILE, FileCloser> f(fopen(path.c_str(), "rb"));
-  if (!f) throw Error(path + ": cannot open: " + strerror(errno));
+  if (!f) {
+    const int e = errno;
+    const std::string why = path + ": cannot open: " + strerror(e);
+    // Missing, forbidden or not a file is the job's path; anything else (EIO, EMFILE, ENOMEM,
+    // ESTALE, ...) is the machine's.
+    if (e == ENOENT || e == ENOTDIR || e == EACCES || e == EPERM || e == ELOOP || e == ENAMETOOLONG || e == EISDIR)
+      throw Error(why);
+    throw TransientError(why);
+  }
   std::vector<uint8_t> raw = ReadPlain(path, f.get());
   if (raw.size() >= 2 && raw[0] == 0x1f && raw[1] == 0x8b) return Inflate(path, raw, limit);
   return raw;

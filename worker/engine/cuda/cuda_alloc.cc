@@ -42,8 +42,9 @@ std::shared_ptr<void> CudaAllocator::Allocate(size_t bytes) {
     }
     if (e != cudaSuccess) {
       cudaGetLastError();
-      throw Error("cuda:" + std::to_string(device_) + ": cudaMalloc of " + std::to_string(size) +
-                  " bytes failed: " + cudaGetErrorString(e));
+      // Out of memory now (another process on the GPU) may pass: never the job's input.
+      throw TransientError("cuda:" + std::to_string(device_) + ": cudaMalloc of " + std::to_string(size) +
+                           " bytes failed: " + cudaGetErrorString(e));
     }
   }
   auto self = shared_from_this();

@@ -415,7 +415,10 @@ double CudaBackend::SumSquares(const Tensor& x) {
 
 std::unique_ptr<Backend> MakeCudaBackend(int index, DType compute) {
   std::string why;
-  const int n = CudaDeviceCount(&why);
+  bool transient = false;
+  const int n = CudaDeviceCount(&why, &transient);
+  // Devices busy (exclusive mode) or not ready yet may be there on a retry; none is the machine.
+  if (n == 0 && transient) throw TransientError("CUDA devices unavailable: " + why);
   if (n == 0) throw Error("no CUDA device: " + why);
   SHOAL_CHECK(index >= 0 && index < n,
               "cuda:" + std::to_string(index) + " does not exist: " + std::to_string(n) + " CUDA device(s) present");
