@@ -3,10 +3,16 @@
 // loads the data set to learn it.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "common/messages/schema.capnp.h"
 
 namespace shoal {
+
+// The PS algorithms keep one clock per worker on the shards beside the model (a control
+// tensor of one float): so the tensors a checkpoint holds also say how many workers wrote it.
+constexpr const char* kWorkerClockPrefix = "__shoal/clock/";
+inline std::string WorkerClockName(int rank) { return kWorkerClockPrefix + std::to_string(rank); }
 
 struct TrainingPlan {
   int64_t steps_per_epoch = 1;  // global steps in one epoch

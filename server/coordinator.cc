@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/int_list.h"
+#include "common/training_plan.h"
 
 namespace shoal {
 
@@ -59,6 +60,12 @@ std::string ModelMismatch(const std::map<std::string, std::string>& kept,
   for (auto& [name, shape] : job)
     if (!kept.count(name)) return "this job's tensor '" + name + "' " + shape + " is not in the checkpoint";
   return "";
+}
+// Workers whose clocks the tensors hold (one each).
+int ClockedWorkers(const std::map<std::string, std::string>& tensors) {
+  int n = 0;
+  for (auto& [name, shape] : tensors) n += name.rfind(kWorkerClockPrefix, 0) == 0;
+  return n;
 }
 }  // namespace
 
@@ -276,6 +283,17 @@ void Coordinator::OnRegister(const InMessage& m) {
       } catch (const Error& e) {
         return ReplyError(m.identity, h.getRequestId(), std::string("coordinator: ") + e.what());
       }
+    }
+    // The same model on another number of workers: their clocks differ.
+    if (kept && ClockedWorkers(TensorLines(*kept)) != ClockedWorkers(job)) {
+      std::string what = "coordinator: the checkpoints in " + checkpointer_->path() + " were written by " +
+                         std::to_string(ClockedWorkers(TensorLines(*kept))) + " workers and this job has " +
+                         std::to_string(ClockedWorkers(job)) +
+                         ": a parameter-server job resumes on the number of workers that wrote its checkpoints "
+                         "(jobs without servers resume on any number); resume with that many, or start over "
+                         "with --fresh";
+      LOG(WARNING) << what;
+      return ReplyError(m.identity, h.getRequestId(), what, /*input_error=*/true);
     }
     const std::string why = kept ? ModelMismatch(TensorLines(*kept), job) : "";
     if (!why.empty()) {

@@ -33,7 +33,6 @@ enum class Mode { kAsync, kSsp, kSync };
 
 std::vector<int64_t> Shape(const ParamView& p) { return p.shape.empty() ? std::vector<int64_t>{p.n} : p.shape; }
 
-std::string ClockName(int r) { return "__shoal/clock/" + std::to_string(r); }
 const char* kStopName = "__shoal/stop";
 // A model buffer (batch-norm running statistics) kept on the servers: a control tensor, so
 // the shards assign what is pushed and checkpoint it with the weights.
@@ -65,7 +64,7 @@ class ParameterServer : public Algorithm {
       specs.push_back({p.name, DType::kF32, Shape(p)});
       names_.push_back(p.name);
     }
-    for (int r = 0; r < env_.world; ++r) specs.push_back({ClockName(r), DType::kF32, {1}});
+    for (int r = 0; r < env_.world; ++r) specs.push_back({WorkerClockName(r), DType::kF32, {1}});
     specs.push_back({kStopName, DType::kF32, {1}});
     if (buffers_)
       for (auto& b : buffers_->ToHost()) {
@@ -109,7 +108,7 @@ class ParameterServer : public Algorithm {
       for (auto& p : params) refs.push_back({p.name, DType::kF32, Shape(p), p.w, size_t(p.n) * 4, nullptr});
       zero_.assign(size_t(env_.world) + 1, 0.f);
       for (int r = 0; r < env_.world; ++r)
-        refs.push_back({ClockName(r), DType::kF32, {1}, &zero_[size_t(r)], 4, nullptr});
+        refs.push_back({WorkerClockName(r), DType::kF32, {1}, &zero_[size_t(r)], 4, nullptr});
       refs.push_back({kStopName, DType::kF32, {1}, &zero_.back(), 4, nullptr});
       AddBufferRefs(&refs);
       client_->Wait(client_->Push(refs, msg::PushOp::ASSIGN));
@@ -148,7 +147,7 @@ class ParameterServer : public Algorithm {
     for (auto& p : params) grads.push_back({p.name, DType::kF32, Shape(p), p.g, size_t(p.n) * 4, nullptr});
     if (mode_ == Mode::kSsp) {
       clock_ = float(info.step + 1);
-      grads.push_back({ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr});
+      grads.push_back({WorkerClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr});
     }
     client_->Wait(client_->Push(grads, msg::PushOp::APPLY));
     if (mode_ == Mode::kSync) client_->Barrier("step-" + std::to_string(info.step));
@@ -162,7 +161,8 @@ class ParameterServer : public Algorithm {
   void Finish(const std::vector<ParamView>& params) override {
     if (mode_ == Mode::kSsp) {  // a finished worker no longer holds the others back
       clock_ = 1e30f;
-      client_->Wait(client_->Push({{ClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr}}, msg::PushOp::APPLY));
+      client_->Wait(
+          client_->Push({{WorkerClockName(env_.rank), DType::kF32, {1}, &clock_, 4, nullptr}}, msg::PushOp::APPLY));
     }
     if (mode_ != Mode::kSync) {
       FinishAsync(params);
@@ -447,7 +447,7 @@ class ParameterServer : public Algorithm {
   // not a step of this job (a whole job resumed from its final checkpoint: 1e30).
   int64_t OwnClock() {
     std::vector<PulledTensor> out;
-    client_->Wait(client_->Pull({ClockName(env_.rank)}, &out));
+    client_->Wait(client_->Pull({WorkerClockName(env_.rank)}, &out));
     const double c = out.at(0).ToFloats().at(0);
     if (!(c > 0) || c > double(env_.total_steps)) return 0;
     return int64_t(c);
@@ -476,7 +476,7 @@ class ParameterServer : public Algorithm {
   // as it moves.
   void WaitForSlowest(int64_t mine) {
     std::vector<std::string> clocks;
-    for (int r = 0; r < env_.world; ++r) clocks.push_back(ClockName(r));
+    for (int r = 0; r < env_.world; ++r) clocks.push_back(WorkerClockName(r));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_timeout_ms_);
     if (!dead_.empty() && std::chrono::steady_clock::now() >= next_members_) {
       next_members_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(env_.config->heartbeat_ms);

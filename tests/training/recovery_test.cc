@@ -464,6 +464,26 @@ TEST(Recovery, APsJobResumedWithAnotherModelIsRefusedNamingTheTensor) {
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
+// A PS job resumed on another number of workers is refused at registration saying so (its
+// model is the same; its per-worker clocks are not), once: exit 2, never restarted.
+TEST(Recovery, APsJobResumedOnAnotherNumberOfWorkersIsRefusedSayingSo) {
+  std::string d = FreshDir("ps_reshape");
+  JobRun first = RunJob(d, Job("ps_reshape", d, "[algorithm]\nname = \"ps_sync\"\n\n", 1, 20, 0), 300);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  JobRun again = RunJob(d, Job("ps_reshape", d, "[algorithm]\nname = \"ps_sync\"\n\n", 1, 20, 2, 3), 120, {"--resume"});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_EQ(again.stderr_text.find("shoal: restart 1 of"), std::string::npos) << again.stderr_text;
+  std::string all = again.stderr_text;
+  for (const char* w : {"worker-0", "worker-1", "worker-2"}) {
+    std::ifstream in(d + "/out/logs/" + w + ".log");
+    all += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(all.find("the checkpoints in " + d + "/ckpt/shard-0 were written by 2 workers and this job has 3"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
 // The same for a job without servers: each worker's checkpoint is checked against its
 // model before any tensor is changed, and the error names the tensor (no fix was needed:
 // this guards it).
