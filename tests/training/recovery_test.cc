@@ -464,6 +464,22 @@ TEST(Recovery, APsJobResumedWithAnotherModelIsRefusedNamingTheTensor) {
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
+// --resume with no complete checkpoint anywhere (a run killed before its first one) is
+// refused once by the launcher before any process starts: exit 2, never restarted.
+TEST(Recovery, ResumingWithNoCompleteCheckpointIsRefusedBeforeAnythingStarts) {
+  for (const char* algo : {"allreduce", "ps_sync"}) {
+    std::string d = FreshDir(std::string("nothing_") + algo);
+    std::string section = std::string("[algorithm]\nname = \"") + algo + "\"\n\n";
+    JobRun run = RunJob(d, Job("nothing", d, section, 1, 20, 2), 120, {"--resume"});
+    EXPECT_EQ(run.exit_code, 2) << algo << ": " << run.stderr_text;
+    EXPECT_NE(run.stderr_text.find("--resume: [job] checkpoint_dir " + d + "/ckpt holds no complete checkpoint"),
+              std::string::npos)
+        << run.stderr_text;
+    EXPECT_NE(run.stderr_text.find("nothing was started"), std::string::npos) << run.stderr_text;
+    EXPECT_FALSE(std::ifstream(d + "/out/logs/worker-0.log").good()) << algo << ": a worker was started";
+  }
+}
+
 // A PS job resumed on another number of workers is refused at registration saying so (its
 // model is the same; its per-worker clocks are not), once: exit 2, never restarted.
 TEST(Recovery, APsJobResumedOnAnotherNumberOfWorkersIsRefusedSayingSo) {

@@ -163,7 +163,42 @@ class Launch {
       return 2;
     }
     if (int rc = CheckDataPaths()) return rc;
+    if (int rc = CheckResumable()) return rc;
     return CheckEarlierRun();
+  }
+
+  // --resume with nothing to resume from is refused here, once, before any process starts
+  // (each would refuse alone). Resumable: a checkpoint some store holds and committed (a job
+  // without servers resumes it on any number of workers; a PS job's coordinator commits on
+  // shard 0), or, without servers, one every worker holds. Every store `shoal run` opens is
+  // on this machine, so a missing folder is a store with nothing in it.
+  int CheckResumable() {
+    if (!FLAGS_resume) return 0;
+    std::string held;
+    bool resumable = false;
+    try {
+      auto stores = CheckpointStores();
+      for (size_t i = 0; i < stores.size(); ++i) {
+        std::optional<HeldCheckpoints> h = CheckpointStore::Peek(stores[i].second);
+        std::vector<uint64_t> ids;
+        for (auto& rec : h ? h->written : std::vector<CheckpointRecord>()) {
+          ids.push_back(rec.id);
+          if (rec.id <= h->committed.id && (!facts_.needs_servers || i == 0)) resumable = true;
+        }
+        held += (held.empty() ? "" : "; ") + stores[i].first + ": " + IdList(ids);
+      }
+      std::optional<CheckpointRecord> all = CompleteCheckpointInStores();
+      resumable = resumable || !all || all->id > 0;  // unreadable: let the processes say why
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s: [job] checkpoint_dir: %s\n", job_path_.c_str(), e.what());
+      return 2;
+    }
+    if (resumable) return 0;
+    fprintf(stderr,
+            "shoal: %s: --resume: [job] checkpoint_dir %s holds no complete checkpoint (%s): start over with --fresh "
+            "or without --resume; nothing was started\n",
+            job_path_.c_str(), cfg_.checkpoint_dir.c_str(), held.c_str());
+    return 2;
   }
 
   // The data files, before the checkpoints: a job that cannot read its data fails the same
