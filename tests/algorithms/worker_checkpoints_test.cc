@@ -124,20 +124,25 @@ void OnRanks(int n, Fn fn) {
   for (auto& t : ts) t.join();
 }
 
+// A 2-worker run in `tmp` that saved checkpoints `first`, first + 2, ..., `last`, worker r's
+// weights id / 10 + r; returns its job config.
+JobConfig TwoWorkerRun(const std::string& tmp, uint64_t first, uint64_t last) {
+  JobConfig cfg;
+  cfg.checkpoint_dir = tmp + "/ckpt";
+  FileStore store(tmp + "/run1");
+  OnRanks(2, [&](int r) {
+    WorkerCheckpoints wc(cfg, r, 2, &store, CheckpointStart::kNew);
+    for (uint64_t id = first; id <= last; id += 2) wc.Save(State(id, float(id) / 10.f + float(r)));
+  });
+  return cfg;
+}
+
 // Two workers wrote checkpoints 2..20, each its own weights (w + rank). Resumed by `world`
 // workers: every rank gets checkpoint 20 of the 2-worker run, the weights of worker 0 or,
 // averaged, the mean of the writers present (both, or worker 0 alone); later ids go on from 20.
 void ResumeOnAnotherWorld(int world, bool average) {
   const std::string tmp = FreshDir();
-  JobConfig cfg;
-  cfg.checkpoint_dir = tmp + "/ckpt";
-  {
-    FileStore store(tmp + "/run1");
-    OnRanks(2, [&](int r) {
-      WorkerCheckpoints wc(cfg, r, 2, &store, CheckpointStart::kNew);
-      for (uint64_t id = 2; id <= 20; id += 2) wc.Save(State(id, float(id) / 10.f + float(r)));
-    });
-  }
+  const JobConfig cfg = TwoWorkerRun(tmp, 2, 20);
   FileStore store(tmp + "/run2");
   FakeCluster cluster(world);
   std::vector<CheckpointState> got(static_cast<size_t>(world));
@@ -169,15 +174,7 @@ TEST(WorkerCheckpoints, ResumedOnMoreWorkersAveragedEntriesAreTheHoldersMean) { 
 // worker holds: no checkpoint anywhere, or another world and no way to share it.
 TEST(WorkerCheckpoints, AnotherWorldWithoutPeersOrWithoutACheckpointIsAnInputError) {
   const std::string tmp = FreshDir();
-  JobConfig cfg;
-  cfg.checkpoint_dir = tmp + "/ckpt";
-  {
-    FileStore store(tmp + "/run1");
-    OnRanks(2, [&](int r) {
-      WorkerCheckpoints wc(cfg, r, 2, &store, CheckpointStart::kNew);
-      wc.Save(State(4, 1.f));
-    });
-  }
+  JobConfig cfg = TwoWorkerRun(tmp, 4, 4);
   FileStore store(tmp + "/run2");
   std::vector<std::string> errors(3);
   OnRanks(3, [&](int r) {

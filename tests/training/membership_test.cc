@@ -190,7 +190,9 @@ TEST(Membership, SspWorkerRestartedAloneGoesOnFromItsOwnClock) {
 // is within the staleness: worker 2 logs step 247 before it pushes clock 248.
 TEST(Membership, SspWorkerSeenDeadCountsAgainOnceBack) {
   std::string dir = FreshDir("ssp_back");
-  std::string t = SspJob(dir, 50, "[{slowdown = 3.0}, {slowdown = 3.0}, {slowdown = 7.0}]", 500);
+  // 1.5 s: short enough to see worker 2 dead soon, long enough that a live worker starved of
+  // CPU on a loaded 2-core machine (CI runs two tests at once) is not taken for dead.
+  std::string t = SspJob(dir, 50, "[{slowdown = 3.0}, {slowdown = 3.0}, {slowdown = 7.0}]", 1500);
   const std::string stop = "pkill -STOP -f -- '--confi[g] " + dir + "/job.toml --rank 2'";
   bool seen_dead = false;
   int64_t killed_after = -1;
