@@ -176,6 +176,7 @@ class Launch {
     if (!FLAGS_resume) return 0;
     std::string held;
     bool resumable = false;
+    std::map<uint64_t, size_t> holders;  // id -> stores holding it
     try {
       auto stores = CheckpointStores();
       for (size_t i = 0; i < stores.size(); ++i) {
@@ -183,12 +184,12 @@ class Launch {
         std::vector<uint64_t> ids;
         for (auto& rec : h ? h->written : std::vector<CheckpointRecord>()) {
           ids.push_back(rec.id);
+          ++holders[rec.id];
           if (rec.id <= h->committed.id && (!facts_.needs_servers || i == 0)) resumable = true;
         }
         held += (held.empty() ? "" : "; ") + stores[i].first + ": " + IdList(ids);
       }
-      std::optional<CheckpointRecord> all = CompleteCheckpointInStores();
-      resumable = resumable || !all || all->id > 0;  // unreadable: let the processes say why
+      for (auto& [id, n] : holders) resumable = resumable || (!facts_.needs_servers && n == stores.size());
     } catch (const Error& e) {
       fprintf(stderr, "shoal: %s: [job] checkpoint_dir: %s\n", job_path_.c_str(), e.what());
       return 2;
