@@ -138,6 +138,7 @@ class AdPsgd : public Algorithm {
   Communicator* peers() override { return comm_.get(); }
   // Each worker's own model: a job on another number of workers starts from their mean.
   std::vector<std::string> AveragedOnReshape() const override { return {"w/", "adpsgd/model"}; }
+  std::string ReshapeNote() const override { return "the model is the mean of the workers that hold it"; }
   int64_t bytes_sent() const override { return comm_->bytes_sent() + gossip_bytes_.load(); }
   // Each worker its own model (with the averages peers made into it), its optimizer and
   // its choice of peers.

@@ -208,6 +208,8 @@ class Algorithm {
   // one worker's, and LoadState sees `in.record.shards` (the writers' count) differ from the
   // world and resets what belonged to a worker alone.
   virtual std::vector<std::string> AveragedOnReshape() const { return {}; }
+  // After such a LoadState: what it dropped or changed, for the resume line ("" for nothing).
+  virtual std::string ReshapeNote() const { return ""; }
   // Rank 0 of a collective job stops everyone at the target: all ranks must agree when to
   // stop, so algorithms that synchronize decide it together.
   virtual bool AgreeToStop(bool mine) { return mine; }

@@ -79,6 +79,7 @@ class Auto : public Algorithm {
   // On another number of workers: the mean of the workers' models (adpsgd's differ; the
   // synchronous choices' agree).
   std::vector<std::string> AveragedOnReshape() const override { return {"w/", "adpsgd/model"}; }
+  std::string ReshapeNote() const override { return chosen_ ? chosen_->ReshapeNote() : ""; }
   int64_t bytes_sent() const override { return comm_->bytes_sent() + (chosen_ ? chosen_->bytes_sent() : 0); }
   // Its choice, so a resumed job runs what was chosen (measuring again could choose
   // otherwise midway), and the chosen algorithm's state; while probing, the probe's.

@@ -66,6 +66,7 @@ class Bmuf : public Algorithm {
   }
   int64_t skipped_steps() const override { return updater_.skipped(); }
   Communicator* peers() override { return comm_.get(); }
+  std::string ReshapeNote() const override { return "bmuf starts its block again from the shared block start"; }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   bool BalancesBatches() const override { return balance_; }
   void AddMetrics(JsonObject* out) const override { out->Add("blocks", blocks_); }

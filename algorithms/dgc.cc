@@ -100,6 +100,7 @@ class Dgc : public Algorithm {
     return v > 0;
   }
   Communicator* peers() override { return comm_.get(); }
+  std::string ReshapeNote() const override { return "dgc's residuals (each worker's unsent gradients) start at 0"; }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   int64_t skipped_steps() const override { return skipped_; }
   bool BalancesBatches() const override { return balance_; }

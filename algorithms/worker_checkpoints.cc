@@ -77,8 +77,9 @@ CheckpointState WorkerCheckpoints::Resume(Communicator* peers, const std::vector
       }
     each += (each.empty() ? "" : "; ") + std::string("worker ") + std::to_string(r) + ": " + IdList(ids[size_t(r)]);
   }
+  CheckpointState st;  // the newest all hold, read once: returned here, or reused by Reshape
   if (!common.empty()) {
-    CheckpointState st = ckpt_.Read(*common.rbegin());
+    st = ckpt_.Read(*common.rbegin());
     // Every rank reads the same record, so every rank takes the same branch.
     if (st.record.shards == uint32_t(world_)) {
       ckpt_.Commit(st.record);
@@ -98,7 +99,7 @@ CheckpointState WorkerCheckpoints::Resume(Communicator* peers, const std::vector
   std::vector<char> holds(size_t(world_), 0);
   for (int r = 0; r < world_; ++r)
     holds[size_t(r)] = std::count(ids[size_t(r)].begin(), ids[size_t(r)].end(), complete) > 0;
-  return Reshape(complete, source, holds, peers, averaged);
+  return Reshape(complete, source, holds, peers, averaged, std::move(st));
 }
 
 namespace {
@@ -137,10 +138,10 @@ bool StartsWithAny(const std::string& key, const std::vector<std::string>& prefi
 }  // namespace
 
 CheckpointState WorkerCheckpoints::Reshape(uint64_t id, int source, const std::vector<char>& holds, Communicator* peers,
-                                           const std::vector<std::string>& averaged) {
+                                           const std::vector<std::string>& averaged, CheckpointState read) {
   const bool mine = holds[size_t(rank_)] != 0;
   CheckpointState own;
-  if (mine) own = ckpt_.Read(id);
+  if (mine) own = read.record.id == id ? std::move(read) : ckpt_.Read(id);
   std::string bytes = rank_ == source ? EncodeState(own) : std::string();
   uint64_t size = bytes.size();
   peers->Broadcast(&size, sizeof size, source);

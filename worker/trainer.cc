@@ -364,13 +364,18 @@ class Trainer {
     if (checkpoints_ && opts_.resume) {
       CheckpointState st = checkpoints_->Resume(algo_->peers(), algo_->AveragedOnReshape());
       const bool reshaped = st.record.shards != uint32_t(world_);
-      if (reshaped) ReshapePosition(&st);
+      const std::string reshape_line = reshaped ? ReshapePosition(&st) : "";
       RestoreWeights(st, params_->HostWeights());
       params_->WeightsFromHost();
       RestoreBuffers(st, buffers_->ToHost());
       buffers_->FromHost();
       buffers_synced_at_ = st.record.step;  // they were made the job's before being saved
       algo_->LoadState(params_->views(), st);
+      if (reshaped) {
+        const std::string note = algo_->ReshapeNote();
+        printf("worker %d: %s%s\n", rank_, reshape_line.c_str(), note.empty() ? "" : ("; " + note).c_str());
+        fflush(stdout);
+      }
       scaler_.Load(st);
       resumed_step_ = st.record.step;
       step_ = resumed_step_;                     // the balance record names the step it applies from
@@ -632,25 +637,22 @@ class Trainer {
   // A checkpoint written by another number of workers: the same epoch and, in it, the batch
   // with as many samples of the epoch behind it (rounded down: no sample is skipped, at most
   // one global batch is seen twice). Later checkpoint ids go on from the resumed one.
-  void ReshapePosition(CheckpointState* st) {
+  // Returns the console's account of it.
+  std::string ReshapePosition(CheckpointState* st) {
     const CheckpointRecord old = st->record;
     const int64_t samples = old.batch * cfg_.batch_size * int64_t(old.shards);
     const int64_t batch = std::min(samples / (cfg_.batch_size * int64_t(world_)), env_.steps_per_epoch - 1);
     st->record.batch = batch;
     st->record.step = old.epoch * env_.steps_per_epoch + batch;
     checkpoints_->ContinueFrom(old.id, st->record.step);
-    std::string note;
-    const std::string algo = algo_->Name();
-    if (algo.find("dgc") != std::string::npos) note = "; dgc's residuals (each worker's unsent gradients) start at 0";
-    if (algo.find("bmuf") != std::string::npos) note = "; bmuf starts its block again from the shared block start";
-    if (algo.find("adpsgd") != std::string::npos) note = "; the model is the mean of the workers that hold it";
-    printf(
-        "worker %d: checkpoint %llu was written by %u workers, this job has %d: epoch %lld batch %lld of %lld "
-        "samples each becomes batch %lld of %lld (step %lld)%s\n",
-        rank_, (unsigned long long)old.id, old.shards, world_, (long long)old.epoch, (long long)old.batch,
-        (long long)(cfg_.batch_size * int64_t(old.shards)), (long long)batch,
-        (long long)(cfg_.batch_size * int64_t(world_)), (long long)st->record.step, note.c_str());
-    fflush(stdout);
+    char line[320];
+    snprintf(line, sizeof line,
+             "checkpoint %llu was written by %u workers, this job has %d: epoch %lld batch %lld of %lld samples each "
+             "becomes batch %lld of %lld (step %lld)",
+             (unsigned long long)old.id, old.shards, world_, (long long)old.epoch, (long long)old.batch,
+             (long long)(cfg_.batch_size * int64_t(old.shards)), (long long)batch,
+             (long long)(cfg_.batch_size * int64_t(world_)), (long long)st->record.step);
+    return line;
   }
 
   // This worker's weights, its algorithm's state and the data position, committed once
