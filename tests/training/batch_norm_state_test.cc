@@ -39,14 +39,6 @@ std::string Job(const std::string& name, const std::string& dir, const std::stri
   return t;
 }
 
-std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v;
-  float x;
-  while (in.read(reinterpret_cast<char*>(&x), 4)) v.push_back(x);
-  return v;
-}
-
 // The exported file evaluated by a fresh resnet20 (parameters, then the running statistics)
 // on the job's test set, normalized and batched as the trainer does: accuracy and loss.
 std::pair<double, double> EvaluateExport(const std::vector<float>& exported) {

@@ -131,5 +131,13 @@ std::vector<std::string> Events(const JobRun& r, const std::string& event) {
   return out;
 }
 
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v;
+  float x;
+  while (in.read(reinterpret_cast<char*>(&x), 4)) v.push_back(x);
+  return v;
+}
+
 }  // namespace testing
 }  // namespace shoal

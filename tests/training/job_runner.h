@@ -43,6 +43,8 @@ int ProcessesOf(const std::string& dir);
 // The ids of the job's processes started with `process` after the job file ("--rank 0"),
 // as pgrep lists them (one a line; empty when none runs).
 std::string PidsOf(const std::string& dir, const std::string& process);
+// The little-endian floats of a file (export_weights writes them), as many as it holds whole.
+std::vector<float> ReadFloats(const std::string& path);
 // The metrics lines whose "event" is `event`.
 std::vector<std::string> Events(const JobRun& r, const std::string& event);
 

@@ -39,14 +39,6 @@ TEST(PsTraining, SyncReachesTarget) {
   EXPECT_GE(Accuracy(r), 0.80) << r.done_line;
 }
 
-std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v;
-  float x;
-  while (in.read(reinterpret_cast<char*>(&x), 4)) v.push_back(x);
-  return v;
-}
-
 // N workers at batch b through ps_sync == one local worker at batch N*b: same samples per
 // step (the shards of one global permutation), the mean gradient, one optimizer step.
 TEST(PsTraining, SyncWithNWorkersEqualsOneWorkerWithNTimesTheBatch) {
