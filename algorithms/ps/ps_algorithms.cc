@@ -64,6 +64,8 @@ class ParameterServer : public Algorithm {
       specs.push_back({p.name, DType::kF32, Shape(p)});
       names_.push_back(p.name);
     }
+    // Asynchronous workers read the stop decision with every pull (4 bytes more).
+    if (mode_ != Mode::kSync) names_.push_back(kStopName);
     for (int r = 0; r < env_.world; ++r) specs.push_back({WorkerClockName(r), DType::kF32, {1}});
     specs.push_back({kStopName, DType::kF32, {1}});
     if (buffers_)
@@ -313,10 +315,7 @@ class ParameterServer : public Algorithm {
   void PullWeights(const std::vector<ParamView>& params) {
     params_ = &params;
     std::vector<PulledTensor> out;
-    // Asynchronous workers read the stop decision with every pull (4 bytes more).
-    std::vector<std::string> names = names_;
-    if (mode_ != Mode::kSync) names.push_back(kStopName);
-    client_->Wait(client_->Pull(names, &out));
+    client_->Wait(client_->Pull(names_, &out));
     if (mode_ != Mode::kSync) stop_seen_ = out.back().ToFloats().at(0);
     versions_.clear();
     for (auto& t : out) versions_.push_back(t.version);
@@ -531,7 +530,7 @@ class ParameterServer : public Algorithm {
   int64_t staleness_ = 3;
   int wait_timeout_ms_ = 60000;
   std::unique_ptr<Client> client_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_;         // what every pull asks for: the parameters (and the stop flag)
   ModelBuffers* buffers_ = nullptr;        // the trainer's (SetBuffers)
   std::vector<std::string> buffer_names_;  // their names on the servers; empty: none
   bool left_ = false;                      // Finish sent LEAVE
