@@ -10,22 +10,85 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/device_fence.h"
 #include "worker/engine/tensor.h"
 
 namespace shoal {
 
+// Convolution geometry. `stride` and `pad` are the height's, and the width's too unless
+// stride_w / pad_w are set (>= 0): the zoo's square convolutions set two numbers, imported
+// graphs all of them. Padding is symmetric per dimension (an imported graph's uneven padding
+// becomes an explicit pad before the convolution). Weights are [O, I / groups, KH, KW].
 struct ConvParams {
   int stride = 1;
   int pad = 0;
+  int stride_w = -1;
+  int pad_w = -1;
+  int dilation = 1;
+  int dilation_w = -1;
+  int groups = 1;
+
+  int sh() const { return stride; }
+  int sw() const { return stride_w >= 0 ? stride_w : stride; }
+  int ph() const { return pad; }
+  int pw() const { return pad_w >= 0 ? pad_w : pad; }
+  int dh() const { return dilation; }
+  int dw() const { return dilation_w >= 0 ? dilation_w : dilation; }
+  bool operator<(const ConvParams& o) const;
+  // The output size along one dimension, or <= 0 when the window does not fit.
+  static int64_t OutSize(int64_t in, int64_t k, int s, int p, int d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
 };
 
+// Pooling geometry, square unless the _w fields are set (>= 0), symmetric padding.
 struct PoolParams {
   int kernel = 2;
   int stride = 2;
   int pad = 0;
+  int kernel_w = -1;
+  int stride_w = -1;
+  int pad_w = -1;
+  // Average pooling only: whether padded positions count in the divisor.
+  bool count_include_pad = false;
+
+  int kh() const { return kernel; }
+  int kw() const { return kernel_w >= 0 ? kernel_w : kernel; }
+  int sh() const { return stride; }
+  int sw() const { return stride_w >= 0 ? stride_w : stride; }
+  int ph() const { return pad; }
+  int pw() const { return pad_w >= 0 ? pad_w : pad; }
 };
+
+// Elementwise ops of imported graphs (worker/engine/onnx). Parameters a, b as noted.
+enum class UnaryOp {
+  kIdentity,
+  kNeg,
+  kRelu,
+  kLeakyRelu,  // a: slope for x < 0
+  kClip,       // a: min, b: max
+  kSigmoid,
+  kTanh,
+  kErf,
+  kSqrt,
+  kExp,
+  kLog,
+  kAbs,
+  kReciprocal,
+  kPowScalar,  // x^a
+  kAffine,     // a x + b
+};
+// Binary ops broadcast their inputs numpy-style to the output's shape. Comparisons give 1 or 0.
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kEqual, kLess, kGreater };
+
+// Where a strided walk reads or writes: an offset and one stride per dimension walked, in
+// elements (stride 0 repeats an element: broadcasting).
+struct StridedView {
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+};
+// The contiguous (row-major) strides of a shape.
+std::vector<int64_t> ContiguousStrides(const Shape& s);
 
 class Backend {
  public:
@@ -120,7 +183,61 @@ class Backend {
 
   // ---- reductions used by optimizers (fp32)
   virtual double SumSquares(const Tensor& x) = 0;
+
+  // ---- general ops for imported (ONNX) graphs; fp32, at most kMaxTensorDims dimensions.
+  // Backends that lack one throw shoal::Error naming it and the backend (these defaults).
+  //
+  // y = op(x) elementwise; dx = dy * op'(x) (y is op's output, for ops whose derivative
+  // reads it more cheaply).
+  virtual void Unary(UnaryOp op, const Tensor& x, Tensor& y, float a = 0, float b = 0);
+  virtual void UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, float a = 0,
+                             float b = 0);
+  // y = op(a, b), a and b broadcast to y's shape (same rank or fewer dimensions, aligned right).
+  virtual void Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);
+  // y = cond != 0 ? a : b, all three broadcast to y's shape.
+  virtual void Where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y);
+  // y = alpha * sum of x over the dimensions where y has size 1 and x does not (y has x's
+  // rank, or fewer dimensions aligned right); += when accumulate.
+  virtual void ReduceSum(const Tensor& x, Tensor& y, float alpha = 1.0f, bool accumulate = false);
+  // dst[dv] = (or +=) src[sv], walking `shape`. Covers transpose, slice, concat, split, pad,
+  // expand (a source stride of 0). Written positions must not repeat when accumulating.
+  virtual void StridedCopy(const Tensor& src, const StridedView& sv, Tensor& dst, const StridedView& dv,
+                           const Shape& shape, bool accumulate = false);
+  // c[B,M,N] = alpha op(a) op(b) + beta c, batched: a is [Ba,M,K] ([Ba,K,M] if ta), b
+  // [Bb,K,N] ([Bb,N,K] if tb), Ba and Bb each B or 1 (1: the same matrix for every batch).
+  virtual void MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha = 1.0f,
+                      float beta = 0.0f);
+  // Softmax (log-softmax when `log`) of x along `axis`; backward from y, its output.
+  virtual void Softmax(const Tensor& x, int axis, bool log, Tensor& y);
+  virtual void SoftmaxBackward(const Tensor& y, const Tensor& dy, int axis, bool log, Tensor& dx);
+  // Normalizes each row of `cols` trailing elements: y = (x - mean) * invstd * gamma + beta
+  // (gamma [cols], beta [cols] or undefined). mean and invstd [rows] are saved for backward;
+  // dgamma and dbeta (may be null) accumulate.
+  virtual void LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor& beta, int64_t cols, float eps,
+                                Tensor& y, Tensor& mean, Tensor& invstd);
+  virtual void LayerNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                                 const Tensor& invstd, int64_t cols, Tensor& dx, Tensor* dgamma, Tensor* dbeta);
+  // y = x indexed along `axis` by `indices` (fp32 holding integers; negative count from the
+  // end): y's shape is x's with that dimension replaced by indices' shape. An index out of
+  // range throws. Backward: dx += scatter of dy (dx zeroed by the caller).
+  virtual void IndexSelect(const Tensor& x, const Tensor& indices, int axis, Tensor& y);
+  virtual void IndexSelectBackward(const Tensor& dy, const Tensor& indices, int axis, Tensor& dx);
+  // Average pooling over [N,C,H,W].
+  virtual void AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor& y);
+  virtual void AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor& dx);
+  // mask[i] = 1 / (1 - ratio) with probability 1 - ratio, else 0, drawn from a hash of
+  // (seed, i): the same mask on every backend for the same seed.
+  virtual void DropoutMask(uint64_t seed, float ratio, Tensor& mask);
 };
+
+// The hash DropoutMask draws from: a uniform number in [0, 1) for element i.
+inline float HashUniform(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return float(z >> 40) * (1.0f / 16777216.0f);
+}
 
 // The CPU backend (oneDNN); `threads` = 0 means all cores. compute kBF16 needs a processor
 // with bf16 instructions (AVX512-BF16 or AMX-BF16): without, a clear shoal::Error; kF16 is
