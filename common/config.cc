@@ -197,8 +197,8 @@ void ReadLossScale(const SectionReader& model, JobConfig* c) {
     if (n->is_string()) {
       c->loss_scale = *n->value<std::string>();
       if (c->loss_scale != "dynamic" && c->loss_scale != "none")
-        model.Fail("loss_scale", "expected \"dynamic\", \"none\" or a number in " + range.str() + ", got \"" +
-                                     c->loss_scale + "\"");
+        model.Fail("loss_scale",
+                   "expected \"dynamic\", \"none\" or a number in " + range.str() + ", got \"" + c->loss_scale + "\"");
     } else if (n->is_number()) {
       double v = *n->value<double>();
       if (!(v > 0 && v <= kMaxLossScale)) {
@@ -533,7 +533,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.seed = uint64_t(job.Int("seed", 42, 0, INT64_MAX));
   c.output_dir = job.String("output_dir", "runs/" + c.name);
   // "" would put logs/ and metrics.jsonl at the filesystem root.
-  if (c.output_dir.empty()) job.Fail("output_dir", "expected a directory, got \"\" (leave the key out for runs/<name>)");
+  if (c.output_dir.empty())
+    job.Fail("output_dir", "expected a directory, got \"\" (leave the key out for runs/<name>)");
   c.checkpoint_dir = job.String("checkpoint_dir", "");
   c.checkpoint_every_steps = job.Int("checkpoint_every_steps", 0, 0, INT64_MAX);
   c.max_restarts = job.Int("max_restarts", 0, 0, 1000);
@@ -631,12 +632,28 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   }
 
   SectionReader model(file, root, "model",
-                      {"name", "zero_gamma_init", "label_smoothing", "init", "precision", "loss_scale", "loss_scale_init",
-                       "loss_scale_growth_interval"});
-  c.model = model.String("name", "mlp");
-  static const std::set<std::string> kModels = {"mlp", "lenet", "resnet20", "resnet50"};
-  if (!kModels.count(c.model))
-    model.Fail("name", "unknown model \"" + c.model + "\" (known: lenet, mlp, resnet20, resnet50)");
+                      {"name", "onnx", "onnx_constants", "zero_gamma_init", "label_smoothing", "init", "precision",
+                       "loss_scale", "loss_scale_init", "loss_scale_growth_interval"});
+  c.onnx_model = model.String("onnx", "");
+  if (!c.onnx_model.empty()) {
+    if (model.Get("name")) model.Fail("onnx", "give [model] name (a built-in model) or onnx (a file), not both");
+    c.model = "onnx";
+    if (const toml::node* k = model.Get("onnx_constants")) {
+      if (!k->is_array()) model.Fail("onnx_constants", "expected an array of initializer names, got " + Describe(k));
+      for (auto& e : *k->as_array()) {
+        if (!e.is_string()) model.Fail("onnx_constants", "expected initializer names (strings), got " + Describe(&e));
+        c.onnx_constants.push_back(*e.value<std::string>());
+      }
+    }
+  } else {
+    if (model.Get("onnx_constants")) model.Fail("onnx_constants", "only with [model] onnx");
+    c.model = model.String("name", "mlp");
+    static const std::set<std::string> kModels = {"mlp", "lenet", "resnet20", "resnet50"};
+    if (!kModels.count(c.model))
+      model.Fail("name", "unknown model \"" + c.model +
+                             "\" (known: lenet, mlp, resnet20, resnet50; or [model] onnx = "
+                             "\"file.onnx\")");
+  }
   c.zero_gamma_init = model.Bool("zero_gamma_init", true);
   c.label_smoothing = model.Double("label_smoothing", 0.0, 0.0, 0.999);
   c.precision = model.String("precision", "fp32");
@@ -651,10 +668,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
                      {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes",
                       "max_train_samples", "max_test_samples", "augment", "label"});
   c.data_format = data.String("format", "idx");
-  if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "cifar100" &&
-      c.data_format != "synthetic")
-    data.Fail("format",
-              "expected \"idx\", \"cifar\", \"cifar100\" or \"synthetic\", got \"" + c.data_format + "\"");
+  if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "cifar100" && c.data_format != "synthetic")
+    data.Fail("format", "expected \"idx\", \"cifar\", \"cifar100\" or \"synthetic\", got \"" + c.data_format + "\"");
   c.data_label = data.String("label", "fine");
   // Only CIFAR-100 records carry two labels; elsewhere the key would be silently ignored.
   if (data.Get("label") && c.data_format != "cifar100")

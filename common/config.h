@@ -99,7 +99,11 @@ struct JobConfig {
   bool allow_plaintext = false;
 
   // [model]
-  std::string model = "mlp";
+  std::string model = "mlp";  // a zoo name, or "onnx" with onnx_model set
+  // [model] onnx: an ONNX file to train instead of a zoo model, and initializers of it that
+  // stay constant (worker/engine/onnx/onnx_import.h says which are trained by default).
+  std::string onnx_model;
+  std::vector<std::string> onnx_constants;
   bool zero_gamma_init = true;
   double label_smoothing = 0.0;
   std::string precision = "fp32";    // of convolutions and fully connected layers: fp32 | bf16 | fp16

@@ -22,6 +22,7 @@
 #include "worker/data/file_util.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model.h"
+#include "worker/engine/onnx/onnx_import.h"
 #include "worker/loss_scaler.h"
 
 namespace shoal {
@@ -295,7 +296,18 @@ class Trainer {
     mo.label_smoothing = float(cfg_.label_smoothing);
     if (cfg_.weight_init == "he_normal") mo.init = WeightInit::kHeNormal;
     if (cfg_.weight_init == "uniform") mo.init = WeightInit::kFanInUniform;
-    model_ = MakeModel(cfg_.model, *backend_, mo);
+    if (!cfg_.onnx_model.empty()) {
+      OnnxOptions oo;
+      oo.input_shape = mo.input_shape;
+      oo.num_classes = mo.num_classes;
+      oo.seed = cfg_.seed * 1000003 + uint64_t(opts_.rank);  // dropout: each worker its own masks
+      oo.constants = cfg_.onnx_constants;
+      oo.label_smoothing = mo.label_smoothing;
+      oo.batch = cfg_.batch_size;
+      model_ = ImportOnnx(cfg_.onnx_model, *backend_, oo);
+    } else {
+      model_ = MakeModel(cfg_.model, *backend_, mo);
+    }
     model_->InitParameters(cfg_.seed);
   }
 

@@ -34,13 +34,23 @@ int Model::AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::v
   } catch (const Error& e) {
     throw Error("Model " + name_ + ", node " + name + ": " + e.what());
   }
+  return AddNode(name, std::move(layer), std::move(inputs), std::move(out));
+}
+
+int Model::AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::vector<int> inputs, Shape out) {
+  SHOAL_CHECK(layer != nullptr && int(inputs.size()) == layer->NumInputs(),
+              "Model " + name_ + ": node " + name + " has no layer or the wrong number of inputs");
+  for (int id : inputs)
+    SHOAL_CHECK(id >= 0 && id < int(nodes_.size()),
+                "Model " + name_ + ": node " + name + " reads unknown node " + std::to_string(id));
   const size_t param_begin = params_.size();
+  const bool global = layer->GlobalNames();
   for (Parameter p : layer->params()) {
-    p.name = name + "." + p.name;
+    if (!global) p.name = name + "." + p.name;
     params_.push_back(std::move(p));
   }
   for (Buffer b : layer->buffers()) {
-    b.name = name + "." + b.name;
+    if (!global) b.name = name + "." + b.name;
     buffers_.push_back(std::move(b));
   }
   nodes_.push_back(Node{name, std::move(layer), std::move(inputs), out, param_begin, params_.size()});
@@ -59,6 +69,10 @@ const Tensor& Model::Forward(const Tensor& x, bool train) {
                   Shape(x.shape().begin() + 1, x.shape().end()) == input_shape_ && x.dim(0) > 0,
               "Model " + name_ + ": input must be [N," + ShapeString(input_shape_).substr(1) + ", got " +
                   ShapeString(x.shape()));
+  if (batch_hook_ && x.dim(0) != bound_batch_) {
+    batch_hook_(x.dim(0));
+    bound_batch_ = x.dim(0);
+  }
   input_ = x;
   outs_.assign(nodes_.size(), nullptr);
   in_ptrs_.resize(nodes_.size());
@@ -113,7 +127,7 @@ void Model::Backward(const Tensor& dlogits) {
     dx.assign(n.inputs.size(), Tensor());
     n.layer->Backward(in_ptrs_[i], grads_[i], need_dx, dx);
     for (size_t j = 0; j < n.inputs.size(); ++j)
-      if (n.inputs[j] != kInput) Accumulate(n.inputs[j], dx[j]);
+      if (n.inputs[j] != kInput && dx[j].defined()) Accumulate(n.inputs[j], dx[j]);
     grads_[i] = Tensor();  // drop the handle: the buffer may be reused by its owner
     // A node's parameters belong to it alone, so their gradients are final now.
     if (grad_ready_ && n.param_end > n.param_begin) grad_ready_(n.param_begin, n.param_end);

@@ -73,7 +73,14 @@ class Model {
   static constexpr int kInput = 0;
   // Adds a node fed by `inputs` (node ids); checks shapes now, with batch 2. Returns its id.
   int AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::vector<int> inputs);
+  // The same with the output shape the caller computed (an imported graph, whose shapes
+  // depend on values bound for the batch it is built at): `shape` at that batch.
+  int AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::vector<int> inputs, Shape shape);
   // The last node added is the output (the logits [N, classes]).
+  int OutputNodeId() const { return int(nodes_.size()) - 1; }
+  // Called by Forward before the layers run whenever the batch size differs from the last
+  // call's: imported graphs bind there what their shapes compute for that batch.
+  void set_batch_hook(std::function<void(int64_t batch)> hook) { batch_hook_ = std::move(hook); }
 
   // ---- running
   const Tensor& Forward(const Tensor& x, bool train);
@@ -147,6 +154,8 @@ class Model {
   bool training_ = true;
   SoftmaxCrossEntropyLoss loss_;
   GradReadyHook grad_ready_;
+  std::function<void(int64_t)> batch_hook_;
+  int64_t bound_batch_ = 0;
 };
 
 // The zoo: "mlp" (784-256-256-10), "lenet", "resnet20" (CIFAR), "resnet50" (ImageNet).

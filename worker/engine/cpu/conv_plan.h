@@ -25,7 +25,7 @@ struct ConvArg {
 struct CpuConvPlan {
   bool has_bias = false;
   dnnl::memory::desc x_md, w_md, b_md, y_md;  // plain layouts
-  dnnl::memory::dims strides, pad;
+  dnnl::memory::dims strides, pad, dilation;
   Shape y_shape;
   // What the primitives are asked for: x, w and dy in the compute type (bf16 or f32), y,
   // dx and dw in f32 (accumulated in f32 either way).

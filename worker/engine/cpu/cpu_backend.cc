@@ -61,15 +61,24 @@ bool CpuHasBf16() { return __builtin_cpu_supports("avx512bf16") || CpuIsaName() 
 
 std::string CpuIsaName() {
   switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::sse41: return "sse41";
-    default: return "other";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    default:
+      return "other";
   }
 }
 
@@ -200,7 +209,8 @@ void CpuBackend::BatchNormForwardInference(const Tensor& x, const Tensor& gamma,
 }
 
 void CpuBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& save_mean,
-                                   const Tensor& save_invstd, float /*eps: in save_invstd*/, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+                                   const Tensor& save_invstd, float /*eps: in save_invstd*/, Tensor& dx, Tensor& dgamma,
+                                   Tensor& dbeta) {
   PinThreads();
   CheckF32(x, "BatchNormBackward", "x");
   CheckSameShape(x, dy, "BatchNormBackward");
@@ -306,18 +316,20 @@ void CpuBackend::Scale(float alpha, Tensor& x) {
 // ---------------------------------------------------------------- pooling
 
 namespace {
-int64_t PoolOut(int64_t in, const PoolParams& p) { return (in + 2 * p.pad - p.kernel) / p.stride + 1; }
+int64_t PoolOut(int64_t in, int k, int s, int p) { return (in + 2 * p - k) / s + 1; }
 }  // namespace
 
 void CpuBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& workspace) {
   PinThreads();
   CheckF32(x, "MaxPoolForward", "x");
   SHOAL_CHECK(x.ndim() == 4, "CpuBackend::MaxPoolForward: expected [N,C,H,W], got " + ShapeString(x.shape()));
-  SHOAL_CHECK(p.kernel > 0 && p.stride > 0 && p.pad >= 0 && p.pad < p.kernel,
-              "CpuBackend::MaxPoolForward: bad kernel/stride/pad " + std::to_string(p.kernel) + "/" +
-                  std::to_string(p.stride) + "/" + std::to_string(p.pad));
+  SHOAL_CHECK(p.kh() > 0 && p.kw() > 0 && p.sh() > 0 && p.sw() > 0 && p.ph() >= 0 && p.pw() >= 0 && p.ph() < p.kh() &&
+                  p.pw() < p.kw(),
+              "CpuBackend::MaxPoolForward: bad kernel/stride/pad " + std::to_string(p.kh()) + "x" +
+                  std::to_string(p.kw()) + "/" + std::to_string(p.sh()) + "x" + std::to_string(p.sw()) + "/" +
+                  std::to_string(p.ph()) + "x" + std::to_string(p.pw()));
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  const int64_t Ho = PoolOut(H, p), Wo = PoolOut(W, p);
+  const int64_t Ho = PoolOut(H, p.kh(), p.sh(), p.ph()), Wo = PoolOut(W, p.kw(), p.sw(), p.pw());
   SHOAL_CHECK(
       Ho > 0 && Wo > 0 && y.shape() == Shape({N, C, Ho, Wo}),
       "CpuBackend::MaxPoolForward: output must be " + ShapeString({N, C, Ho, Wo}) + ", got " + ShapeString(y.shape()));
@@ -326,7 +338,8 @@ void CpuBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y,
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   int32_t* ap = workspace.data<int32_t>();
-  if (p.kernel == 2 && p.stride == 2 && p.pad == 0) {  // lenet's pools: no bounds checks
+  if (p.kh() == 2 && p.kw() == 2 && p.sh() == 2 && p.sw() == 2 && p.ph() == 0 &&
+      p.pw() == 0) {  // lenet's pools: no bounds checks
 #pragma omp parallel for if (x.numel() > kParallelMin)
     for (int64_t nc = 0; nc < N * C; ++nc)
       for (int64_t oh = 0; oh < Ho; ++oh) {
@@ -354,11 +367,11 @@ void CpuBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y,
     const float* plane = xp + nc * H * W;
     for (int64_t oh = 0; oh < Ho; ++oh)
       for (int64_t ow = 0; ow < Wo; ++ow) {
-        const int64_t h0 = oh * p.stride - p.pad, w0 = ow * p.stride - p.pad;
+        const int64_t h0 = oh * p.sh() - p.ph(), w0 = ow * p.sw() - p.pw();
         float best = -INFINITY;
         int32_t arg = -1;
-        for (int64_t h = std::max<int64_t>(h0, 0); h < std::min<int64_t>(h0 + p.kernel, H); ++h)
-          for (int64_t w = std::max<int64_t>(w0, 0); w < std::min<int64_t>(w0 + p.kernel, W); ++w) {
+        for (int64_t h = std::max<int64_t>(h0, 0); h < std::min<int64_t>(h0 + p.kh(), H); ++h)
+          for (int64_t w = std::max<int64_t>(w0, 0); w < std::min<int64_t>(w0 + p.kw(), W); ++w) {
             const float v = plane[h * W + w];
             if (v > best || arg < 0) {
               best = v;

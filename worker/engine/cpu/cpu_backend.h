@@ -75,13 +75,35 @@ class CpuBackend final : public Backend {
   void LinearForward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
   void LinearBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw, Tensor* db) override;
 
+  // Imported graphs' ops (cpu_graph_ops.cc).
+  void Unary(UnaryOp op, const Tensor& x, Tensor& y, float a, float b) override;
+  void UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, float a,
+                     float b) override;
+  void Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) override;
+  void Where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y) override;
+  void ReduceSum(const Tensor& x, Tensor& y, float alpha, bool accumulate) override;
+  void StridedCopy(const Tensor& src, const StridedView& sv, Tensor& dst, const StridedView& dv, const Shape& shape,
+                   bool accumulate) override;
+  void MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) override;
+  void Softmax(const Tensor& x, int axis, bool log, Tensor& y) override;
+  void SoftmaxBackward(const Tensor& y, const Tensor& dy, int axis, bool log, Tensor& dx) override;
+  void LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor& beta, int64_t cols, float eps, Tensor& y,
+                        Tensor& mean, Tensor& invstd) override;
+  void LayerNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& invstd, int64_t cols, Tensor& dx, Tensor* dgamma, Tensor* dbeta) override;
+  void IndexSelect(const Tensor& x, const Tensor& indices, int axis, Tensor& y) override;
+  void IndexSelectBackward(const Tensor& dy, const Tensor& indices, int axis, Tensor& dx) override;
+  void AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor& y) override;
+  void AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor& dx) override;
+  void DropoutMask(uint64_t seed, float ratio, Tensor& mask) override;
+
   float SoftmaxCrossEntropy(const Tensor& logits, const int32_t* labels, float smoothing, Tensor* dlogits,
                             int64_t* correct) override;
   double SumSquares(const Tensor& x) override;
 
  private:
-  // x shape, w shape, stride, pad, has bias
-  using ConvKey = std::tuple<Shape, Shape, int, int, bool>;
+  // x shape, w shape, geometry, has bias
+  using ConvKey = std::tuple<Shape, Shape, ConvParams, bool>;
   void PinThreads() const;
   CpuConvPlan& Plan(const Tensor& x, const Tensor& w, bool has_bias, const ConvParams& p);
   void ConvFwd(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, Tensor& y, Tensor* saved);
@@ -90,8 +112,8 @@ class CpuBackend final : public Backend {
 
   // C[M,N] (beta 0: =, beta 1: +=) op(A)[M,K] op(B)[K,N]: dnnl_sgemm in fp32, a cached
   // oneDNN matmul on bf16 copies of A and B in bf16.
-  void Gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-            int64_t ldb, float beta, float* C, int64_t ldc);
+  void Gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+            float beta, float* C, int64_t ldc);
 
   int threads_;
   DType compute_;

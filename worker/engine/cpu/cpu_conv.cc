@@ -52,18 +52,22 @@ dnnl::primitive_attr UserScratchpad() {
 }  // namespace
 
 CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, const ConvParams& p) {
-  ConvKey key{x.shape(), w.shape(), p.stride, p.pad, has_bias};
+  ConvKey key{x.shape(), w.shape(), p, has_bias};
   auto it = conv_plans_.find(key);
   if (it != conv_plans_.end()) return *it->second;
 
-  SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1), "CpuBackend::Conv: x " + ShapeString(x.shape()) +
-                                                                          " and weights " + ShapeString(w.shape()) +
-                                                                          " are not [N,C,H,W] and [O,C,KH,KW]");
-  SHOAL_CHECK(p.stride > 0 && p.pad >= 0,
-              "CpuBackend::Conv: bad stride/pad " + std::to_string(p.stride) + "/" + std::to_string(p.pad));
+  const int64_t G = p.groups;
+  SHOAL_CHECK(G >= 1 && x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1) * G && w.dim(0) % G == 0,
+              "CpuBackend::Conv: x " + ShapeString(x.shape()) + " and weights " + ShapeString(w.shape()) +
+                  " are not [N,C,H,W] and [O,C/groups,KH,KW] with groups " + std::to_string(G));
+  SHOAL_CHECK(p.sh() > 0 && p.sw() > 0 && p.ph() >= 0 && p.pw() >= 0 && p.dh() > 0 && p.dw() > 0,
+              "CpuBackend::Conv: bad stride/pad/dilation " + std::to_string(p.sh()) + "x" + std::to_string(p.sw()) +
+                  "/" + std::to_string(p.ph()) + "x" + std::to_string(p.pw()) + "/" + std::to_string(p.dh()) + "x" +
+                  std::to_string(p.dw()));
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t O = w.dim(0), KH = w.dim(2), KW = w.dim(3);
-  const int64_t Ho = (H + 2 * p.pad - KH) / p.stride + 1, Wo = (W + 2 * p.pad - KW) / p.stride + 1;
+  const int64_t Ho = ConvParams::OutSize(H, KH, p.sh(), p.ph(), p.dh());
+  const int64_t Wo = ConvParams::OutSize(W, KW, p.sw(), p.pw(), p.dw());
   SHOAL_CHECK(Ho > 0 && Wo > 0,
               "CpuBackend::Conv: kernel " + ShapeString(w.shape()) + " does not fit input " + ShapeString(x.shape()));
 
@@ -72,12 +76,15 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
   const dnnl::engine& eng = dnnl_->engine;
   c.has_bias = has_bias;
   c.x_md = memory::desc({N, C, H, W}, dt::f32, tag::nchw);
-  c.w_md = memory::desc({O, C, KH, KW}, dt::f32, tag::oihw);
+  // Grouped weights [O, C/G, KH, KW] are oneDNN's goihw [G, O/G, C/G, KH, KW], same bytes.
+  c.w_md = G == 1 ? memory::desc({O, C, KH, KW}, dt::f32, tag::oihw)
+                  : memory::desc({G, O / G, C / G, KH, KW}, dt::f32, tag::goihw);
   c.b_md = memory::desc({O}, dt::f32, tag::x);
   c.y_md = memory::desc({N, O, Ho, Wo}, dt::f32, tag::nchw);
   c.y_shape = {N, O, Ho, Wo};
-  c.strides = {p.stride, p.stride};
-  c.pad = {p.pad, p.pad};
+  c.strides = {p.sh(), p.sw()};
+  c.pad = {p.ph(), p.pw()};
+  c.dilation = {p.dh() - 1, p.dw() - 1};  // oneDNN counts the gaps between taps
   // Measured on this machine kind, 1 thread: blocked layouts with reorders at the
   // boundary beat plain-layout (gemm) kernels 1.5x on lenet and 2.5x on resnet20.
   const dt in = compute_ == DType::kBF16 ? dt::bf16 : dt::f32;
@@ -90,9 +97,9 @@ CpuConvPlan& CpuBackend::Plan(const Tensor& x, const Tensor& w, bool has_bias, c
 
   auto fd =
       has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                                 c.ax, c.aw, c.b_md, c.ay, c.strides, c.pad, c.pad)
+                                                 c.ax, c.aw, c.b_md, c.ay, c.strides, c.dilation, c.pad, c.pad)
                : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                                 c.ax, c.aw, c.ay, c.strides, c.pad, c.pad);
+                                                 c.ax, c.aw, c.ay, c.strides, c.dilation, c.pad, c.pad);
   c.fwd_pd = dnnl::convolution_forward::primitive_desc(fd, UserScratchpad(), eng);
   c.fwd = dnnl::convolution_forward(c.fwd_pd);
   c.f_scratch = memory(c.fwd_pd.scratchpad_desc(), eng);
@@ -174,7 +181,7 @@ void CpuBackend::ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, 
                                               " is not x's shape " + ShapeString(x.shape()));
   if (!c.has_bwd) {
     dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, c.adx, c.aw, c.ady, c.strides,
-                                             c.pad, c.pad);
+                                             c.dilation, c.pad, c.pad);
     dnnl::convolution_backward_data::primitive_desc dpd(dd, UserScratchpad(), eng, c.fwd_pd);
     c.bwd_data = dnnl::convolution_backward_data(dpd);
     c.bd_scratch = memory(dpd.scratchpad_desc(), eng);
@@ -182,9 +189,9 @@ void CpuBackend::ConvBwd(const Tensor& x, const Tensor* saved, const Tensor& w, 
     c.bd_w.Init(c.w_md, dpd.weights_desc(), eng);
     c.bd_dy.Init(c.y_md, dpd.diff_dst_desc(), eng);
     auto wd = want_db ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax, c.adw,
-                                                                 c.b_md, c.ady, c.strides, c.pad, c.pad)
+                                                                 c.b_md, c.ady, c.strides, c.dilation, c.pad, c.pad)
                       : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.ax, c.adw,
-                                                                 c.ady, c.strides, c.pad, c.pad);
+                                                                 c.ady, c.strides, c.dilation, c.pad, c.pad);
     dnnl::convolution_backward_weights::primitive_desc wpd(wd, UserScratchpad(), eng, c.fwd_pd);
     c.bwd_weights = dnnl::convolution_backward_weights(wpd);
     c.bw_scratch = memory(wpd.scratchpad_desc(), eng);

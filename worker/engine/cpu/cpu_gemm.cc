@@ -68,8 +68,8 @@ void CpuBackend::Gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const f
   p.a.set_data_handle(p.a16.data());
   p.b.set_data_handle(p.b16.data());
   p.c.set_data_handle(C);
-  p.prim.execute(dnnl_->stream, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c},
-                                 {DNNL_ARG_SCRATCHPAD, p.scratch}});
+  p.prim.execute(dnnl_->stream,
+                 {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}, {DNNL_ARG_SCRATCHPAD, p.scratch}});
   dnnl_->stream.wait();
 }
 

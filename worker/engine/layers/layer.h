@@ -44,13 +44,17 @@ class Layer {
   virtual ~Layer() = default;
   virtual std::string Kind() const = 0;
   virtual int NumInputs() const { return 1; }
+  // Whether params() and buffers() carry their full names (an imported graph's initializer
+  // names), which the model keeps as they are instead of prefixing the node's name.
+  virtual bool GlobalNames() const { return false; }
 
   // Shape of the output for these input shapes (batch dimension included); throws
   // shoal::Error naming the layer kind when they do not fit.
   virtual Shape OutputShape(const std::vector<Shape>& in) const = 0;
   // The returned tensor stays valid until the next Forward.
   virtual const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) = 0;
-  // Fills dx[i] (may alias dy or internal buffers) for every input when need_dx; always
+  // Fills dx[i] (may alias dy or internal buffers) for every input when need_dx (an input
+  // that takes no gradient, such as indices, may stay undefined); always
   // accumulates parameter gradients. x must be the inputs of the last Forward(train=true).
   virtual void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx,
                         std::vector<Tensor>& dx) = 0;

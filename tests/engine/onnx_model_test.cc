@@ -1,0 +1,159 @@
+// A PyTorch-exported CNN (testdata/make_models.py) imported: the same logits as PyTorch, the
+// module's parameter names, no decay on rank-1 parameters, running statistics as buffers, a
+// batch size other than the export's, and training that lowers the loss.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "common/error.h"
+#include "tests/engine/grad_check.h"
+#include "worker/engine/backend.h"
+#include "worker/engine/model.h"
+#include "worker/engine/onnx/onnx_import.h"
+
+namespace shoal {
+namespace {
+
+const std::string kDir = "tests/engine/testdata/";
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  EXPECT_TRUE(f) << path;
+  std::vector<float> v(size_t(f.tellg()) / 4);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));
+  return v;
+}
+
+std::unique_ptr<Model> Import(Backend& be, int64_t batch) {
+  OnnxOptions o;
+  o.input_shape = {1, 28, 28};
+  o.num_classes = 10;
+  o.batch = batch;
+  return ImportOnnx(kDir + "small_cnn.onnx", be, o);
+}
+
+TEST(OnnxModel, SameLogitsAsPyTorch) {
+  auto be = MakeCpuBackend(1);
+  auto m = Import(*be, 64);
+  m->InitParameters(1);
+  const std::vector<float> x = ReadFloats(kDir + "small_cnn_input.bin"),
+                           want = ReadFloats(kDir + "small_cnn_logits.bin");
+  Tensor xt = be->Empty({5, 1, 28, 28});
+  be->CopyFromHost(xt, x.data());
+  const std::vector<float> got = testing_util::Host(*be, m->Forward(xt, false));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << i;
+}
+
+TEST(OnnxModel, ParametersKeepTheModulesNames) {
+  auto be = MakeCpuBackend(1);
+  auto m = Import(*be, 8);
+  std::map<std::string, bool> decay_free;
+  for (const Parameter& p : m->parameters()) decay_free[p.name] = p.no_weight_decay;
+  const std::map<std::string, bool> want = {{"conv1.weight", false}, {"conv1.bias", true},    {"bn1.weight", true},
+                                            {"bn1.bias", true},      {"dw.weight", false},    {"bn2.weight", true},
+                                            {"bn2.bias", true},      {"conv2.weight", false}, {"conv2.bias", true},
+                                            {"fc1.weight", false},   {"fc1.bias", true},      {"fc2.weight", false},
+                                            {"fc2.bias", true}};
+  EXPECT_EQ(decay_free, want);
+  std::set<std::string> buffers;
+  for (const Buffer& b : m->buffers()) buffers.insert(b.name);
+  EXPECT_EQ(buffers,
+            (std::set<std::string>{"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"}));
+  EXPECT_EQ(m->OutputShape(3), Shape({3, 10}));
+}
+
+TEST(OnnxModel, TrainingLowersTheLossOnAFixedBatch) {
+  auto be = MakeCpuBackend(1);
+  auto m = Import(*be, 16);
+  m->InitParameters(1);
+  std::mt19937_64 rng(3);
+  Tensor x = testing_util::Random(*be, {16, 1, 28, 28}, rng);
+  std::vector<int32_t> labels(16);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t(i % 10);
+  float first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    m->ZeroGrad();
+    const StepResult r = m->TrainStep(x, labels.data());
+    if (step == 0) first = r.loss;
+    last = r.loss;
+    for (Parameter& p : m->parameters()) be->Axpy(-0.3f, p.grad, p.value);
+  }
+  EXPECT_LT(last, 0.5f * first) << "first " << first << " last " << last;
+}
+
+// The whole graph's backward against central differences (dropout made an identity, so
+// every pass draws the same function).
+TEST(OnnxModel, GradientsMatchFiniteDifferences) {
+  onnx::ModelProto proto;
+  {
+    std::ifstream f(kDir + "small_cnn.onnx", std::ios::binary);
+    ASSERT_TRUE(proto.ParseFromIstream(&f));
+  }
+  for (onnx::NodeProto& n : *proto.mutable_graph()->mutable_node())
+    if (n.op_type() == "Dropout") {
+      n.set_op_type("Identity");
+      while (n.input_size() > 1) n.mutable_input()->RemoveLast();
+      while (n.output_size() > 1) n.mutable_output()->RemoveLast();
+    }
+  const std::string path = ::testing::TempDir() + "/no_dropout.onnx";
+  {
+    std::ofstream f(path, std::ios::binary);
+    proto.SerializeToOstream(&f);
+  }
+  auto be = MakeCpuBackend(1);
+  OnnxOptions o;
+  o.batch = 4;
+  auto m = ImportOnnx(path, *be, o);
+  m->InitParameters(1);
+  std::mt19937_64 rng(5);
+  Tensor x = testing_util::Random(*be, {4, 1, 28, 28}, rng);
+  const Tensor& y0 = m->Forward(x, true);
+  std::vector<float> r(size_t(y0.numel()));
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (float& v : r) v = d(rng);
+  Tensor rt = be->Empty(y0.shape());
+  be->CopyFromHost(rt, r.data());
+  m->ZeroGrad();
+  m->Forward(x, true);
+  m->Backward(rt);
+  auto loss = [&] { return testing_util::Dot(*be, m->Forward(x, true), r); };
+  testing_util::GradCheckResult res;
+  for (Parameter& p : m->parameters())
+    testing_util::Probe(*be, p.value, testing_util::Host(*be, p.grad), loss, p.name, 3e-3, 8, &res);
+  EXPECT_GT(res.checked, 50);
+  EXPECT_LT(res.max_err, 3e-2) << res.where;
+}
+
+TEST(OnnxModel, BadFilesAreRefusedNamingTheFile) {
+  auto be = MakeCpuBackend(1);
+  OnnxOptions o;
+  try {
+    ImportOnnx("/nonexistent/model.onnx", *be, o);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model.onnx"), std::string::npos) << e.what();
+  }
+  const std::string junk = ::testing::TempDir() + "/junk.onnx";
+  std::ofstream(junk) << "this is not a protobuf";
+  EXPECT_THROW(ImportOnnx(junk, *be, o), InputError);
+  o.input_shape = {3, 32, 32};
+  try {
+    ImportOnnx(kDir + "small_cnn.onnx", *be, o);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("[3,32,32]"), std::string::npos) << e.what();
+  }
+  o.input_shape = {1, 28, 28};
+  o.num_classes = 100;
+  EXPECT_THROW(ImportOnnx(kDir + "small_cnn.onnx", *be, o), InputError);
+}
+
+}  // namespace
+}  // namespace shoal

@@ -1,0 +1,56 @@
+"""Exports the ONNX models the engine tests import, with PyTorch (Debian's python3-torch),
+and PyTorch's own outputs for a fixed input, so the tests compare Shoal against PyTorch
+without needing it installed. Run from this folder: /usr/bin/python3 make_models.py"""
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+class SmallCnn(nn.Module):
+    """Conv/BN/ReLU, a depthwise conv, max and average pooling, ReLU6, dropout, two linear layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5, padding=2)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.pool = nn.AvgPool2d(2)
+        self.drop = nn.Dropout(0.1)
+        self.fc1 = nn.Linear(32 * 3 * 3, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = nn.functional.max_pool2d(x, 2)
+        x = nn.functional.relu6(self.bn2(self.dw(x)))
+        x = torch.relu(self.conv2(x))
+        x = self.pool(x)
+        x = torch.flatten(x, 1)
+        x = self.drop(torch.relu(self.fc1(x)))
+        return self.fc2(x)
+
+
+def export(model, x, path):
+    torch.onnx.export(model, x, path, opset_version=17, input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+
+
+torch.manual_seed(0)
+cnn = SmallCnn()
+# Non-trivial running statistics, so evaluation reads them.
+with torch.no_grad():
+    cnn.train()
+    for _ in range(3):
+        cnn(torch.randn(32, 1, 28, 28))
+cnn.eval()
+x = torch.randn(5, 1, 28, 28)
+export(cnn, x, "small_cnn.onnx")
+cnn.eval()
+with torch.no_grad():
+    y = cnn(x)
+x.numpy().astype(np.float32).tofile("small_cnn_input.bin")
+y.numpy().astype(np.float32).tofile("small_cnn_logits.bin")
+print("small_cnn", tuple(x.shape), "->", tuple(y.shape))
