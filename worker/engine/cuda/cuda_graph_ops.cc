@@ -11,11 +11,14 @@
 #include "worker/engine/cuda/blas.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/cuda/graph_kernels.h"
+#include "worker/engine/cuda/graph_walks.h"
 #include "worker/engine/cuda/kernels.h"
 
 namespace shoal {
 
 using cudautil::Check;
+using cudawalk::Dims;
+using cudawalk::Simplify;
 
 static_assert(int(UnaryOp::kAffine) == cudak::kUAffine && int(UnaryOp::kPowScalar) == cudak::kUPowScalar &&
                   int(UnaryOp::kClip) == cudak::kUClip && int(UnaryOp::kErf) == cudak::kUErf,
@@ -26,34 +29,6 @@ static_assert(int(BinaryOp::kGreater) == cudak::kBGreater && int(BinaryOp::kPow)
 static_assert(cudak::kWalkDims == int(kMaxTensorDims), "a walk covers every tensor rank");
 
 namespace {
-
-std::string Dims(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-// Drops size-1 dimensions and merges neighbours that every operand walks contiguously, so
-// elementwise ops on same-shape tensors become one flat loop; the row-major order of the
-// walk, which the kernels' contiguous output follows, is unchanged.
-cudak::Walk Simplify(const cudak::Walk& w, int ops) {
-  cudak::Walk r;
-  for (int k = 0; k < ops; ++k) r.offset[k] = w.offset[k];
-  for (int d = 0; d < w.ndim; ++d) {
-    if (w.shape[d] == 1) continue;
-    bool merge = r.ndim > 0;
-    for (int k = 0; k < ops && merge; ++k) merge = r.stride[k][r.ndim - 1] == w.stride[k][d] * w.shape[d];
-    if (merge) {
-      r.shape[r.ndim - 1] *= w.shape[d];
-      for (int k = 0; k < ops; ++k) r.stride[k][r.ndim - 1] = w.stride[k][d];
-    } else {
-      r.shape[r.ndim] = w.shape[d];
-      for (int k = 0; k < ops; ++k) r.stride[k][r.ndim] = w.stride[k][d];
-      ++r.ndim;
-    }
-  }
-  return r;
-}
 
 int NormAxis(int axis, int rank, const std::string& where) {
   SHOAL_CHECK(axis >= -rank && axis < rank, where + ": axis " + std::to_string(axis) + " outside [" +
@@ -117,44 +92,14 @@ void CudaBackend::UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& y, co
         Where(name) + " " + Dims(dy.shape()));
 }
 
-namespace {
-// Operand k of w reads `in` broadcast to `out` (aligned right): stride 0 where `in` has size
-// 1 or lacks the dimension. Throws when the shapes do not broadcast.
-void Broadcast(const Shape& in, const Shape& out, cudak::Walk& w, int k, const std::string& where, const char* name) {
-  SHOAL_CHECK(in.size() <= out.size(),
-              where + ": " + name + " " + Dims(in) + " has more dimensions than the output " + Dims(out));
-  const std::vector<int64_t> st = ContiguousStrides(in);
-  const size_t lead = out.size() - in.size();
-  for (size_t d = 0; d < out.size(); ++d) {
-    if (d < lead) {
-      w.stride[k][d] = 0;
-      continue;
-    }
-    const int64_t n = in[d - lead];
-    SHOAL_CHECK(n == out[d] || n == 1,
-                where + ": " + name + " " + Dims(in) + " does not broadcast to the output " + Dims(out));
-    w.stride[k][d] = n == 1 ? 0 : st[d - lead];
-  }
-}
-
-cudak::Walk OutputWalk(const Shape& out, const std::string& where) {
-  SHOAL_CHECK(out.size() <= kMaxTensorDims,
-              where + ": output " + Dims(out) + " has more than " + std::to_string(kMaxTensorDims) + " dimensions");
-  cudak::Walk w;
-  w.ndim = int(out.size());
-  for (size_t d = 0; d < out.size(); ++d) w.shape[d] = out[d];
-  return w;
-}
-}  // namespace
-
 void CudaBackend::Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
   const std::string where = Where("Binary") + " a " + Dims(a.shape()) + " b " + Dims(b.shape());
   Expect(a, "Binary", "a");
   Expect(b, "Binary", "b");
   Expect(y, "Binary", "y");
-  cudak::Walk w = OutputWalk(y.shape(), where);
-  Broadcast(a.shape(), y.shape(), w, 0, where, "a");
-  Broadcast(b.shape(), y.shape(), w, 1, where, "b");
+  cudak::Walk w = cudawalk::OutputWalk(y.shape(), where);
+  cudawalk::Broadcast(a.shape(), y.shape(), w, 0, where, "a");
+  cudawalk::Broadcast(b.shape(), y.shape(), w, 1, where, "b");
   Activate();
   Check(cudak::Binary(int(op), a.data<float>(), b.data<float>(), y.data<float>(), Simplify(w, 2), stream_), where);
 }
@@ -166,10 +111,10 @@ void CudaBackend::Where(const Tensor& cond, const Tensor& a, const Tensor& b, Te
   Expect(a, "Where", "a");
   Expect(b, "Where", "b");
   Expect(y, "Where", "y");
-  cudak::Walk w = OutputWalk(y.shape(), where);
-  Broadcast(cond.shape(), y.shape(), w, 0, where, "cond");
-  Broadcast(a.shape(), y.shape(), w, 1, where, "a");
-  Broadcast(b.shape(), y.shape(), w, 2, where, "b");
+  cudak::Walk w = cudawalk::OutputWalk(y.shape(), where);
+  cudawalk::Broadcast(cond.shape(), y.shape(), w, 0, where, "cond");
+  cudawalk::Broadcast(a.shape(), y.shape(), w, 1, where, "a");
+  cudawalk::Broadcast(b.shape(), y.shape(), w, 2, where, "b");
   Activate();
   Check(cudak::Where(cond.data<float>(), a.data<float>(), b.data<float>(), y.data<float>(), Simplify(w, 3), stream_),
         where);
@@ -181,30 +126,10 @@ void CudaBackend::ReduceSum(const Tensor& x, Tensor& y, float alpha, bool accumu
   const std::string where = Where("ReduceSum") + " x " + Dims(x.shape()) + " to y " + Dims(y.shape());
   Expect(x, "ReduceSum", "x");
   Expect(y, "ReduceSum", "y");
-  const Shape& xs = x.shape();
-  const Shape& ys = y.shape();
-  SHOAL_CHECK(xs.size() <= kMaxTensorDims, where + ": more than " + std::to_string(kMaxTensorDims) + " dimensions");
-  SHOAL_CHECK(ys.size() <= xs.size(), where + ": y has more dimensions than x");
-  const std::vector<int64_t> st = ContiguousStrides(xs);
-  const size_t lead = xs.size() - ys.size();
-  // kept walks y's shape (x padded with y's missing leading dimensions as size 1);
-  // reduced walks the dimensions y collapses to 1.
   cudak::Walk kept, reduced;
-  kept.ndim = reduced.ndim = int(xs.size());
-  for (size_t d = 0; d < xs.size(); ++d) {
-    const int64_t yd = d < lead ? 1 : ys[d - lead];
-    SHOAL_CHECK(yd == xs[d] || yd == 1,
-                where + ": y's dimension " + std::to_string(d - lead) + " is neither x's nor 1");
-    const bool collapse = yd == 1 && xs[d] != 1;
-    kept.shape[d] = collapse ? 1 : xs[d];
-    kept.stride[0][d] = collapse ? 0 : st[d];
-    reduced.shape[d] = collapse ? xs[d] : 1;
-    reduced.stride[0][d] = collapse ? st[d] : 0;
-  }
+  cudawalk::ReduceWalks(x.shape(), y.shape(), where, &kept, &reduced);
   Activate();
-  Check(cudak::ReduceSum(x.data<float>(), y.data<float>(), Simplify(kept, 1), Simplify(reduced, 1), alpha, accumulate,
-                         stream_),
-        where);
+  Check(cudak::ReduceSum(x.data<float>(), y.data<float>(), kept, reduced, alpha, accumulate, stream_), where);
 }
 
 void CudaBackend::StridedCopy(const Tensor& src, const StridedView& sv, Tensor& dst, const StridedView& dv,
@@ -213,30 +138,10 @@ void CudaBackend::StridedCopy(const Tensor& src, const StridedView& sv, Tensor& 
       Where("StridedCopy") + " src " + Dims(src.shape()) + " dst " + Dims(dst.shape()) + " walking " + Dims(shape);
   Expect(src, "StridedCopy", "src");
   Expect(dst, "StridedCopy", "dst");
-  cudak::Walk w = OutputWalk(shape, where);
-  SHOAL_CHECK(sv.strides.size() == shape.size() && dv.strides.size() == shape.size(),
-              where + ": the views have " + std::to_string(sv.strides.size()) + " and " +
-                  std::to_string(dv.strides.size()) + " strides for " + std::to_string(shape.size()) + " dimensions");
-  for (int64_t n : shape) SHOAL_CHECK(n >= 0, where + ": negative size");
-  if (NumElements(shape) == 0) return;
-  // Every position the walk reaches must lie inside its tensor.
-  const StridedView* views[2] = {&sv, &dv};
-  const Tensor* tensors[2] = {&src, &dst};
-  const char* names[2] = {"source", "destination"};
-  for (int k = 0; k < 2; ++k) {
-    int64_t lo = views[k]->offset, hi = views[k]->offset;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      const int64_t span = (shape[d] - 1) * views[k]->strides[d];
-      (span < 0 ? lo : hi) += span;
-      w.stride[k][d] = views[k]->strides[d];
-    }
-    w.offset[k] = views[k]->offset;
-    SHOAL_CHECK(lo >= 0 && hi < tensors[k]->numel(), where + ": the " + names[k] + " view reaches elements " +
-                                                         std::to_string(lo) + " to " + std::to_string(hi) + " of " +
-                                                         std::to_string(tensors[k]->numel()));
-  }
+  cudak::Walk w;
+  if (!cudawalk::StridedWalk(sv, src.numel(), dv, dst.numel(), shape, where, &w)) return;
   Activate();
-  Check(cudak::StridedCopy(src.data<float>(), dst.data<float>(), Simplify(w, 2), accumulate, stream_), where);
+  Check(cudak::StridedCopy(src.data<float>(), dst.data<float>(), w, accumulate, stream_), where);
 }
 
 // ---- batched matrix product. Row-major matrices seen by column-major cuBLAS are their
@@ -453,15 +358,7 @@ void CudaBackend::IndexSelectBackward(const Tensor& dy, const Tensor& indices, i
   const int64_t dim = dx.dim(ax);
   const std::vector<int32_t> idx = HostIndices(indices, dim, op);
   if (dy.numel() == 0 || dx.numel() == 0) return;
-  // A counting sort of the positions by index: each dx row sums its positions in ascending
-  // order, the same order every run, with no atomics.
-  std::vector<int32_t> table(size_t(dim) + 1 + idx.size(), 0);
-  int32_t* start = table.data();
-  int32_t* pos = table.data() + dim + 1;
-  for (int32_t v : idx) ++start[v + 1];
-  for (int64_t d = 0; d < dim; ++d) start[d + 1] += start[d];
-  std::vector<int32_t> fill(start, start + dim);
-  for (size_t j = 0; j < idx.size(); ++j) pos[fill[size_t(idx[j])]++] = int32_t(j);
+  const std::vector<int32_t> table = cudawalk::IndexTable(idx, dim);
   auto* d_table = static_cast<int32_t*>(Scratch(table.size() * sizeof(int32_t)));
   Check(cudaMemcpyAsync(d_table, table.data(), table.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
         where + " index table upload");
