@@ -1,6 +1,7 @@
 // CudaBackend: the Backend interface on one CUDA device, with cuDNN for convolution,
-// batch norm and max pooling, cuBLAS for the fully connected layer, and own kernels
-// (kernels.cu) for the rest. All work goes on one stream owned by the backend.
+// batch norm, pooling and softmax, cuBLAS for the fully connected layer and MatMul, and own
+// kernels (kernels.cu, graph_kernels.cu) for the rest. All work goes on one stream owned by
+// the backend.
 //
 // One backend serves one thread at a time (its descriptor caches are unguarded); tensors it
 // allocates may be released from any thread.
