@@ -24,5 +24,15 @@ const char* GemmHalf(Handle h, int type, bool trans_a, bool trans_b, int m, int 
 const char* GemmMixed(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
                       int lda, const void* b, int ldb, float beta, float* c, int ldc);
 
+// `batch` products of the shapes above, each operand's matrix `stride_*` elements after the
+// previous one (0: the same matrix for every batch). fp32 throughout, and fp16 (type 1) or
+// bf16 (type 2) A and B with fp32 C and accumulation.
+const char* SgemmStridedBatched(Handle h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                                int lda, long long stride_a, const float* b, int ldb, long long stride_b, float beta,
+                                float* c, int ldc, long long stride_c, int batch);
+const char* GemmMixedStridedBatched(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                    const void* a, int lda, long long stride_a, const void* b, int ldb,
+                                    long long stride_b, float beta, float* c, int ldc, long long stride_c, int batch);
+
 }  // namespace blas
 }  // namespace shoal

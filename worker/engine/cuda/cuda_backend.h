@@ -1,6 +1,7 @@
 // CudaBackend: the Backend interface on one CUDA device, with cuDNN for convolution,
-// batch norm and max pooling, cuBLAS for the fully connected layer, and own kernels
-// (kernels.cu) for the rest. All work goes on one stream owned by the backend.
+// batch norm, pooling and softmax, cuBLAS for the fully connected layer and MatMul, and own
+// kernels (kernels.cu, graph_kernels.cu) for the rest. All work goes on one stream owned by
+// the backend.
 //
 // One backend serves one thread at a time (its descriptor caches are unguarded); tensors it
 // allocates may be released from any thread.
@@ -30,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "worker/engine/backend.h"
 #include "worker/engine/cuda/cuda_alloc.h"
@@ -120,8 +122,36 @@ class CudaBackend final : public Backend {
                             int64_t* correct) override;
   double SumSquares(const Tensor& x) override;
 
+  // ---- general ops of imported graphs (cuda_graph_ops.cc, graph_kernels.cu), fp32.
+  // MatMul honours compute_dtype() like LinearForward (narrow copies, fp32 accumulation and
+  // result); softmax runs on cuDNN; IndexSelect and its backward read the indices on the host
+  // (to reject bad ones with a clear message), which waits for the stream.
+  void Unary(UnaryOp op, const Tensor& x, Tensor& y, float a = 0, float b = 0) override;
+  void UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, float a = 0,
+                     float b = 0) override;
+  void Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) override;
+  void Where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y) override;
+  void ReduceSum(const Tensor& x, Tensor& y, float alpha = 1.0f, bool accumulate = false) override;
+  void StridedCopy(const Tensor& src, const StridedView& sv, Tensor& dst, const StridedView& dv, const Shape& shape,
+                   bool accumulate = false) override;
+  void MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha = 1.0f,
+              float beta = 0.0f) override;
+  void Softmax(const Tensor& x, int axis, bool log, Tensor& y) override;
+  void SoftmaxBackward(const Tensor& y, const Tensor& dy, int axis, bool log, Tensor& dx) override;
+  void LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor& beta, int64_t cols, float eps, Tensor& y,
+                        Tensor& mean, Tensor& invstd) override;
+  void LayerNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& invstd, int64_t cols, Tensor& dx, Tensor* dgamma, Tensor* dbeta) override;
+  void IndexSelect(const Tensor& x, const Tensor& indices, int axis, Tensor& y) override;
+  void IndexSelectBackward(const Tensor& dy, const Tensor& indices, int axis, Tensor& dx) override;
+  // cuDNN average pooling (count_include_pad picks its INCLUDE/EXCLUDE_PADDING mode).
+  void AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor& y) override;
+  void AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor& dx) override;
+  void DropoutMask(uint64_t seed, float ratio, Tensor& mask) override;
+
  private:
-  using ConvKey = std::array<int64_t, 12>;
+  // x's NCHW, w's OIHW, stride, pad and dilation per dimension, groups, compute type, NHWC.
+  using ConvKey = std::array<int64_t, 17>;
 
   bool Mixed() const { return options_.compute != DType::kF32; }
 
@@ -133,6 +163,9 @@ class CudaBackend final : public Backend {
   void Expect(const Tensor& t, const char* op, const char* name, DType dt = DType::kF32) const;
   void ExpectShape(const Tensor& t, const Shape& s, const char* op, const char* name) const;
   std::string Where(const char* op) const;
+  // Reads `indices` (fp32 integers) to the host, checks each lies in [-dim, dim) and returns
+  // them made non-negative.
+  std::vector<int32_t> HostIndices(const Tensor& indices, int64_t dim, const char* op);
   // A cached NCHW descriptor of the given dims and element type.
   cudnnTensorDescriptor_t Desc4d(int64_t n, int64_t c, int64_t h, int64_t w, DType dt = DType::kF32);
   // Descriptors for batch norm over x ([N,C,H,W] or [N,C]) and its per-channel tensors.

@@ -55,22 +55,31 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   Expect(w, op, "w", io);
   SHOAL_CHECK(x.ndim() == 4 && w.ndim() == 4,
               Where(op) + ": x " + Dims(x.shape()) + " and w " + Dims(w.shape()) + " must be NCHW and OIHW");
-  SHOAL_CHECK(x.dim(1) == w.dim(1), Where(op) + ": x " + Dims(x.shape()) + " has " + std::to_string(x.dim(1)) +
-                                        " channels but w " + Dims(w.shape()) + " expects " + std::to_string(w.dim(1)));
-  SHOAL_CHECK(p.stride >= 1 && p.pad >= 0,
-              Where(op) + ": stride " + std::to_string(p.stride) + " / pad " + std::to_string(p.pad) + " invalid");
-  // NHWC only where both channel counts are multiples of 8, what cuDNN's NHWC tensor-core
-  // kernels are built for; the 3-channel input layer and other odd shapes stay NCHW.
-  const bool nhwc = Mixed() && x.dim(1) % 8 == 0 && w.dim(0) % 8 == 0;
-  const ConvKey key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),    w.dim(1),
-                    w.dim(2), w.dim(3), p.stride, p.pad,    int64_t(dt), int64_t(nhwc)};
+  // Built only for messages: PlanFor runs on every convolution call.
+  auto geometry = [&p] {
+    return "stride " + std::to_string(p.sh()) + "x" + std::to_string(p.sw()) + " pad " + std::to_string(p.ph()) + "x" +
+           std::to_string(p.pw()) + " dilation " + std::to_string(p.dh()) + "x" + std::to_string(p.dw()) + " groups " +
+           std::to_string(p.groups);
+  };
+  SHOAL_CHECK(p.sh() >= 1 && p.sw() >= 1 && p.ph() >= 0 && p.pw() >= 0 && p.dh() >= 1 && p.dw() >= 1 && p.groups >= 1,
+              Where(op) + ": " + geometry() + " invalid");
+  SHOAL_CHECK(x.dim(1) == w.dim(1) * p.groups && w.dim(0) % p.groups == 0,
+              Where(op) + ": x " + Dims(x.shape()) + " has " + std::to_string(x.dim(1)) + " channels but w " +
+                  Dims(w.shape()) + " with " + std::to_string(p.groups) + " group(s) expects " +
+                  std::to_string(w.dim(1) * p.groups) + " (and output channels divisible by the groups)");
+  // NHWC only where every channel count (per group too) is a multiple of 8, what cuDNN's NHWC
+  // tensor-core kernels are built for; the 3-channel input layer, depthwise convolutions and
+  // other odd shapes stay NCHW.
+  const bool nhwc = Mixed() && x.dim(1) % 8 == 0 && w.dim(1) % 8 == 0 && (w.dim(0) / p.groups) % 8 == 0;
+  const ConvKey key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(1), w.dim(2),    w.dim(3),     p.sh(),
+                    p.sw(),   p.ph(),   p.pw(),   p.dh(),   p.dw(),   p.groups, int64_t(dt), int64_t(nhwc)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
   for (int64_t d : key)
     SHOAL_CHECK(d <= INT_MAX, Where(op) + ": dimension " + std::to_string(d) + " too large for cuDNN");
   auto plan = std::make_unique<CudaConvPlan>();
-  const std::string where = Where(op) + " x " + Dims(x.shape()) + " w " + Dims(w.shape());
+  const std::string where = Where(op) + " x " + Dims(x.shape()) + " w " + Dims(w.shape()) + " " + geometry();
   const cudnnDataType_t type = cudautil::CudnnType(dt);
   const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   plan->dtype = dt;
@@ -81,9 +90,10 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   Check(cudnnSetFilter4dDescriptor(plan->w.get(), type, format, int(w.dim(0)), int(w.dim(1)), int(w.dim(2)),
                                    int(w.dim(3))),
         where);
-  Check(cudnnSetConvolution2dDescriptor(plan->conv.get(), p.pad, p.pad, p.stride, p.stride, 1, 1,
+  Check(cudnnSetConvolution2dDescriptor(plan->conv.get(), p.ph(), p.pw(), p.sh(), p.sw(), p.dh(), p.dw(),
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         where);
+  Check(cudnnSetConvolutionGroupCount(plan->conv.get(), p.groups), where + " cudnnSetConvolutionGroupCount");
   // Accumulation is fp32 for every data type.
   Check(cudnnSetConvolutionMathType(plan->conv.get(), ExactFp32(dt)       ? CUDNN_FMA_MATH
                                                       : dt == DType::kF32 ? CUDNN_DEFAULT_MATH

@@ -1,4 +1,4 @@
-// Batch normalization and max pooling on cuDNN.
+// Batch normalization, max and average pooling on cuDNN.
 #include "common/error.h"
 #include "worker/engine/cuda/cuda_backend.h"
 
@@ -116,13 +116,23 @@ void CudaBackend::BatchNormBackward(const Tensor& x, const Tensor& dy, const Ten
 
 namespace {
 
-void SetPool(cudnnPoolingDescriptor_t d, const PoolParams& p, const std::string& where) {
-  SHOAL_CHECK(p.kernel >= 1 && p.stride >= 1 && p.pad >= 0 && p.pad < p.kernel,
-              where + ": bad pooling kernel " + std::to_string(p.kernel) + " stride " + std::to_string(p.stride) +
-                  " pad " + std::to_string(p.pad));
-  Check(cudnnSetPooling2dDescriptor(d, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, p.kernel, p.kernel,
-                                    p.pad, p.pad, p.stride, p.stride),
-        where + " cudnnSetPooling2dDescriptor");
+std::string PoolGeometry(const PoolParams& p) {
+  return "kernel " + std::to_string(p.kh()) + "x" + std::to_string(p.kw()) + " stride " + std::to_string(p.sh()) + "x" +
+         std::to_string(p.sw()) + " pad " + std::to_string(p.ph()) + "x" + std::to_string(p.pw());
+}
+
+void SetPool(cudnnPoolingDescriptor_t d, cudnnPoolingMode_t mode, const PoolParams& p, const std::string& where) {
+  // A window lying wholly in the padding would have nothing to pool (or average over).
+  SHOAL_CHECK(p.kh() >= 1 && p.kw() >= 1 && p.sh() >= 1 && p.sw() >= 1 && p.ph() >= 0 && p.pw() >= 0 &&
+                  p.ph() < p.kh() && p.pw() < p.kw(),
+              where + ": bad pooling " + PoolGeometry(p));
+  Check(cudnnSetPooling2dDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, p.kh(), p.kw(), p.ph(), p.pw(), p.sh(), p.sw()),
+        where + " cudnnSetPooling2dDescriptor " + PoolGeometry(p));
+}
+
+cudnnPoolingMode_t AvgMode(const PoolParams& p) {
+  return p.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                             : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
 }
 
 }  // namespace
@@ -135,11 +145,12 @@ void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y
   SHOAL_CHECK(x.ndim() == 4, Where(op) + ": x must be [N,C,H,W], got " + Dims(x.shape()));
   Activate();
   cudautil::PoolDesc pool;
-  SetPool(pool.get(), p, Where(op));
+  SetPool(pool.get(), CUDNN_POOLING_MAX_DETERMINISTIC, p, Where(op));
   cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3), dt);
   int n = 0, c = 0, h = 0, w = 0;
   Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
-  SHOAL_CHECK(h > 0 && w > 0, Where(op) + ": window larger than the padded input " + Dims(x.shape()));
+  SHOAL_CHECK(h > 0 && w > 0,
+              Where(op) + ": window " + PoolGeometry(p) + " larger than the padded input " + Dims(x.shape()));
   ExpectShape(y, {n, c, h, w}, op, "y");
   cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w, dt);
   const float one = 1.f, zero = 0.f;
@@ -158,7 +169,7 @@ void CudaBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor
   ExpectShape(dx, x.shape(), op, "dx");
   Activate();
   cudautil::PoolDesc pool;
-  SetPool(pool.get(), p, Where(op));
+  SetPool(pool.get(), CUDNN_POOLING_MAX_DETERMINISTIC, p, Where(op));
   cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3), dt);
   int n = 0, c = 0, h = 0, w = 0;
   Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
@@ -168,6 +179,50 @@ void CudaBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor
   const float one = 1.f, zero = 0.f;
   Check(cudnnPoolingBackward(cudnn_, pool.get(), &one, yd, y.raw(), yd, dy.raw(), xd, x.raw(), &zero, xd, dx.raw()),
         Where("cudnnPoolingBackward"));
+}
+
+// Average pooling: fp32 like the other ops of imported graphs.
+void CudaBackend::AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor& y) {
+  const char* op = "AvgPoolForward";
+  Expect(x, op, "x");
+  Expect(y, op, "y");
+  SHOAL_CHECK(x.ndim() == 4, Where(op) + ": x must be [N,C,H,W], got " + Dims(x.shape()));
+  Activate();
+  cudautil::PoolDesc pool;
+  SetPool(pool.get(), AvgMode(p), p, Where(op));
+  cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+  int n = 0, c = 0, h = 0, w = 0;
+  Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
+  SHOAL_CHECK(h > 0 && w > 0,
+              Where(op) + ": window " + PoolGeometry(p) + " larger than the padded input " + Dims(x.shape()));
+  ExpectShape(y, {n, c, h, w}, op, "y");
+  const float one = 1.f, zero = 0.f;
+  Check(cudnnPoolingForward(cudnn_, pool.get(), &one, xd, x.raw(), &zero, Desc4d(n, c, h, w), y.raw()),
+        Where("cudnnPoolingForward") + " (average) " + Dims(x.shape()) + " " + PoolGeometry(p));
+}
+
+void CudaBackend::AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor& dx) {
+  const char* op = "AvgPoolBackward";
+  Expect(dy, op, "dy");
+  Expect(dx, op, "dx");
+  SHOAL_CHECK(dx.ndim() == 4, Where(op) + ": dx must be [N,C,H,W], got " + Dims(dx.shape()));
+  Activate();
+  cudautil::PoolDesc pool;
+  SetPool(pool.get(), AvgMode(p), p, Where(op));
+  cudnnTensorDescriptor_t xd = Desc4d(dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3));
+  int n = 0, c = 0, h = 0, w = 0;
+  Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
+  SHOAL_CHECK(h > 0 && w > 0,
+              Where(op) + ": window " + PoolGeometry(p) + " larger than the padded input " + Dims(dx.shape()));
+  ExpectShape(dy, {n, c, h, w}, op, "dy");
+  cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w);
+  // cuDNN's backward takes the forward's x and y, which an average's gradient does not
+  // depend on; the contract keeps neither, so dy stands in for y and an x-sized scratch
+  // buffer (its contents unused) for x, leaving dx unaliased.
+  void* x_stand_in = Scratch(dx.bytes());
+  const float one = 1.f, zero = 0.f;
+  Check(cudnnPoolingBackward(cudnn_, pool.get(), &one, yd, dy.raw(), yd, dy.raw(), xd, x_stand_in, &zero, xd, dx.raw()),
+        Where("cudnnPoolingBackward") + " (average) " + Dims(dx.shape()) + " " + PoolGeometry(p));
 }
 
 }  // namespace shoal

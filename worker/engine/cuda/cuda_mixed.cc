@@ -55,7 +55,8 @@ void CudaBackend::MixedConvFwd(CudaConvPlan& pl, const Tensor& x, const Tensor& 
       *saved = Empty(shape, pl.dtype);
     xl = saved->raw();
   }
-  const View xv = Layout(pl.nhwc, n, c, hw), wv = Layout(pl.nhwc, pl.o, c, rs), yv = Layout(pl.nhwc, n, pl.o, ohw);
+  const View xv = Layout(pl.nhwc, n, c, hw), wv = Layout(pl.nhwc, pl.o, w.dim(1), rs),
+             yv = Layout(pl.nhwc, n, pl.o, ohw);
   ToCompute(x.data<float>(), xl, xv.n, xv.c, xv.hw, "ConvForward x cast");
   ToCompute(w.data<float>(), wl, wv.n, wv.c, wv.hw, "ConvForward w cast");
   const float one = 1.f, zero = 0.f;
@@ -88,7 +89,8 @@ void CudaBackend::MixedConvBwd(CudaConvPlan& pl, const Tensor& x, const Tensor* 
   void* wl = s + yb + wb;
   void* dxl = s + yb + 2 * wb;
   const void* xl = reuse ? saved->raw() : s + yb + wb + (dx ? wb + xb : 0);
-  const View xv = Layout(pl.nhwc, n, c, hw), wv = Layout(pl.nhwc, pl.o, c, rs), yv = Layout(pl.nhwc, n, pl.o, ohw);
+  const View xv = Layout(pl.nhwc, n, c, hw), wv = Layout(pl.nhwc, pl.o, w.dim(1), rs),
+             yv = Layout(pl.nhwc, n, pl.o, ohw);
   ToCompute(dy.data<float>(), dyl, yv.n, yv.c, yv.hw, "ConvBackward dy cast");
   if (!reuse) ToCompute(x.data<float>(), const_cast<void*>(xl), xv.n, xv.c, xv.hw, "ConvBackward x cast");
   const float one = 1.f, zero = 0.f;

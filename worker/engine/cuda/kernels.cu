@@ -414,5 +414,30 @@ const char* GemmMixed(Handle h, int type, bool trans_a, bool trans_b, int m, int
   return GemmEx(h, type, false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+const char* SgemmStridedBatched(Handle h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                                int lda, long long stride_a, const float* b, int ldb, long long stride_b, float beta,
+                                float* c, int ldc, long long stride_c, int batch) {
+  return Msg(cublasSgemmStridedBatched(static_cast<cublasHandle_t>(h), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, lda, stride_a, b, ldb,
+                                       stride_b, &beta, c, ldc, stride_c, batch));
+}
+
+const char* GemmMixedStridedBatched(Handle h, int type, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                    const void* a, int lda, long long stride_a, const void* b, int ldb,
+                                    long long stride_b, float beta, float* c, int ldc, long long stride_c, int batch) {
+  cudaDataType_t t;
+  if (type == cudak::kF16) {
+    t = CUDA_R_16F;
+  } else if (type == cudak::kBF16) {
+    t = CUDA_R_16BF;
+  } else {
+    return "GemmMixedStridedBatched: element type must be fp16 or bf16";
+  }
+  return Msg(cublasGemmStridedBatchedEx(static_cast<cublasHandle_t>(h), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                        trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, a, t, lda, stride_a, b, t,
+                                        ldb, stride_b, &beta, c, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace blas
 }  // namespace shoal
