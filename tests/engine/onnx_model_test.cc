@@ -88,6 +88,43 @@ TEST(OnnxModel, TrainingLowersTheLossOnAFixedBatch) {
   EXPECT_LT(last, 0.5f * first) << "first " << first << " last " << last;
 }
 
+// nn.TransformerEncoder: the attention's Shape/Gather/Concat/Reshape chains evaluated for a
+// batch other than the export's and the one the model was built at.
+TEST(OnnxModel, TransformerGivesPyTorchsLogitsAtAnyBatch) {
+  auto be = MakeCpuBackend(1);
+  OnnxOptions o;
+  o.input_shape = {12};
+  o.num_classes = 5;
+  o.batch = 8;
+  auto m = ImportOnnx(kDir + "tiny_transformer.onnx", *be, o);
+  m->InitParameters(1);
+  const std::vector<float> x = ReadFloats(kDir + "tiny_transformer_input.bin"),
+                           want = ReadFloats(kDir + "tiny_transformer_logits.bin");
+  Tensor xt = be->Empty({3, 12});
+  be->CopyFromHost(xt, x.data());
+  const std::vector<float> got = testing_util::Host(*be, m->Forward(xt, false));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << i;
+  // Training at the built batch, then evaluating at 3 again: the shapes rebind both ways.
+  std::mt19937_64 rng(2);
+  std::vector<float> ids(8 * 12);
+  for (float& v : ids) v = float(rng() % 50);
+  Tensor batch = be->Empty({8, 12});
+  be->CopyFromHost(batch, ids.data());
+  std::vector<int32_t> labels(8);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t(i % 5);
+  float first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    m->ZeroGrad();
+    const StepResult r = m->TrainStep(batch, labels.data());
+    if (step == 0) first = r.loss;
+    last = r.loss;
+    for (Parameter& p : m->parameters()) be->Axpy(-0.1f, p.grad, p.value);
+  }
+  EXPECT_LT(last, 0.5f * first) << "first " << first << " last " << last;
+  EXPECT_EQ(m->Forward(xt, false).shape(), Shape({3, 5}));
+}
+
 // The whole graph's backward against central differences (dropout made an identity, so
 // every pass draws the same function).
 TEST(OnnxModel, GradientsMatchFiniteDifferences) {

@@ -54,3 +54,34 @@ with torch.no_grad():
 x.numpy().astype(np.float32).tofile("small_cnn_input.bin")
 y.numpy().astype(np.float32).tofile("small_cnn_logits.bin")
 print("small_cnn", tuple(x.shape), "->", tuple(y.shape))
+
+
+class TinyTransformer(nn.Module):
+    """Token embedding (Gather), a learned position table, nn.TransformerEncoder (attention
+    with its Shape/Reshape chains, Softmax, LayerNormalization, GELU as Erf), mean over
+    positions, a classifier."""
+
+    def __init__(self, vocab=50, seq=12, d=32, classes=5):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.1)
+        layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=64, dropout=0.1, activation="gelu",
+                                           batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=2)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, tokens):
+        h = self.enc(self.emb(tokens) + self.pos)
+        return self.head(h.mean(dim=1))
+
+
+torch.manual_seed(1)
+tr = TinyTransformer()
+tr.eval()
+tokens = torch.randint(0, 50, (3, 12))
+export(tr, tokens, "tiny_transformer.onnx")
+with torch.no_grad():
+    y = tr(tokens)
+tokens.numpy().astype(np.float32).tofile("tiny_transformer_input.bin")
+y.numpy().astype(np.float32).tofile("tiny_transformer_logits.bin")
+print("tiny_transformer", tuple(tokens.shape), "->", tuple(y.shape))

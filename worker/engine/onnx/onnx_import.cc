@@ -236,8 +236,9 @@ class Importer {
     for (int i = 0; i < n.input_size(); ++i) {
       if (n.input(i).empty()) continue;
       const Value& v = Get(n, n.input(i));
-      if (!v.is_host && !(n.op_type() == "Shape" || n.op_type() == "Size")) all_host = false;
-      if (!v.is_host && !DeviceInput(n, i))
+      const bool reads_shape_only = n.op_type() == "Shape" || n.op_type() == "Size";
+      if (!v.is_host && !reads_shape_only) all_host = false;
+      if (!v.is_host && !reads_shape_only && !DeviceInput(n, i))
         Fail(NodeWhere(n) + ": input " + std::to_string(i) + " ('" + n.input(i) +
              "') must be known before training (a shape, axes, pads or a ratio), but it depends on the data or the "
              "weights");
