@@ -22,7 +22,8 @@ std::string FreshDir(const std::string& name);
 // Writes `toml` to <dir>/job.toml and runs `shoal-launch` on it; killed after timeout_s.
 JobRun RunJob(const std::string& dir, const std::string& toml, int timeout_s,
               const std::vector<std::string>& extra_args = {});
-// A Fashion-MNIST job with the given algorithm/model/optimizer sections appended.
+// A Fashion-MNIST job with the given algorithm/model/optimizer sections appended; `model` is a
+// zoo name, or an ONNX file (a path ending in .onnx).
 std::string FmnistJob(const std::string& name, const std::string& out_dir, int workers, const std::string& model,
                       int64_t train_samples, int epochs, const std::string& extra);
 // `[cluster] servers = [...]` line with n fresh loopback ports.

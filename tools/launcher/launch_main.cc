@@ -470,6 +470,8 @@ class Launch {
   }
 
   // After a failure: stops what is left and says whether to start again (max_restarts).
+  bool failed_on_input() const { return last_failure_is_input_; }
+
   bool Restart() {
     if (last_failure_is_input_) {
       if (cfg_.max_restarts > 0) fprintf(stderr, "shoal: not restarting: the job's input is wrong, not a process\n");
@@ -800,7 +802,9 @@ int Run(const std::string& job_path) {
     if (int rc = job.StartProcesses()) return rc;
     int rc = job.Supervise();
     if (rc == 0) break;
-    if (rc != 1 || !job.Restart()) return rc;
+    if (rc != 1) return rc;
+    // A process that refused its input (exit 2) makes the whole job's answer 2 as well.
+    if (!job.Restart()) return job.failed_on_input() ? 2 : 1;
   }
   return job.Report();
 }

@@ -259,7 +259,7 @@ const std::vector<std::string>& SupportedOperators() {
     std::vector<std::string> v;
     for (const auto& [k, op] : UnaryOps()) v.push_back(k);
     for (const auto& [k, op] : BinaryOps()) v.push_back(k);
-    for (const char* k : {"Where", "Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"})
+    for (const char* k : {"Where", "Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze"})
       v.push_back(k);
     for (const std::string& k : TensorLayerOps()) v.push_back(k);
     for (const std::string& k : NnLayerOps()) v.push_back(k);
