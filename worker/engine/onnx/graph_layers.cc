@@ -21,6 +21,24 @@ Tensor GraphLayer::ReduceTo(const Tensor& g, const Shape& s, Tensor& buf) {
   return buf;
 }
 
+Shape GraphLayer::ExtraOutputShape(int k, const std::vector<Shape>&) const {
+  throw Error(where_ + ": has no output " + std::to_string(k) + " here");
+}
+
+Tensor GraphLayer::ExtraOutput(int k) const { throw Error(where_ + ": has no output " + std::to_string(k) + " here"); }
+
+ExtraOutputLayer::ExtraOutputLayer(Backend& be, const onnx::NodeProto& node, GraphLayer* source, int k)
+    : GraphLayer(be, node, 1), source_(source), k_(k) {}
+
+Shape ExtraOutputLayer::OutputShape(const std::vector<Shape>&) const {
+  return source_->ExtraOutputShape(k_, source_in_);
+}
+
+const Tensor& ExtraOutputLayer::Forward(const std::vector<const Tensor*>&, bool) {
+  y_ = source_->ExtraOutput(k_);
+  return y_;
+}
+
 // ---------------------------------------------------------------- parameters, constants
 
 namespace {
@@ -259,8 +277,7 @@ const std::vector<std::string>& SupportedOperators() {
     std::vector<std::string> v;
     for (const auto& [k, op] : UnaryOps()) v.push_back(k);
     for (const auto& [k, op] : BinaryOps()) v.push_back(k);
-    for (const char* k : {"Where", "Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze"})
-      v.push_back(k);
+    for (const char* k : {"Where", "Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}) v.push_back(k);
     for (const std::string& k : TensorLayerOps()) v.push_back(k);
     for (const std::string& k : NnLayerOps()) v.push_back(k);
     for (const char* k : {"Constant", "ConstantOfShape", "Shape", "Size", "Range"}) v.push_back(k);
@@ -271,7 +288,7 @@ const std::vector<std::string>& SupportedOperators() {
 }
 
 std::unique_ptr<GraphLayer> MakeGraphLayer(Backend& be, const onnx::NodeProto& n, int opset, int device_inputs,
-                                           uint64_t seed) {
+                                           uint64_t seed, bool node_modes) {
   const std::string& op = n.op_type();
   if (auto it = UnaryOps().find(op); it != UnaryOps().end()) {
     float a = 0, b = 0;
@@ -297,7 +314,7 @@ std::unique_ptr<GraphLayer> MakeGraphLayer(Backend& be, const onnx::NodeProto& n
   if (op == "Identity" || op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze")
     return std::make_unique<ViewLayer>(be, n, opset);
   if (auto l = MakeTensorLayer(be, n, opset, device_inputs)) return l;
-  if (auto l = MakeNnLayer(be, n, opset, device_inputs, seed)) return l;
+  if (auto l = MakeNnLayer(be, n, opset, device_inputs, seed, node_modes)) return l;
   std::string list;
   for (const std::string& s : SupportedOperators()) list += (list.empty() ? "" : ", ") + s;
   throw Error(NodeWhere(n) + ": operator " + op + " is not supported; supported: " + list);

@@ -26,6 +26,15 @@ class GraphLayer : public Layer {
   // host[i]: the value of the node's input i when known before training, else null.
   // Called before OutputShape and Forward whenever the batch size changes.
   virtual void Bind(const std::vector<const HostValue*>& host) { host_ = host; }
+  // Further outputs some operators have (layer norm's mean and inverse deviation, batch
+  // norm's running statistics in training mode): whether output k exists here, its shape
+  // for these inputs, and its value after Forward. No gradient flows back through them.
+  virtual bool HasExtraOutput(int k) const {
+    (void)k;
+    return false;
+  }
+  virtual Shape ExtraOutputShape(int k, const std::vector<Shape>& in) const;
+  virtual Tensor ExtraOutput(int k) const;
 
  protected:
   const HostValue* Host(int i) const { return i < int(host_.size()) ? host_[size_t(i)] : nullptr; }
@@ -67,10 +76,28 @@ class ConstLayer final : public GraphLayer {
   HostValue uploaded_;
 };
 
+// Output k >= 1 of another layer's node, as a node of its own (fed by that node, so it runs
+// after it).
+class ExtraOutputLayer final : public GraphLayer {
+ public:
+  ExtraOutputLayer(Backend& be, const onnx::NodeProto& node, GraphLayer* source, int k);
+  Shape OutputShape(const std::vector<Shape>& in) const override;
+  const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
+  void Backward(const std::vector<const Tensor*>&, const Tensor&, bool, std::vector<Tensor>&) override {}
+  // The source layer's input shapes, for ExtraOutputShape (set by the importer at Bind).
+  void set_source_inputs(std::vector<Shape> in) { source_in_ = std::move(in); }
+
+ private:
+  GraphLayer* source_;
+  int k_;
+  std::vector<Shape> source_in_;
+};
+
 // Makes the layer for a node with `device_inputs` device tensors (the rest bound on the
 // host). Throws shoal::Error naming the node for operators and attributes not supported.
+// node_modes: batch norm and dropout follow the node's training_mode in evaluation too.
 std::unique_ptr<GraphLayer> MakeGraphLayer(Backend& be, const onnx::NodeProto& node, int opset, int device_inputs,
-                                           uint64_t seed);
+                                           uint64_t seed, bool node_modes);
 // Which inputs of `op_type` must be known before training (shapes, axes, pads, ratios).
 bool IsHostInput(const std::string& op_type, int input, int opset);
 // The operators imported graphs may use, for error messages.

@@ -17,7 +17,7 @@ std::unique_ptr<GraphLayer> MakeSplitPart(Backend& be, const onnx::NodeProto& n,
 
 // Conv, Gemm, MatMul, BatchNormalization, LayerNormalization, pools, Softmax, LogSoftmax, Dropout.
 std::unique_ptr<GraphLayer> MakeNnLayer(Backend& be, const onnx::NodeProto& n, int opset, int device_inputs,
-                                        uint64_t seed);
+                                        uint64_t seed, bool node_modes);
 const std::vector<std::string>& NnLayerOps();
 
 }  // namespace shoal

@@ -355,9 +355,12 @@ class MatMulLayer final : public GraphLayer {
 
 class BatchNormLayer final : public GraphLayer {
  public:
-  BatchNormLayer(Backend& be, const onnx::NodeProto& n)
+  // always_train: batch statistics even in evaluation (a node's training_mode, honoured by
+  // inference runs of the graph as written).
+  BatchNormLayer(Backend& be, const onnx::NodeProto& n, bool always_train)
       : GraphLayer(be, n, 3),
         node_(n),
+        always_train_(always_train),
         eps_(AttrFloat(n, "epsilon", 1e-5f)),
         momentum_(1.0f - AttrFloat(n, "momentum", 0.9f)) {
     SHOAL_CHECK(HasInput(n, 3) && HasInput(n, 4), where_ + ": needs its running mean and variance");
@@ -383,6 +386,7 @@ class BatchNormLayer final : public GraphLayer {
     return in[0];
   }
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override {
+    train = train || always_train_;
     Ensure(y_, OutputShape({x[0]->shape(), x[1]->shape(), x[2]->shape()}));
     const Tensor x4 = x[0]->Reshape(Four(x[0]->shape()));
     Tensor y4 = y_.Reshape(x4.shape());
@@ -411,6 +415,10 @@ class BatchNormLayer final : public GraphLayer {
     dx[1] = dg_;
     dx[2] = db_;
   }
+  // Training mode's running mean and variance, as updated by the last forward.
+  bool HasExtraOutput(int k) const override { return k == 1 || k == 2; }
+  Shape ExtraOutputShape(int, const std::vector<Shape>& in) const override { return {in[0][1]}; }
+  Tensor ExtraOutput(int k) const override { return buffers_[size_t(k - 1)].value; }
   void InitParameters(std::mt19937_64&) override {
     std::vector<float> m(mean0_.v.begin(), mean0_.v.end()), v(var0_.v.begin(), var0_.v.end());
     be_.CopyFromHost(buffers_[0].value, m.data());
@@ -421,6 +429,7 @@ class BatchNormLayer final : public GraphLayer {
   // [N,C], [N,C,H,W] as they are; [N,C,L] as [N,C,L,1].
   static Shape Four(const Shape& s) { return s.size() == 3 ? Shape{s[0], s[1], s[2], 1} : s; }
   onnx::NodeProto node_;
+  bool always_train_;
   float eps_, momentum_;
   HostValue mean0_, var0_;
   Tensor save_mean_, save_invstd_, dx_, dg_, db_;
@@ -443,6 +452,18 @@ class LayerNormLayer final : public GraphLayer {
     Ensure(invstd_, {rows});
     be_.LayerNormForward(*x[0], *x[1], x.size() > 2 ? *x[2] : Tensor(), cols, eps_, y_, mean_, invstd_);
     return y_;
+  }
+  bool HasExtraOutput(int k) const override { return k == 1 || k == 2; }
+  // Mean and InvStdDev: the input's shape with the normalized dimensions 1.
+  Shape ExtraOutputShape(int, const std::vector<Shape>& in) const override {
+    Shape s = in[0];
+    const int64_t r = int64_t(s.size()), a = axis_ < 0 ? axis_ + r : axis_;
+    for (int64_t d = a; d < r; ++d) s[size_t(d)] = 1;
+    return s;
+  }
+  Tensor ExtraOutput(int k) const override {
+    Shape s = ExtraOutputShape(k, {y_.shape()});
+    return (k == 1 ? mean_ : invstd_).Reshape(s);
   }
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override {
     if (!need_dx) return;
@@ -538,24 +559,32 @@ class PoolLayer final : public GraphLayer {
     const int spatial = int(xs.size()) - 2;
     const std::vector<int64_t> k = AttrInts(node_, "kernel_shape");
     SHOAL_CHECK(int(k.size()) == spatial, where_ + ": kernel_shape must have " + std::to_string(spatial) + " entries");
-    return ReadWindow(node_, As4d(xs, where_), spatial, k.data(), where_);
-  }
-  // The backend's pooling geometry; with uneven padding (max pooling only) the padding is
-  // written out beforehand and the backend pools without any.
-  PoolParams Params(const Shape& xs) const {
-    const int spatial = int(xs.size()) - 2;
-    const Window w = Geometry(xs);
-    // ceil_mode: the last window may start inside the input and run past its end; add the
-    // missing rows to the end padding, which only matters for windows that exist.
-    Window v = w;
+    Window w = ReadWindow(node_, As4d(xs, where_), spatial, k.data(), where_);
+    // ceil_mode: a last window that starts inside the (padded) input but runs past its end
+    // counts. Max pooling gets it as extra end padding (-inf, never the maximum of a window
+    // that starts inside); average pooling would divide differently, so it is refused.
     if (AttrInt(node_, "ceil_mode", 0)) {
       const Shape x4 = As4d(xs, where_);
       for (int i = 0; i < spatial; ++i) {
         const int64_t span = x4[size_t(2 + i)] + w.pb[i] + w.pe[i] - w.k[i];
-        const int64_t floor_out = span / w.s[i] + 1, ceil_out = (span + w.s[i] - 1) / w.s[i] + 1;
-        SHOAL_CHECK(ceil_out == floor_out, where_ + ": ceil_mode = 1 changes the output size here; not supported");
+        int64_t ceil_out = (span + w.s[i] - 1) / w.s[i] + 1;
+        // PyTorch's and ONNX's rule: the last window must start inside the input or left padding.
+        if ((ceil_out - 1) * w.s[i] >= x4[size_t(2 + i)] + w.pb[i]) --ceil_out;
+        const int64_t extra = (ceil_out - 1) * w.s[i] + w.k[i] - (x4[size_t(2 + i)] + w.pb[i] + w.pe[i]);
+        if (extra > 0) {
+          SHOAL_CHECK(kind_ == kMax, where_ +
+                                         ": ceil_mode = 1 changes the output size here; supported for max "
+                                         "pooling only");
+          w.pe[i] += extra;
+        }
       }
     }
+    return w;
+  }
+  // The backend's pooling geometry; with uneven padding (max pooling only) the padding is
+  // written out beforehand and the backend pools without any.
+  PoolParams Params(const Shape& xs) const {
+    Window v = Geometry(xs);
     if (!Symmetric(v)) {
       SHOAL_CHECK(kind_ == kMax, where_ + ": uneven pads are supported for max pooling only");
       for (int i = 0; i < 2; ++i) v.pb[i] = v.pe[i] = 0;
@@ -614,18 +643,22 @@ class SoftmaxLayer final : public GraphLayer {
 // graph's training_mode input says), in evaluation it passes everything through.
 class DropoutLayer final : public GraphLayer {
  public:
-  DropoutLayer(Backend& be, const onnx::NodeProto& n, int opset, uint64_t seed)
-      : GraphLayer(be, n, 1), ratio_(opset < 12 ? AttrFloat(n, "ratio", 0.5f) : 0.5f), seed_(seed) {
+  DropoutLayer(Backend& be, const onnx::NodeProto& n, int opset, uint64_t seed, bool node_mode)
+      : GraphLayer(be, n, 1),
+        ratio_(opset < 12 ? AttrFloat(n, "ratio", 0.5f) : 0.5f),
+        seed_(seed),
+        node_mode_(node_mode) {
     opset_ = opset;
   }
   void Bind(const std::vector<const HostValue*>& host) override {
     GraphLayer::Bind(host);
     if (opset_ >= 12) ratio_ = Host(1) && Host(1)->numel() ? float(Host(1)->v[0]) : 0.5f;
+    node_train_ = node_mode_ && Host(2) && Host(2)->numel() && Host(2)->v[0] != 0;
     SHOAL_CHECK(ratio_ >= 0 && ratio_ < 1, where_ + ": ratio " + std::to_string(ratio_) + " is not in [0, 1)");
   }
   Shape OutputShape(const std::vector<Shape>& in) const override { return in[0]; }
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override {
-    active_ = train && ratio_ > 0;
+    active_ = (train || node_train_) && ratio_ > 0;
     if (!active_) {
       y_ = *x[0];
       return y_;
@@ -652,7 +685,7 @@ class DropoutLayer final : public GraphLayer {
   float ratio_;
   uint64_t seed_, calls_ = 0;
   int opset_;
-  bool active_ = false;
+  bool node_mode_, node_train_ = false, active_ = false;
   Tensor mask_, out_, dx_;
 };
 
@@ -674,18 +707,19 @@ const std::vector<std::string>& NnLayerOps() {
 }
 
 std::unique_ptr<GraphLayer> MakeNnLayer(Backend& be, const onnx::NodeProto& n, int opset, int device_inputs,
-                                        uint64_t seed) {
+                                        uint64_t seed, bool node_modes) {
   const std::string& op = n.op_type();
   if (op == "Conv") return std::make_unique<ConvLayer>(be, n, device_inputs);
   if (op == "Gemm") return std::make_unique<GemmLayer>(be, n, device_inputs);
   if (op == "MatMul") return std::make_unique<MatMulLayer>(be, n);
-  if (op == "BatchNormalization") return std::make_unique<BatchNormLayer>(be, n);
+  if (op == "BatchNormalization")
+    return std::make_unique<BatchNormLayer>(be, n, node_modes && AttrInt(n, "training_mode", 0) != 0);
   if (op == "LayerNormalization") return std::make_unique<LayerNormLayer>(be, n, device_inputs);
   if (op == "MaxPool") return std::make_unique<PoolLayer>(be, n, PoolLayer::kMax);
   if (op == "AveragePool") return std::make_unique<PoolLayer>(be, n, PoolLayer::kAvg);
   if (op == "GlobalAveragePool") return std::make_unique<PoolLayer>(be, n, PoolLayer::kGlobalAvg);
   if (op == "Softmax" || op == "LogSoftmax") return std::make_unique<SoftmaxLayer>(be, n, opset, op == "LogSoftmax");
-  if (op == "Dropout") return std::make_unique<DropoutLayer>(be, n, opset, seed);
+  if (op == "Dropout") return std::make_unique<DropoutLayer>(be, n, opset, seed, node_modes);
   return nullptr;
 }
 

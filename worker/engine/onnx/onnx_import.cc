@@ -33,12 +33,20 @@ struct Value {
 // One step of the per-batch binding: a host evaluation, or the layers of a device node.
 struct Step {
   const onnx::NodeProto* node;
-  std::vector<GraphLayer*> layers;  // one per output (Split), else one
+  std::vector<GraphLayer*> layers;                        // one per output (Split), else one
+  std::vector<std::pair<int, ExtraOutputLayer*>> extras;  // further outputs read later: (output, layer)
 };
 
 class Importer {
  public:
-  Importer(const std::string& path, Backend& be, const OnnxOptions& o) : path_(path), be_(be), o_(o) {}
+  // From a file (model null) or a model in memory (`path` names it in errors).
+  Importer(const std::string& path, const onnx::ModelProto* model, Backend& be, const OnnxOptions& o)
+      : path_(path), be_(be), o_(o) {
+    if (model) {
+      model_ = *model;
+      from_memory_ = true;
+    }
+  }
 
   // Builds the model; `self` (this importer) stays alive in the model's batch hook, which
   // re-evaluates the graph's shape arithmetic for each new batch size before the layers run.
@@ -63,9 +71,11 @@ class Importer {
   }
 
   void Load() {
-    std::ifstream f(path_, std::ios::binary);
-    if (!f) Fail("cannot open the ONNX model ([model] onnx)");
-    if (!model_.ParseFromIstream(&f)) Fail("is not an ONNX model (the protobuf does not parse)");
+    if (!from_memory_) {
+      std::ifstream f(path_, std::ios::binary);
+      if (!f) Fail("cannot open the ONNX model ([model] onnx)");
+      if (!model_.ParseFromIstream(&f)) Fail("is not an ONNX model (the protobuf does not parse)");
+    }
     try {
       onnx::checker::check_model(model_);
     } catch (const std::exception& e) {
@@ -212,7 +222,19 @@ class Importer {
           values_[out_name].model_id = model_out_->AddNode(out_name, std::move(owned), ids, values_[out_name].shape);
         }
       }
+      for (size_t e = 0; e < st.extras.size(); ++e) {
+        const auto& [j, layer] = st.extras[e];
+        const std::string& out_name = n.output(j);
+        layer->set_source_inputs(dev_shapes);
+        values_[out_name].shape = layer->OutputShape({});
+        if (build) {
+          std::unique_ptr<GraphLayer> owned(extra_pending_[e].release());
+          values_[out_name].model_id =
+              model_out_->AddNode(out_name, std::move(owned), {values_[n.output(0)].model_id}, values_[out_name].shape);
+        }
+      }
       pending_.clear();
+      extra_pending_.clear();
     }
     for (ConstLayer* c : consts_) c->Bind({});
   }
@@ -258,17 +280,25 @@ class Importer {
         st.layers.push_back(pending_.back().get());
       }
     } else {
-      for (int j = 1; j < n.output_size(); ++j)
-        if (!n.output(j).empty() && n.op_type() != "BatchNormalization")
-          used_extra_outputs_.insert(n.output(j));  // refused if a later node reads it
       try {
-        pending_.push_back(MakeGraphLayer(be_, n, opset_, device_inputs, o_.seed + uint64_t(steps_.size()) * 7919));
+        pending_.push_back(MakeGraphLayer(be_, n, opset_, device_inputs, o_.seed + uint64_t(steps_.size()) * 7919,
+                                          o_.node_training_modes));
       } catch (const InputError&) {
         throw;
       } catch (const Error& e) {
         Fail(e.what());
       }
-      st.layers.push_back(pending_.back().get());
+      GraphLayer* main = pending_.back().get();
+      st.layers.push_back(main);
+      for (int j = 1; j < n.output_size(); ++j) {
+        if (n.output(j).empty()) continue;
+        if (!main->HasExtraOutput(j)) {
+          used_extra_outputs_.insert(n.output(j));  // refused if a later node reads it
+          continue;
+        }
+        extra_pending_.push_back(std::make_unique<ExtraOutputLayer>(be_, n, main, j));
+        st.extras.emplace_back(j, extra_pending_.back().get());
+      }
     }
     for (int j = 0; j < n.output_size(); ++j) values_[n.output(j)].is_host = false;
     for (int i = 0; i < n.input_size(); ++i)
@@ -316,7 +346,7 @@ class Importer {
       id.add_input(out);
       id.add_output(out + "/output");
       keep_nodes_.push_back(std::make_unique<onnx::NodeProto>(id));
-      auto layer = MakeGraphLayer(be_, *keep_nodes_.back(), opset_, 1, 0);
+      auto layer = MakeGraphLayer(be_, *keep_nodes_.back(), opset_, 1, 0, false);
       layer->Bind({nullptr});
       model_out_->AddNode(out + "/output", std::move(layer), {v.model_id}, v.shape);
     }
@@ -333,6 +363,7 @@ class Importer {
   Backend& be_;
   OnnxOptions o_;
   onnx::ModelProto model_;
+  bool from_memory_ = false;
   int opset_ = 0;
   std::string input_;
   Shape input_shape_;
@@ -340,6 +371,7 @@ class Importer {
   std::map<std::string, HostValue> trainable_init_;
   std::vector<Step> steps_;
   std::vector<std::unique_ptr<GraphLayer>> pending_;
+  std::vector<std::unique_ptr<ExtraOutputLayer>> extra_pending_;
   std::vector<ConstLayer*> consts_;
   std::set<std::string> used_extra_outputs_;
   std::vector<std::unique_ptr<onnx::NodeProto>> keep_nodes_;
@@ -348,8 +380,16 @@ class Importer {
 
 }  // namespace
 
+std::unique_ptr<Model> ImportOnnx(const onnx::ModelProto& model, const std::string& name, Backend& backend,
+                                  const OnnxOptions& options) {
+  auto imp = std::make_shared<Importer>(name, &model, backend, options);
+  std::unique_ptr<Model> m = imp->Run(imp);
+  m->set_label_smoothing(options.label_smoothing);
+  return m;
+}
+
 std::unique_ptr<Model> ImportOnnx(const std::string& path, Backend& backend, const OnnxOptions& options) {
-  auto imp = std::make_shared<Importer>(path, backend, options);
+  auto imp = std::make_shared<Importer>(path, nullptr, backend, options);
   std::unique_ptr<Model> m = imp->Run(imp);
   m->set_label_smoothing(options.label_smoothing);
   return m;

@@ -27,6 +27,10 @@
 
 #include "worker/engine/model.h"
 
+namespace onnx {
+class ModelProto;
+}
+
 namespace shoal {
 
 struct OnnxOptions {
@@ -39,8 +43,14 @@ struct OnnxOptions {
   int64_t batch = 1;
   // Accept any output shape (tests of single operators, inference): no [N, classes] check.
   bool any_output = false;
+  // Inference runs of a graph as written (shoal onnx run): batch norm and dropout follow
+  // their node's training_mode in evaluation too. Training ignores it: the model's mode rules.
+  bool node_training_modes = false;
 };
 
 std::unique_ptr<Model> ImportOnnx(const std::string& path, Backend& backend, const OnnxOptions& options);
+// The same for a model already in memory; `name` stands for the file in errors.
+std::unique_ptr<Model> ImportOnnx(const onnx::ModelProto& model, const std::string& name, Backend& backend,
+                                  const OnnxOptions& options);
 
 }  // namespace shoal
