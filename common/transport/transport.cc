@@ -5,10 +5,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <glog/logging.h>
 #include <capnp/schema.h>
 #include <kj/exception.h>
+#include <malloc.h>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -183,6 +185,25 @@ class RefusalLog {
   std::map<std::pair<std::string, std::string>, Peer> peers_;
 };
 
+// ZeroMQ mallocs each received frame above its 8 KiB batch buffer, and a pulled tensor or
+// pushed gradient is freed a step later. Under glibc's default policy such frames are
+// unmapped, or trimmed off the heap, when freed, so the next one faults in and zeroes every
+// page again: a 1 MiB push+pull on loopback took 1.4 ms instead of 0.9 (some 115 faults per
+// frame) in whichever process had drifted into that state. These are the thresholds glibc
+// itself moves to once it has freed a 32 MiB frame: frames up to 32 MiB reuse heap memory,
+// and up to 64 MiB of free heap top stays mapped. A user's own malloc settings win.
+void KeepFreedFramesMapped() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* tunables = getenv("GLIBC_TUNABLES");
+    if (getenv("MALLOC_MMAP_THRESHOLD_") || getenv("MALLOC_TRIM_THRESHOLD_") ||
+        (tunables && strstr(tunables, "glibc.malloc.")))
+      return;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  });
+}
+
 }  // namespace
 
 std::string RefusedHandshakes() { return RefusalLog::Get().Summary(); }
@@ -350,6 +371,7 @@ class TransportContext::Authenticator {
 
 TransportContext::TransportContext(std::string who) : who_(std::move(who)), ctx_(zmq_ctx_new()) {
   if (!ctx_) throw Error(ZmqError("cannot create a ZeroMQ context"));
+  KeepFreedFramesMapped();
 }
 
 TransportContext::~TransportContext() {
