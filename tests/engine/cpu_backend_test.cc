@@ -121,11 +121,51 @@ TEST_P(CpuConv, SavedInputPathMatchesPlainBackward) {
   EXPECT_EQ(Host(*be, db1), Host(*be, db2));
 }
 
+// dx element by element against the naive transposed convolution, for training (saved
+// input) and plain backward alike.
+TEST_P(CpuConv, InputGradientMatchesNaiveElementwise) {
+  const ConvCase c = GetParam();
+  auto be = MakeCpuBackend(1);
+  std::mt19937_64 rng(9);
+  Tensor x = Random(*be, c.x, rng), w = Random(*be, c.w, rng);
+  ConvParams p{c.stride, c.pad};
+  const int64_t N = c.x[0], C = c.x[1], H = c.x[2], W = c.x[3], O = c.w[0], K = c.w[2];
+  const int64_t Ho = (H + 2 * c.pad - K) / c.stride + 1, Wo = (W + 2 * c.pad - K) / c.stride + 1;
+  Tensor y = be->Empty({N, O, Ho, Wo}), saved;
+  be->ConvForwardTrain(x, w, Tensor(), p, y, saved);
+  Tensor dy = Random(*be, y.shape(), rng);
+  const std::vector<float> r = Host(*be, dy), wh = Host(*be, w);
+  std::vector<double> ref(size_t(x.numel()), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < Ho; ++i)
+        for (int64_t j = 0; j < Wo; ++j)
+          for (int64_t ch = 0; ch < C; ++ch)
+            for (int64_t kh = 0; kh < K; ++kh)
+              for (int64_t kw = 0; kw < K; ++kw) {
+                const int64_t h = i * c.stride - c.pad + kh, ww = j * c.stride - c.pad + kw;
+                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                ref[size_t(((n * C + ch) * H + h) * W + ww)] +=
+                    double(r[size_t(((n * O + o) * Ho + i) * Wo + j)]) * wh[size_t(((o * C + ch) * K + kh) * K + kw)];
+              }
+  for (bool use_saved : {true, false}) {
+    Tensor dx = be->Empty(c.x), dw = be->Zeros(c.w);
+    if (use_saved)
+      be->ConvBackwardSaved(x, saved, w, dy, p, &dx, dw, nullptr);
+    else
+      be->ConvBackward(x, w, dy, p, &dx, dw, nullptr);
+    const std::vector<float> got = Host(*be, dx);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], ref[i], 1e-3 * (1 + std::fabs(ref[i]))) << "dx[" << i << "] saved " << use_saved;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuConv,
                          ::testing::Values(ConvCase{{4, 1, 28, 28}, {32, 1, 5, 5}, 1, 0},    // lenet conv1
                                            ConvCase{{4, 32, 12, 12}, {64, 32, 5, 5}, 1, 0},  // lenet conv2
                                            ConvCase{{2, 16, 16, 16}, {32, 16, 3, 3}, 2, 1},  // resnet20 downsample
-                                           ConvCase{{2, 3, 11, 11}, {8, 3, 7, 7}, 2, 3}));   // resnet50 stem
+                                           ConvCase{{2, 3, 11, 11}, {8, 3, 7, 7}, 2, 3},     // resnet50 stem
+                                           ConvCase{{16, 512, 2, 2}, {512, 512, 3, 3}, 1, 1}));  // resnet18 layer4
 
 TEST(CpuBackend, LinearAccumulatesWeightGradients) {
   auto be = MakeCpuBackend(1);
