@@ -32,15 +32,15 @@ struct StepContext {
 struct OptimizerHyper {
   float momentum = 0.9f;
   bool nesterov = false;
-  float weight_decay = 0;  // L2 (added to the gradient); decoupled for adamw
-  float trust_coefficient = 0.001f;                 // LARS eta
+  float weight_decay = 0;            // L2 (added to the gradient); decoupled for adamw
+  float trust_coefficient = 0.001f;  // LARS eta
   // LAMB / Adam family. eps is LAMB's default; DefaultOptimizerHyper gives Adam PyTorch's 1e-8.
   // The betas stay in double as the job file wrote them: 1 - beta is then PyTorch's (a
   // Python float) and not 1 - float(beta), which is 1.3e-5 off for beta2 = 0.999.
   double beta1 = 0.9, beta2 = 0.999;
   float eps = 1e-6f;
-  float lamb_lr_ratio = 1.0f;                       // STiLL: LAMB's LR = ratio x LARS's LR
-  float rms_decay = 0.99f;                          // rmsprop_sgd
+  float lamb_lr_ratio = 1.0f;  // STiLL: LAMB's LR = ratio x LARS's LR
+  float rms_decay = 0.99f;     // rmsprop_sgd
   float rms_eps = 1e-8f;
   float rms_lr_ratio = 0.01f;  // rmsprop_sgd: RMSprop's LR = ratio x SGD's LR
 };

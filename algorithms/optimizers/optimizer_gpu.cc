@@ -20,8 +20,8 @@ struct Rule {
 
 const std::map<std::string, Rule>& Rules() {
   static const std::map<std::string, Rule> r = {
-      {"sgd", {GpuOptimizerKind::kSgd, 0}},    {"momentum", {GpuOptimizerKind::kMomentum, 1}},
-      {"lars", {GpuOptimizerKind::kLars, 1}},  {"lamb", {GpuOptimizerKind::kLamb, 2}},
+      {"sgd", {GpuOptimizerKind::kSgd, 0}},     {"momentum", {GpuOptimizerKind::kMomentum, 1}},
+      {"lars", {GpuOptimizerKind::kLars, 1}},   {"lamb", {GpuOptimizerKind::kLamb, 2}},
       {"still", {GpuOptimizerKind::kStill, 3}}, {"rmsprop_sgd", {GpuOptimizerKind::kRmspropSgd, 2}},
       {"adam", {GpuOptimizerKind::kAdam, 2}},   {"adamw", {GpuOptimizerKind::kAdamW, 2}},
   };
@@ -36,8 +36,8 @@ void NeedDevice(const std::string& what) {
 }  // namespace
 
 DeviceOptimizerState::DeviceOptimizerState(int slots, int64_t n) : n_(n) {
-  SHOAL_CHECK(slots >= 0 && n >= 0, "DeviceOptimizerState: bad shape (" + std::to_string(slots) + " slots of " +
-                                        std::to_string(n) + ")");
+  SHOAL_CHECK(slots >= 0 && n >= 0,
+              "DeviceOptimizerState: bad shape (" + std::to_string(slots) + " slots of " + std::to_string(n) + ")");
   NeedDevice("DeviceOptimizerState");
   try {
     CheckCuda(cudaMalloc(reinterpret_cast<void**>(&norms_), sizeof(double) * kGpuOptimizerScratch),
