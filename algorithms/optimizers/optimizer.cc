@@ -89,10 +89,11 @@ void LambUpdate(const OptimizerHyper& h, float* w, const float* g, int64_t n, bo
                 std::vector<float>& m, std::vector<float>& v, int64_t t, float blend_scale, std::vector<float>& u) {
   float wd = decay ? h.weight_decay : 0.f;
   double bc1 = 1.0 - std::pow(double(h.beta1), double(t)), bc2 = 1.0 - std::pow(double(h.beta2), double(t));
+  const float b1 = float(h.beta1), b2 = float(h.beta2);  // the moments in float, as on the GPU
   u.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) {
-    m[i] = h.beta1 * m[i] + (1 - h.beta1) * g[i];
-    v[i] = h.beta2 * v[i] + (1 - h.beta2) * g[i] * g[i];
+    m[i] = b1 * m[i] + (1 - b1) * g[i];
+    v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
     double mh = m[i] / bc1, vh = v[i] / bc2;
     u[i] = float(mh / (std::sqrt(vh) + h.eps)) + wd * w[i];
   }
@@ -162,6 +163,37 @@ class RmspropSgd : public Optimizer {
   }
 };
 
+// Adam (Kingma & Ba 2015) and AdamW (Loshchilov & Hutter 2019) as torch.optim.Adam/AdamW
+// compute them, so a PyTorch recipe carries over: Adam adds wd w to the gradient (L2),
+// AdamW first shrinks w by lr wd (decoupled); then m and v, and
+// w -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps),
+// eps added after the bias correction of v as PyTorch does (not to sqrt(v) before it).
+// The scalars (AdamStepScalars) come in double, as Python floats do in PyTorch.
+class Adam : public Optimizer {
+ public:
+  Adam(const OptimizerHyper& h, bool decoupled) : Optimizer(h), decoupled_(decoupled) {}
+  std::string Name() const override { return decoupled_ ? "adamw" : "adam"; }
+  void Apply(float* w, const float* g, int64_t n, bool decay, const StepContext& c, OptimizerState* st) const override {
+    ++st->steps;
+    Slot(st, 1, n);  // size both slots first: growing the vector moves them
+    auto& m = Slot(st, 0, n);
+    auto& v = Slot(st, 1, n);
+    float wd = decay ? h_.weight_decay : 0.f;
+    AdamScalars s = AdamStepScalars(h_, decoupled_, wd, c.lr, st->steps);
+    float l2 = decoupled_ ? 0.f : wd;
+    for (int64_t i = 0; i < n; ++i) {
+      float wi = w[i] * s.shrink;
+      float d = g[i] + l2 * w[i];
+      m[i] = s.b1 * m[i] + s.c1 * d;
+      v[i] = s.b2 * v[i] + s.c2 * d * d;
+      w[i] = wi - s.step_size * (m[i] / (std::sqrt(v[i]) / s.bc2_sqrt + h_.eps));
+    }
+  }
+
+ private:
+  bool decoupled_;
+};
+
 using Factory = std::function<std::unique_ptr<Optimizer>(const OptimizerHyper&)>;
 // Each optimizer with the [optimizer] hyper-parameters its rule uses (MakeOptimizer below
 // reads them all; this list is what a job may set).
@@ -173,6 +205,9 @@ template <class T>
 Factory Make() {
   return [](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new T(h)); };
 }
+Factory MakeAdam(bool decoupled) {
+  return [decoupled](const OptimizerHyper& h) { return std::unique_ptr<Optimizer>(new Adam(h, decoupled)); };
+}
 const std::map<std::string, Entry>& Registry() {
   static const std::map<std::string, Entry> r = {
       {"sgd", {Make<Sgd>(), {"weight_decay"}}},
@@ -182,6 +217,8 @@ const std::map<std::string, Entry>& Registry() {
       {"still",
        {Make<Still>(), {"weight_decay", "momentum", "trust_coefficient", "beta1", "beta2", "eps", "lamb_lr_ratio"}}},
       {"rmsprop_sgd", {Make<RmspropSgd>(), {"weight_decay", "momentum", "rms_decay", "rms_lr_ratio"}}},
+      {"adam", {MakeAdam(false), {"weight_decay", "beta1", "beta2", "eps"}}},
+      {"adamw", {MakeAdam(true), {"weight_decay", "beta1", "beta2", "eps"}}},
   };
   return r;
 }
@@ -226,18 +263,42 @@ std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const Optimize
   return it->second.make(h);
 }
 
-std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const ConfigSection& o) {
+AdamScalars AdamStepScalars(const OptimizerHyper& h, bool decoupled, float wd, float lr, int64_t t) {
+  double bc1 = 1.0 - std::pow(h.beta1, double(t)), bc2 = 1.0 - std::pow(h.beta2, double(t));
+  AdamScalars s;
+  s.b1 = float(h.beta1);
+  s.c1 = float(1.0 - h.beta1);
+  s.b2 = float(h.beta2);
+  s.c2 = float(1.0 - h.beta2);
+  s.step_size = float(double(lr) / bc1);
+  s.bc2_sqrt = float(std::sqrt(bc2));
+  s.shrink = decoupled ? float(1.0 - double(lr) * double(wd)) : 1.0f;
+  return s;
+}
+
+OptimizerHyper DefaultOptimizerHyper(const std::string& name) {
   OptimizerHyper h;
-  h.momentum = float(o.GetDouble("momentum", 0.9, 0, 0.99999));
-  h.nesterov = o.GetBool("nesterov", false);
-  h.weight_decay = float(o.GetDouble("weight_decay", 0, 0, 1));
-  h.trust_coefficient = float(o.GetDouble("trust_coefficient", 0.001, 1e-9, 100));
-  h.beta1 = float(o.GetDouble("beta1", 0.9, 0, 0.99999));
-  h.beta2 = float(o.GetDouble("beta2", 0.999, 0, 0.9999999));
-  h.eps = float(o.GetDouble("eps", 1e-6, 1e-12, 1));
-  h.lamb_lr_ratio = float(o.GetDouble("lamb_lr_ratio", 1.0, 1e-9, 1e9));
-  h.rms_decay = float(o.GetDouble("rms_decay", 0.99, 0, 0.99999));
-  h.rms_lr_ratio = float(o.GetDouble("rms_lr_ratio", 0.01, 1e-9, 1e9));
+  if (name == "adam" || name == "adamw") h.eps = 1e-8f;
+  if (name == "adamw") h.weight_decay = 1e-2f;
+  return h;
+}
+
+std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const ConfigSection& o) {
+  const OptimizerHyper d = DefaultOptimizerHyper(name);
+  OptimizerHyper h = d;
+  // Defaults pass through double and back: the float fields keep their exact bits.
+  h.momentum = float(o.GetDouble("momentum", d.momentum, 0, 0.99999));
+  h.nesterov = o.GetBool("nesterov", d.nesterov);
+  h.weight_decay = float(o.GetDouble("weight_decay", d.weight_decay, 0, 1));
+  h.trust_coefficient = float(o.GetDouble("trust_coefficient", d.trust_coefficient, 1e-9, 100));
+  // A beta of 1 would freeze its moment (and 1 - beta^t = 0 divides by zero); eps > 0 keeps
+  // the division defined for a zero second moment.
+  h.beta1 = o.GetDouble("beta1", d.beta1, 0, 0.99999);
+  h.beta2 = o.GetDouble("beta2", d.beta2, 0, 0.9999999);
+  h.eps = float(o.GetDouble("eps", d.eps, 1e-12, 1));
+  h.lamb_lr_ratio = float(o.GetDouble("lamb_lr_ratio", d.lamb_lr_ratio, 1e-9, 1e9));
+  h.rms_decay = float(o.GetDouble("rms_decay", d.rms_decay, 0, 0.99999));
+  h.rms_lr_ratio = float(o.GetDouble("rms_lr_ratio", d.rms_lr_ratio, 1e-9, 1e9));
   try {
     return MakeOptimizer(name, h);
   } catch (const Error& e) {

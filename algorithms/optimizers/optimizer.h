@@ -32,14 +32,27 @@ struct StepContext {
 struct OptimizerHyper {
   float momentum = 0.9f;
   bool nesterov = false;
-  float weight_decay = 0;
-  float trust_coefficient = 0.001f;                 // LARS eta
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f;  // LAMB / Adam family
-  float lamb_lr_ratio = 1.0f;                       // STiLL: LAMB's LR = ratio x LARS's LR
-  float rms_decay = 0.99f;                          // rmsprop_sgd
+  float weight_decay = 0;            // L2 (added to the gradient); decoupled for adamw
+  float trust_coefficient = 0.001f;  // LARS eta
+  // LAMB / Adam family. eps is LAMB's default; DefaultOptimizerHyper gives Adam PyTorch's 1e-8.
+  // The betas stay in double as the job file wrote them: 1 - beta is then PyTorch's (a
+  // Python float) and not 1 - float(beta), which is 1.3e-5 off for beta2 = 0.999.
+  double beta1 = 0.9, beta2 = 0.999;
+  float eps = 1e-6f;
+  float lamb_lr_ratio = 1.0f;  // STiLL: LAMB's LR = ratio x LARS's LR
+  float rms_decay = 0.99f;     // rmsprop_sgd
   float rms_eps = 1e-8f;
   float rms_lr_ratio = 0.01f;  // rmsprop_sgd: RMSprop's LR = ratio x SGD's LR
 };
+
+// One Adam/AdamW step's per-tensor scalars, shared by the CPU and CUDA rules so both round
+// them alike, each computed in double and then rounded to float as PyTorch's Python floats
+// are: b1 = beta1, c1 = 1 - beta1, b2, c2 likewise; step_size = lr / (1 - beta1^t);
+// bc2_sqrt = sqrt(1 - beta2^t); shrink = 1 - lr wd for the decoupled decay (1 for adam).
+struct AdamScalars {
+  float b1, c1, b2, c2, step_size, bc2_sqrt, shrink;
+};
+AdamScalars AdamStepScalars(const OptimizerHyper& h, bool decoupled, float wd, float lr, int64_t t);
 
 class Optimizer {
  public:
@@ -56,10 +69,15 @@ class Optimizer {
   OptimizerHyper h_;
 };
 
-// Registry: sgd | momentum | lars | lamb | still | rmsprop_sgd. Unknown names get an
-// error listing the known ones; hyper-parameters come from the [optimizer] section.
+// Registry: sgd | momentum | lars | lamb | still | rmsprop_sgd | adam | adamw. Unknown names
+// get an error listing the known ones; hyper-parameters come from the [optimizer] section,
+// where a key left out takes the rule's own default (DefaultOptimizerHyper). The
+// OptimizerHyper form takes every field as given.
 std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const ConfigSection& opts);
 std::unique_ptr<Optimizer> MakeOptimizer(const std::string& name, const OptimizerHyper& h);
+// The defaults of rule `name`: OptimizerHyper's, except where the rule's reference differs
+// (adam and adamw: PyTorch's eps 1e-8; adamw: weight_decay 1e-2).
+OptimizerHyper DefaultOptimizerHyper(const std::string& name);
 std::vector<std::string> OptimizerNames();
 // The [optimizer] keys optimizer `name` reads, its schedule's (LrSchedule::FromConfig)
 // included: the one list a job file's [optimizer] section is checked against.

@@ -20,9 +20,10 @@ struct Rule {
 
 const std::map<std::string, Rule>& Rules() {
   static const std::map<std::string, Rule> r = {
-      {"sgd", {GpuOptimizerKind::kSgd, 0}},    {"momentum", {GpuOptimizerKind::kMomentum, 1}},
-      {"lars", {GpuOptimizerKind::kLars, 1}},  {"lamb", {GpuOptimizerKind::kLamb, 2}},
+      {"sgd", {GpuOptimizerKind::kSgd, 0}},     {"momentum", {GpuOptimizerKind::kMomentum, 1}},
+      {"lars", {GpuOptimizerKind::kLars, 1}},   {"lamb", {GpuOptimizerKind::kLamb, 2}},
       {"still", {GpuOptimizerKind::kStill, 3}}, {"rmsprop_sgd", {GpuOptimizerKind::kRmspropSgd, 2}},
+      {"adam", {GpuOptimizerKind::kAdam, 2}},   {"adamw", {GpuOptimizerKind::kAdamW, 2}},
   };
   return r;
 }
@@ -35,8 +36,8 @@ void NeedDevice(const std::string& what) {
 }  // namespace
 
 DeviceOptimizerState::DeviceOptimizerState(int slots, int64_t n) : n_(n) {
-  SHOAL_CHECK(slots >= 0 && n >= 0, "DeviceOptimizerState: bad shape (" + std::to_string(slots) + " slots of " +
-                                        std::to_string(n) + ")");
+  SHOAL_CHECK(slots >= 0 && n >= 0,
+              "DeviceOptimizerState: bad shape (" + std::to_string(slots) + " slots of " + std::to_string(n) + ")");
   NeedDevice("DeviceOptimizerState");
   try {
     CheckCuda(cudaMalloc(reinterpret_cast<void**>(&norms_), sizeof(double) * kGpuOptimizerScratch),
@@ -110,13 +111,21 @@ void DeviceOptimizer::Apply(float* w, const float* g, int64_t n, bool decay, con
   a.wd = decay ? h_.weight_decay : 0.f;
   // The warm-up blend of STiLL and rmsprop_sgd, computed as their CPU rules do.
   a.share = c.warmup_steps > 0 ? std::min(1.0f, float(c.step) / float(c.warmup_steps)) : 1.0f;
-  a.bc1 = 1.0 - std::pow(double(h_.beta1), double(st->steps));
-  a.bc2 = 1.0 - std::pow(double(h_.beta2), double(st->steps));
+  a.bc1 = 1.0 - std::pow(h_.beta1, double(st->steps));
+  a.bc2 = 1.0 - std::pow(h_.beta2, double(st->steps));
+  AdamScalars adam = AdamStepScalars(h_, a.kind == GpuOptimizerKind::kAdamW, a.wd, c.lr, st->steps);
+  a.adam_b1 = adam.b1;
+  a.adam_c1 = adam.c1;
+  a.adam_b2 = adam.b2;
+  a.adam_c2 = adam.c2;
+  a.adam_step_size = adam.step_size;
+  a.adam_bc2_sqrt = adam.bc2_sqrt;
+  a.adam_shrink = adam.shrink;
   a.momentum = h_.momentum;
   a.nesterov = h_.nesterov;
   a.trust_coefficient = h_.trust_coefficient;
-  a.beta1 = h_.beta1;
-  a.beta2 = h_.beta2;
+  a.beta1 = float(h_.beta1);
+  a.beta2 = float(h_.beta2);
   a.eps = h_.eps;
   a.lamb_lr_ratio = h_.lamb_lr_ratio;
   a.rms_decay = h_.rms_decay;

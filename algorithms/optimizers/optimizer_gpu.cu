@@ -3,7 +3,7 @@
 // device step agrees with Optimizer::Apply to rounding. Rules that need per-tensor norms
 // (LARS, LAMB, STiLL) take two kernels: one pass that updates the moments and sums every
 // square they need at once, then the update, which reads the sums from device memory (no
-// host round trip between them). The others are one elementwise kernel.
+// host round trip between them). The others (Adam and AdamW too) are one elementwise kernel.
 #include "algorithms/optimizers/optimizer_gpu_kernel.h"
 
 #include <cuda_runtime.h>
@@ -139,6 +139,17 @@ __global__ void Update(GpuOptimizerArgs a) {
         a.slot[1][i] = ms;
         float rms = (a.lr * a.rms_lr_ratio) * d / (sqrtf(ms) + a.rms_eps);
         a.w[i] = w - ((1 - a.share) * rms + a.share * a.lr * v);
+        break;
+      }
+      case Kind::kAdam:
+      case Kind::kAdamW: {
+        // Adam's wd is L2 on the gradient; AdamW's is the host's shrink factor (Adam in optimizer.cc).
+        float d = a.kind == Kind::kAdam ? g + a.wd * w : g;
+        float m = a.adam_b1 * a.slot[0][i] + a.adam_c1 * d;
+        float v = a.adam_b2 * a.slot[1][i] + a.adam_c2 * d * d;
+        a.slot[0][i] = m;
+        a.slot[1][i] = v;
+        a.w[i] = w * a.adam_shrink - a.adam_step_size * (m / (sqrtf(v) / a.adam_bc2_sqrt + a.eps));
         break;
       }
     }

@@ -8,7 +8,7 @@
 
 namespace shoal {
 
-enum class GpuOptimizerKind : int { kSgd, kMomentum, kLars, kLamb, kStill, kRmspropSgd };
+enum class GpuOptimizerKind : int { kSgd, kMomentum, kLars, kLamb, kStill, kRmspropSgd, kAdam, kAdamW };
 
 // The norm pass's sums of squares ||w||², ||g||², ||u||², and before them each block's
 // partial sums: the scratch a tensor's state owns (kGpuOptimizerScratch doubles). Partials
@@ -26,9 +26,12 @@ struct GpuOptimizerArgs {
   float* slot[3] = {nullptr, nullptr, nullptr};  // same slots, same order as OptimizerState
   double* norms = nullptr;                       // kGpuOptimizerScratch doubles of device scratch
   float lr = 0;
-  float wd = 0;     // 0 for decay=false tensors
-  float share = 1;  // STiLL's LARS share, rmsprop_sgd's momentum-SGD share (1 after warm-up)
+  float wd = 0;             // 0 for decay=false tensors
+  float share = 1;          // STiLL's LARS share, rmsprop_sgd's momentum-SGD share (1 after warm-up)
   double bc1 = 1, bc2 = 1;  // LAMB bias corrections 1 - beta^t, computed on the host in double
+  // Adam/AdamW's AdamScalars (optimizer.h), the CPU rule's very floats.
+  float adam_b1 = 0.9f, adam_c1 = 0.1f, adam_b2 = 0.999f, adam_c2 = 0.001f;
+  float adam_step_size = 0, adam_bc2_sqrt = 1, adam_shrink = 1;
   // OptimizerHyper, copied field by field.
   float momentum = 0.9f;
   bool nesterov = false;

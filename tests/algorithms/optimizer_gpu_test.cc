@@ -43,8 +43,7 @@ void ExpectClose(const std::vector<float>& cpu, const std::vector<float>& gpu, c
     ASSERT_NEAR(gpu[i], cpu[i], 2e-5 + 2e-4 * std::fabs(cpu[i])) << what << " [" << i << "]";
 }
 
-void CompareRule(const std::string& name, bool nesterov) {
-  OptimizerHyper h = TestHyper(nesterov);
+void CompareRule(const std::string& name, bool nesterov, const OptimizerHyper& h) {
   auto cpu = MakeOptimizer(name, h);
   auto gpu = MakeDeviceOptimizer(name, h);
   std::mt19937 rng(11);
@@ -96,8 +95,18 @@ TEST(OptimizerGpu, AgreesWithCpu) {
   if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   for (const std::string& name : OptimizerNames()) {
     SCOPED_TRACE(name);
-    CompareRule(name, false);
-    if (name == "momentum") CompareRule(name, true);
+    CompareRule(name, false, TestHyper(false));
+    if (name == "momentum") CompareRule(name, true, TestHyper(true));
+    if (name == "adam" || name == "adamw") {
+      // PyTorch's defaults too (eps 1e-8: the division is then nearly sign(m) for small v),
+      // and other betas, which come to the kernel as the host's rounded 1 - beta.
+      OptimizerHyper h = DefaultOptimizerHyper(name);
+      CompareRule(name, false, h);
+      h.beta1 = 0.8;
+      h.beta2 = 0.99;
+      h.weight_decay = 0.1f;
+      CompareRule(name, false, h);
+    }
   }
 }
 
@@ -138,10 +147,11 @@ TEST(OptimizerGpu, RegistryMatchesCpu) {
   // Every CPU rule has a CUDA form with the same name; unknown names get the CPU's error.
   for (const std::string& name : OptimizerNames()) EXPECT_EQ(MakeDeviceOptimizer(name, OptimizerHyper())->Name(), name);
   try {
-    MakeDeviceOptimizer("adamw", OptimizerHyper());
+    MakeDeviceOptimizer("adagrad", OptimizerHyper());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown optimizer \"adamw\" (known: lamb, lars"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("unknown optimizer \"adagrad\" (known: adam, adamw, lamb, lars"),
+              std::string::npos)
         << e.what();
   }
 }
