@@ -102,6 +102,15 @@ onnx::ModelProto FromSource(const Model& m, Backend& be, const std::string& sour
       n.mutable_input()->RemoveLast();
     }
   }
+  // Graph outputs and shape annotations of the values dropped above go with them.
+  onnx::GraphProto& g = *proto.mutable_graph();
+  std::set<std::string> made;
+  for (const onnx::NodeProto& n : g.node()) made.insert(n.output().begin(), n.output().end());
+  for (const onnx::ValueInfoProto& v : g.input()) made.insert(v.name());
+  for (const onnx::TensorProto& t : g.initializer()) made.insert(t.name());
+  for (auto* list : {g.mutable_output(), g.mutable_value_info()})
+    for (int i = list->size() - 1; i >= 0; --i)
+      if (!made.count(list->Get(i).name())) list->DeleteSubrange(i, 1);
   return proto;
 }
 
