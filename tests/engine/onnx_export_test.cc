@@ -161,6 +161,33 @@ TEST(OnnxExport, ImportedModelKeepsItsGraphWithTheTrainedValues) {
     EXPECT_EQ(before.at(t.name()) != t.SerializeAsString(), trained.count(t.name()) > 0) << t.name();
 }
 
+void WriteFloats(const std::string& path, const std::vector<float>& v) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+}
+
+// The promise to a PyTorch user: the trained initializers, loaded into the module by
+// name (testdata/torch_load_export.py), give Shoal's outputs.
+TEST(OnnxExport, PyTorchModuleLoadsTheTrainedInitializersByName) {
+  if (std::system("/usr/bin/python3 -c 'import torch, onnx' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-torch or python3-onnx is not installed";
+  auto be = MakeCpuBackend(2);
+  OnnxOptions o;
+  o.batch = 8;
+  auto m = ImportOnnx(kSmallCnn, *be, o);
+  m->InitParameters(1);
+  Train(*m, *be, {8, 1, 28, 28}, 4, 31);
+  const std::string dir = ::testing::TempDir();
+  ExportOnnx(*m, *be, dir + "/torch.onnx", kSmallCnn);
+  std::mt19937_64 rng(37);
+  Tensor x = testing_util::Random(*be, {5, 1, 28, 28}, rng);
+  WriteFloats(dir + "/torch_input.bin", testing_util::Host(*be, x));
+  WriteFloats(dir + "/torch_logits.bin", testing_util::Host(*be, m->Forward(x, false)));
+  const std::string cmd = "/usr/bin/python3 tests/engine/testdata/torch_load_export.py " + dir + "/torch.onnx " + dir +
+                          "/torch_input.bin " + dir + "/torch_logits.bin 5";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
 // A graph that also outputs a batch norm's training statistics (as an export may list them):
 // in inference form they are gone, and so are those outputs.
 TEST(OnnxExport, TrainingStatisticsOutputsGoWithTheTrainingMode) {

@@ -38,19 +38,24 @@ def export(model, x, path):
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
 
 
-torch.manual_seed(0)
-cnn = SmallCnn()
-# Non-trivial running statistics, so evaluation reads them.
-with torch.no_grad():
-    cnn.train()
-    for _ in range(3):
-        cnn(torch.randn(32, 1, 28, 28))
-cnn.eval()
-x = torch.randn(5, 1, 28, 28)
-export(cnn, x, "small_cnn.onnx")
-cnn.eval()
-with torch.no_grad():
-    y = cnn(x)
-x.numpy().astype(np.float32).tofile("small_cnn_input.bin")
-y.numpy().astype(np.float32).tofile("small_cnn_logits.bin")
-print("small_cnn", tuple(x.shape), "->", tuple(y.shape))
+def main():
+    torch.manual_seed(0)
+    cnn = SmallCnn()
+    # Non-trivial running statistics, so evaluation reads them.
+    with torch.no_grad():
+        cnn.train()
+        for _ in range(3):
+            cnn(torch.randn(32, 1, 28, 28))
+    cnn.eval()
+    x = torch.randn(5, 1, 28, 28)
+    export(cnn, x, "small_cnn.onnx")
+    cnn.eval()
+    with torch.no_grad():
+        y = cnn(x)
+    x.numpy().astype(np.float32).tofile("small_cnn_input.bin")
+    y.numpy().astype(np.float32).tofile("small_cnn_logits.bin")
+    print("small_cnn", tuple(x.shape), "->", tuple(y.shape))
+
+
+if __name__ == "__main__":
+    main()
