@@ -540,6 +540,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.max_restarts = job.Int("max_restarts", 0, 0, 1000);
   c.export_weights = job.String("export_weights", "");
   c.export_onnx = job.String("export_onnx", "");
+  if (!c.export_onnx.empty() && c.export_onnx == c.export_weights)
+    job.Fail("export_onnx", "\"" + c.export_onnx + "\" is export_weights' file too; give each its own");
   c.status_port = job.Int("status_port", 0, 0, 65535);
   c.status_bind = job.String("status_bind", "127.0.0.1");
   in_addr bind_addr{};
