@@ -526,7 +526,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
 
   SectionReader job(file, root, "job",
                     {"name", "seed", "output_dir", "checkpoint_dir", "checkpoint_every_steps", "export_weights",
-                     "max_restarts", "status_port", "status_bind", "straggler_ratio"});
+                     "export_onnx", "max_restarts", "status_port", "status_bind", "straggler_ratio"});
   c.name = job.String("name", "", true);
   if (c.name.empty() || c.name.find_first_of("/\\ \t\n\"") != std::string::npos)
     job.Fail("name", "expected a non-empty name without slashes, spaces or quotes, got \"" + c.name + "\"");
@@ -539,6 +539,9 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.checkpoint_every_steps = job.Int("checkpoint_every_steps", 0, 0, INT64_MAX);
   c.max_restarts = job.Int("max_restarts", 0, 0, 1000);
   c.export_weights = job.String("export_weights", "");
+  c.export_onnx = job.String("export_onnx", "");
+  if (!c.export_onnx.empty() && c.export_onnx == c.export_weights)
+    job.Fail("export_onnx", "\"" + c.export_onnx + "\" is export_weights' file too; give each its own");
   c.status_port = job.Int("status_port", 0, 0, 65535);
   c.status_bind = job.String("status_bind", "127.0.0.1");
   in_addr bind_addr{};

@@ -70,6 +70,7 @@ struct JobConfig {
   // `shoal run` restarts a failed job from its newest complete checkpoint this many times.
   int64_t max_restarts = 0;
   std::string export_weights;  // rank 0 writes the final weights here (raw fp32)
+  std::string export_onnx;     // and the final model here, as an ONNX inference graph
   // `shoal run`'s live status page: the port (0 = one the kernel picks) and the IPv4
   // address it binds (loopback unless the job opens it deliberately).
   int64_t status_port = 0;

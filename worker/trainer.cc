@@ -22,6 +22,7 @@
 #include "worker/data/file_util.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model.h"
+#include "worker/engine/onnx/onnx_export.h"
 #include "worker/engine/onnx/onnx_import.h"
 #include "worker/loss_scaler.h"
 
@@ -229,7 +230,8 @@ class Trainer {
                   std::to_string(world_) + " worker(s)");
     // Checked now rather than at the end: a path that cannot be written would lose the
     // whole run's weights after the run.
-    if (rank_ == 0 && !cfg.export_weights.empty()) CheckExportPath(cfg);
+    if (rank_ == 0 && !cfg.export_weights.empty()) CheckExportPath(cfg, "export_weights", cfg.export_weights);
+    if (rank_ == 0 && !cfg.export_onnx.empty()) CheckExportPath(cfg, "export_onnx", cfg.export_onnx);
   }
 
   // The backend of this worker's device and its shard of the data.
@@ -501,6 +503,9 @@ class Trainer {
     params_->PullWeightsAndGrads();
     std::string hash = WeightsHash();
     if (rank_ == 0 && !cfg_.export_weights.empty()) ExportWeights();
+    // The model's own tensors hold what was just hashed and evaluated: the final weights and
+    // the synchronized statistics.
+    if (rank_ == 0 && !cfg_.export_onnx.empty()) ExportOnnx(*model_, *backend_, cfg_.export_onnx, cfg_.onnx_model);
 
     TrainResult res;
     res.steps = step_;
@@ -760,10 +765,9 @@ class Trainer {
     return hex;
   }
 
-  static void CheckExportPath(const JobConfig& cfg) {
-    const std::string& path = cfg.export_weights;
-    const std::string where = cfg.path + ": [job] export_weights = \"" + path + "\": ";
-    if (data::DirExists(path)) throw Error(where + "is a directory (expected a file to write the weights to)");
+  static void CheckExportPath(const JobConfig& cfg, const std::string& key, const std::string& path) {
+    const std::string where = cfg.path + ": [job] " + key + " = \"" + path + "\": ";
+    if (data::DirExists(path)) throw Error(where + "is a directory (expected a file to write to)");
     const size_t slash = path.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
     if (access(dir.c_str(), W_OK) != 0)

@@ -116,6 +116,16 @@ TEST(Config, StatusPageKeys) {
             "job.toml: [job] straggler_ratio: expected a number in [1.05, 1000], got 1");
 }
 
+TEST(Config, ExportKeys) {
+  JobConfig c = ParseJobConfig(
+      Replace(kGood, "seed = 7", "seed = 7\nexport_weights = \"w.bin\"\nexport_onnx = \"model.onnx\""), "job.toml");
+  EXPECT_EQ(c.export_weights, "w.bin");
+  EXPECT_EQ(c.export_onnx, "model.onnx");
+  EXPECT_EQ(ParseJobConfig(kGood, "job.toml").export_onnx, "");
+  EXPECT_EQ(ErrorOf(Replace(kGood, "seed = 7", "seed = 7\nexport_weights = \"m\"\nexport_onnx = \"m\"")),
+            "job.toml: [job] export_onnx: \"m\" is export_weights' file too; give each its own");
+}
+
 // Found by hand: slowdown = 1e300 overflowed the sleep's nanosecond count and ran at full
 // speed, a bandwidth of 1e-30 Mbit/s did the same to the rate limiter's wait, and
 // output_dir = "" wrote logs/, metrics.jsonl and plot.png to the filesystem root.

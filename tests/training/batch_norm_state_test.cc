@@ -3,7 +3,8 @@
 // the ranks of a synchronous job evaluate the same buffers, and the export carries them.
 // Balanced batches give no worker of a batch-norm model less than its floor.
 // Real processes through the launcher, collective (checkpoints on the workers) and PS
-// (checkpoints on the shards). A fresh model loaded from the export evaluates as the job did.
+// (checkpoints on the shards). A fresh model loaded from the export, or the ONNX export
+// imported, evaluates as the job did.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "worker/data/dataset.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model.h"
+#include "worker/engine/onnx/onnx_import.h"
 
 namespace shoal {
 namespace testing {
@@ -35,33 +37,13 @@ std::string Job(const std::string& name, const std::string& dir, const std::stri
       "[algorithm]\nname = \"" + algorithm + "\"\n\n[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\n");
   t.replace(t.find("max_test_samples = 2000"), 23, "max_test_samples = 500");
   t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 16\n" +
-                                           "export_weights = \"" + dir + "/weights.bin\"\n");
+                                           "export_weights = \"" + dir + "/weights.bin\"\n" + "export_onnx = \"" + dir +
+                                           "/model.onnx\"\n");
   return t;
 }
 
-// The exported file evaluated by a fresh resnet20 (parameters, then the running statistics)
-// on the job's test set, normalized and batched as the trainer does: accuracy and loss.
-std::pair<double, double> EvaluateExport(const std::vector<float>& exported) {
-  DatasetOptions o;
-  o.seed = 42;
-  o.max_samples = 1024;
-  auto train = LoadDataset("idx", "/usr/share/datasets/fashion-mnist/train", o);
-  o.max_samples = 500;
-  std::shared_ptr<Dataset> test = LoadDataset("idx", "/usr/share/datasets/fashion-mnist/t10k", o);
-  test->UseNormalizationOf(*train);
-  auto be = MakeCpuBackend(1);
-  ModelOptions mo;
-  mo.input_shape = train->sample_shape();
-  mo.num_classes = train->num_classes();
-  auto model = MakeModel("resnet20", *be, mo);
-  EXPECT_EQ(size_t(model->NumParams()), kResnet20Params);
-  model->CopyParamsFromHost(exported.data());
-  const float* at = exported.data() + model->NumParams();
-  for (Buffer& b : model->buffers()) {
-    be->CopyFromHost(b.value, at);
-    at += b.value.numel();
-  }
-  EXPECT_EQ(at, exported.data() + exported.size());
+// `model` in evaluation on `test`, batched as the trainer does: accuracy and loss.
+std::pair<double, double> Evaluate(Model& model, Backend& be, std::shared_ptr<Dataset> test) {
   DataLoaderOptions lo;
   lo.batch_size = 256;
   lo.shuffle = false;
@@ -75,14 +57,59 @@ std::pair<double, double> EvaluateExport(const std::vector<float>& exported) {
   while (loader.Next(&b)) {
     Shape shape = {b.n};
     for (int64_t d : test->sample_shape()) shape.push_back(d);
-    x = be->Empty(shape);
-    be->CopyFromHost(x, b.images.data());
-    StepResult r = model->EvalStep(x, b.labels.data());
+    x = be.Empty(shape);
+    be.CopyFromHost(x, b.images.data());
+    StepResult r = model.EvalStep(x, b.labels.data());
     loss += double(r.loss) * double(b.n);
     correct += r.correct;
     seen += b.n;
   }
   return {double(correct) / double(seen), loss / double(seen)};
+}
+
+// The job's test set, normalized as the trainer does.
+std::shared_ptr<Dataset> TestSet() {
+  DatasetOptions o;
+  o.seed = 42;
+  o.max_samples = 1024;
+  auto train = LoadDataset("idx", "/usr/share/datasets/fashion-mnist/train", o);
+  o.max_samples = 500;
+  std::shared_ptr<Dataset> test = LoadDataset("idx", "/usr/share/datasets/fashion-mnist/t10k", o);
+  test->UseNormalizationOf(*train);
+  return test;
+}
+
+// The [job] export_onnx file imported and evaluated on the job's test set.
+std::pair<double, double> EvaluateOnnxExport(const std::string& path) {
+  std::shared_ptr<Dataset> test = TestSet();
+  auto be = MakeCpuBackend(1);
+  OnnxOptions o;
+  o.input_shape = test->sample_shape();
+  o.num_classes = test->num_classes();
+  o.batch = 256;
+  auto model = ImportOnnx(path, *be, o);
+  model->InitParameters(0);  // the file's values
+  return Evaluate(*model, *be, test);
+}
+
+// The exported file evaluated by a fresh resnet20 (parameters, then the running statistics)
+// on the job's test set.
+std::pair<double, double> EvaluateExport(const std::vector<float>& exported) {
+  std::shared_ptr<Dataset> test = TestSet();
+  auto be = MakeCpuBackend(1);
+  ModelOptions mo;
+  mo.input_shape = test->sample_shape();
+  mo.num_classes = test->num_classes();
+  auto model = MakeModel("resnet20", *be, mo);
+  EXPECT_EQ(size_t(model->NumParams()), kResnet20Params);
+  model->CopyParamsFromHost(exported.data());
+  const float* at = exported.data() + model->NumParams();
+  for (Buffer& b : model->buffers()) {
+    be->CopyFromHost(b.value, at);
+    at += b.value.numel();
+  }
+  EXPECT_EQ(at, exported.data() + exported.size());
+  return Evaluate(*model, *be, test);
 }
 
 // The last `n` events named `event` (metrics.jsonl is appended to by a resumed run).
@@ -122,6 +149,11 @@ void ResumedAtTheEndEvaluatesAsBefore(const std::string& algorithm) {
     EXPECT_EQ(accuracy, JsonNumber(whole.done_line, "test_accuracy").value_or(-1)) << whole.done_line;
     EXPECT_NEAR(loss, *losses.begin(), 1e-4 * std::fabs(*losses.begin()));
   }
+  // The ONNX export is the same network: imported back, it evaluates as the job did (the
+  // graph's Gemm and Conv may round apart from the zoo's layers: one sample of 500 may flip).
+  auto [onnx_accuracy, onnx_loss] = EvaluateOnnxExport(dir + "/model.onnx");
+  EXPECT_NEAR(onnx_accuracy, JsonNumber(whole.done_line, "test_accuracy").value_or(-1), 0.0021) << whole.done_line;
+  EXPECT_NEAR(onnx_loss, *losses.begin(), 1e-4 * std::fabs(*losses.begin()));
 
   // Resumed at the checkpoint of its last step: nothing left to train, and the evaluation
   // must be the uninterrupted run's (with fresh running statistics, mean 0 and variance 1,

@@ -20,15 +20,16 @@ struct Outcome {
   std::string output;
 };
 
-// Runs one worker of a one-worker synthetic job with `flags` (and `job_keys` in [job]);
-// bounded by timeout(1).
-Outcome RunWorker(const std::string& flags, const std::string& job_keys = "") {
+// Runs one worker of a one-worker synthetic job with `flags` (and `job_keys` in [job],
+// `data_keys` in [data]); bounded by timeout(1).
+Outcome RunWorker(const std::string& flags, const std::string& job_keys = "", const std::string& data_keys = "") {
   const std::string dir = testing::FreshDir("worker_flags");
   std::ofstream(dir + "/job.toml") << "[job]\nname = \"flags\"\n"
                                    << job_keys << "\noutput_dir = \"" << dir
                                    << "/out\"\n[cluster]\nworkers = 1\n[model]\nname = \"mlp\"\n"
                                       "[data]\nformat = \"synthetic\"\nsynthetic_samples = 64\nbatch_size = 16\n"
-                                      "[algorithm]\nname = \"local\"\n[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
+                                   << data_keys
+                                   << "\n[algorithm]\nname = \"local\"\n[optimizer]\nname = \"sgd\"\nlr = 0.01\n";
   const std::string cmd = "timeout -s KILL 60 " + testing::BinDir() + "/worker/shoal-worker --config " + dir +
                           "/job.toml --rank 0 " + flags + " > " + dir + "/log.txt 2>&1";
   const int st = system(cmd.c_str());
@@ -89,15 +90,21 @@ TEST(WorkerFlags, CoordinatorFlagGetsTheJobFilesAddressChecks) {
 // An export path that cannot be written failed only after the whole run had trained.
 TEST(WorkerStart, AnUnwritableExportPathStopsTheWorkerBeforeTraining) {
   const std::string dir = testing::FreshDir("export");
-  for (const std::string& path : {dir, dir + "/no/such/dir/w.bin"}) {
-    SCOPED_TRACE(path);
-    Outcome o = RunWorker("--max_steps 2", "export_weights = \"" + path + "\"");
-    EXPECT_EQ(o.exit_code, 2) << o.output;
-    EXPECT_NE(o.output.find("[job] export_weights = \"" + path + "\""), std::string::npos) << o.output;
-    EXPECT_EQ(o.output.find("test_accuracy"), std::string::npos) << o.output;
-  }
-  Outcome o = RunWorker("--max_steps 2", "export_weights = \"" + dir + "/w.bin\"");
+  for (const std::string key : {"export_weights", "export_onnx"})
+    for (const std::string& path : {dir, dir + "/no/such/dir/w.bin"}) {
+      SCOPED_TRACE(key + " = " + path);
+      Outcome o = RunWorker("--max_steps 2", key + " = \"" + path + "\"");
+      EXPECT_EQ(o.exit_code, 2) << o.output;
+      EXPECT_NE(o.output.find("[job] " + key + " = \"" + path + "\""), std::string::npos) << o.output;
+      EXPECT_EQ(o.output.find("test_accuracy"), std::string::npos) << o.output;
+    }
+  // 3x16x16 images, 10 classes: mlp has 768*256 + 256*256 + 256*10 weights and 522 biases.
+  Outcome o =
+      RunWorker("--max_steps 2", "export_weights = \"" + dir + "/w.bin\"\nexport_onnx = \"" + dir + "/model.onnx\"",
+                "image_size = 16\nclasses = 10");
   EXPECT_EQ(o.exit_code, 0) << o.output;
+  std::ifstream onnx(dir + "/model.onnx", std::ios::binary | std::ios::ate);
+  EXPECT_TRUE(onnx && onnx.tellg() > 4 * (768 * 256 + 256 * 256 + 256 * 10 + 522)) << "mlp's weights, as ONNX";
 }
 
 // What only the machine or the files can refuse (a data file, a device) is the job's fault

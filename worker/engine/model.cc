@@ -43,7 +43,7 @@ int Model::AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::v
   for (int id : inputs)
     SHOAL_CHECK(id >= 0 && id < int(nodes_.size()),
                 "Model " + name_ + ": node " + name + " reads unknown node " + std::to_string(id));
-  const size_t param_begin = params_.size();
+  const size_t param_begin = params_.size(), buffer_begin = buffers_.size();
   const bool global = layer->GlobalNames();
   for (Parameter p : layer->params()) {
     if (!global) p.name = name + "." + p.name;
@@ -53,7 +53,8 @@ int Model::AddNode(const std::string& name, std::unique_ptr<Layer> layer, std::v
     if (!global) b.name = name + "." + b.name;
     buffers_.push_back(std::move(b));
   }
-  nodes_.push_back(Node{name, std::move(layer), std::move(inputs), out, param_begin, params_.size()});
+  nodes_.push_back(
+      Node{name, std::move(layer), std::move(inputs), out, param_begin, params_.size(), buffer_begin, buffers_.size()});
   return int(nodes_.size()) - 1;
 }
 
@@ -220,6 +221,26 @@ void Model::CopyGradsFromHost(const float* src) {
     be_.CopyFromHost(p.grad, src);
     src += p.grad.numel();
   }
+}
+
+const Model::Node& Model::NodeAt(int id) const {
+  SHOAL_CHECK(id >= 0 && id < int(nodes_.size()),
+              "Model " + name_ + ": no node " + std::to_string(id) + " (it has " + std::to_string(nodes_.size()) + ")");
+  return nodes_[size_t(id)];
+}
+
+std::vector<const Parameter*> Model::NodeParameters(int id) const {
+  const Node& n = NodeAt(id);
+  std::vector<const Parameter*> out;
+  for (size_t i = n.param_begin; i < n.param_end; ++i) out.push_back(&params_[i]);
+  return out;
+}
+
+std::vector<const Buffer*> Model::NodeBuffers(int id) const {
+  const Node& n = NodeAt(id);
+  std::vector<const Buffer*> out;
+  for (size_t i = n.buffer_begin; i < n.buffer_end; ++i) out.push_back(&buffers_[i]);
+  return out;
 }
 
 std::string Model::Summary() const {

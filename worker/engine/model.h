@@ -109,6 +109,7 @@ class Model {
   std::vector<Parameter>& parameters() { return params_; }
   const std::vector<Parameter>& parameters() const { return params_; }
   std::vector<Buffer>& buffers() { return buffers_; }  // batch-norm running stats
+  const std::vector<Buffer>& buffers() const { return buffers_; }
   std::vector<ParamInfo> ParamLayout() const;
   int64_t NumParams() const;  // total floats
   // Values per channel per sample that the layers with running statistics (batch norm)
@@ -128,14 +129,27 @@ class Model {
   // One line per node: name, kind, output shape for batch 1, parameter count.
   std::string Summary() const;
 
+  // ---- reading the graph (the ONNX exporter), by node id in [0, NumNodes()); node 0 is
+  // the input and has no layer. Nodes come in graph order: inputs before their readers.
+  int NumNodes() const { return int(nodes_.size()); }
+  const std::string& NodeName(int id) const { return NodeAt(id).name; }
+  const Layer* NodeLayer(int id) const { return NodeAt(id).layer.get(); }
+  const std::vector<int>& NodeInputs(int id) const { return NodeAt(id).inputs; }
+  // The node's parameters and buffers in the layer's own order, under the model's names
+  // (as in parameters() and buffers()).
+  std::vector<const Parameter*> NodeParameters(int id) const;
+  std::vector<const Buffer*> NodeBuffers(int id) const;
+
  private:
   struct Node {
     std::string name;
     std::unique_ptr<Layer> layer;
     std::vector<int> inputs;
-    Shape shape1;                           // output shape at batch 1
-    size_t param_begin = 0, param_end = 0;  // its parameters in params_
+    Shape shape1;                             // output shape at batch 1
+    size_t param_begin = 0, param_end = 0;    // its parameters in params_
+    size_t buffer_begin = 0, buffer_end = 0;  // its buffers in buffers_
   };
+  const Node& NodeAt(int id) const;
   const Tensor& Output(int id) const;
   void Accumulate(int id, const Tensor& g);
 

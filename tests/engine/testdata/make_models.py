@@ -38,24 +38,6 @@ def export(model, x, path):
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
 
 
-torch.manual_seed(0)
-cnn = SmallCnn()
-# Non-trivial running statistics, so evaluation reads them.
-with torch.no_grad():
-    cnn.train()
-    for _ in range(3):
-        cnn(torch.randn(32, 1, 28, 28))
-cnn.eval()
-x = torch.randn(5, 1, 28, 28)
-export(cnn, x, "small_cnn.onnx")
-cnn.eval()
-with torch.no_grad():
-    y = cnn(x)
-x.numpy().astype(np.float32).tofile("small_cnn_input.bin")
-y.numpy().astype(np.float32).tofile("small_cnn_logits.bin")
-print("small_cnn", tuple(x.shape), "->", tuple(y.shape))
-
-
 class TinyTransformer(nn.Module):
     """Token embedding (Gather), a learned position table, nn.TransformerEncoder (attention
     with its Shape/Reshape chains, Softmax, LayerNormalization, GELU as Erf), mean over
@@ -75,13 +57,35 @@ class TinyTransformer(nn.Module):
         return self.head(h.mean(dim=1))
 
 
-torch.manual_seed(1)
-tr = TinyTransformer()
-tr.eval()
-tokens = torch.randint(0, 50, (3, 12))
-export(tr, tokens, "tiny_transformer.onnx")
-with torch.no_grad():
-    y = tr(tokens)
-tokens.numpy().astype(np.float32).tofile("tiny_transformer_input.bin")
-y.numpy().astype(np.float32).tofile("tiny_transformer_logits.bin")
-print("tiny_transformer", tuple(tokens.shape), "->", tuple(y.shape))
+def main():
+    torch.manual_seed(0)
+    cnn = SmallCnn()
+    # Non-trivial running statistics, so evaluation reads them.
+    with torch.no_grad():
+        cnn.train()
+        for _ in range(3):
+            cnn(torch.randn(32, 1, 28, 28))
+    cnn.eval()
+    x = torch.randn(5, 1, 28, 28)
+    export(cnn, x, "small_cnn.onnx")
+    cnn.eval()
+    with torch.no_grad():
+        y = cnn(x)
+    x.numpy().astype(np.float32).tofile("small_cnn_input.bin")
+    y.numpy().astype(np.float32).tofile("small_cnn_logits.bin")
+    print("small_cnn", tuple(x.shape), "->", tuple(y.shape))
+
+    torch.manual_seed(1)
+    tr = TinyTransformer()
+    tr.eval()
+    tokens = torch.randint(0, 50, (3, 12))
+    export(tr, tokens, "tiny_transformer.onnx")
+    with torch.no_grad():
+        y = tr(tokens)
+    tokens.numpy().astype(np.float32).tofile("tiny_transformer_input.bin")
+    y.numpy().astype(np.float32).tofile("tiny_transformer_logits.bin")
+    print("tiny_transformer", tuple(tokens.shape), "->", tuple(y.shape))
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,10 @@ class BatchNorm final : public Layer {
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
   void InitParameters(std::mt19937_64& rng) override;
   void set_zero_gamma(bool z) { zero_gamma_ = z; }
+  int64_t channels() const { return c_; }
+  float eps() const { return eps_; }
+  // PyTorch's sense: the weight of the new batch's statistics (ONNX's momentum is 1 - this).
+  float momentum() const { return momentum_; }
 
  private:
   void Reset();

@@ -13,6 +13,12 @@ class Conv2d final : public Layer {
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
   void InitParameters(std::mt19937_64& rng) override;
+  // Geometry, read by the ONNX exporter.
+  int64_t in_channels() const { return in_; }
+  int64_t out_channels() const { return out_; }
+  int kernel() const { return kernel_; }
+  const ConvParams& geometry() const { return p_; }
+  bool has_bias() const { return bias_; }
 
  private:
   int64_t in_, out_;

@@ -15,6 +15,9 @@ class Linear final : public Layer {
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
   void InitParameters(std::mt19937_64& rng) override;
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  bool has_bias() const { return bias_; }
 
  private:
   int64_t in_, out_;
