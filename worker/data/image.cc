@@ -54,8 +54,11 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
   const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
   CheckPixels(name, sw, sh);
   const bool cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
-  // TurboJPEG converts no CMYK to RGB itself: decode CMYK and convert below.
-  const int pf = cmyk ? TJPF_CMYK : channels == 1 ? TJPF_GRAY : TJPF_RGB;
+  // TurboJPEG converts no CMYK to RGB itself: decode CMYK and convert below. Grayscale from
+  // a color JPEG is PIL's convert("L") of the RGB (as torchvision's Grayscale), not the Y
+  // plane, which differs by up to 14 levels at chroma edges of subsampled files.
+  const bool to_luma = channels == 1 && cs != TJCS_GRAY;
+  const int pf = cmyk ? TJPF_CMYK : to_luma ? TJPF_RGB : channels == 1 ? TJPF_GRAY : TJPF_RGB;
   const int ps = tjPixelSize[pf];
   std::vector<uint8_t> buf(size_t(sw) * size_t(sh) * size_t(ps));
   if (tjDecompress2(tj, data, (unsigned long)size, buf.data(), sw, sw * ps, sh, pf, 0) != 0) {
@@ -68,8 +71,13 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
   out->w = sw;
   out->h = sh;
   out->c = channels;
-  if (!cmyk) {
+  if (!cmyk && !to_luma) {
     out->px = std::move(buf);
+    return;
+  }
+  if (!cmyk) {
+    out->px.resize(size_t(sw) * size_t(sh));
+    for (size_t i = 0, n = out->px.size(); i < n; ++i) out->px[i] = Luma(buf[i * 3], buf[i * 3 + 1], buf[i * 3 + 2]);
     return;
   }
   // Adobe's inverted CMYK, as libjpeg hands it over: R = C * K / 255 and so on.
