@@ -67,7 +67,9 @@ TEST_F(ImageData, FolderAndShardsTrainLikeTheIdxFiles) {
   JobRun shards = RunJob(
       w, Job("shards", w, Encoded("webdataset", d + "/w/train-{000000..000003}.tar", d + "/w/test-000000.tar")), 180);
   ASSERT_EQ(shards.exit_code, 0) << shards.stderr_text;
-  // Same images, same steps: the same accuracy band (measured: idx 0.77, folder 0.79, shards 0.78).
+  printf("idx: %s\nfolder: %s\nshards: %s\n", idx.done_line.c_str(), folder.done_line.c_str(),
+         shards.done_line.c_str());
+  // Same images, same steps: the same accuracy band.
   EXPECT_GE(Accuracy(idx), 0.7) << idx.done_line;
   EXPECT_GE(Accuracy(folder), Accuracy(idx) - 0.04) << folder.done_line << "\n" << idx.done_line;
   EXPECT_GE(Accuracy(shards), Accuracy(idx) - 0.04) << shards.done_line << "\n" << idx.done_line;
