@@ -1,0 +1,52 @@
+// Shoal's side of `./shoal bench data`: images/s through the training transforms of an
+// imagefolder (decode, RandomResizedCrop, flip, normalize, batch) with --threads decode
+// threads, for --seconds after one warm-up batch. Last line: one JSON object.
+#include <gflags/gflags.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "common/error.h"
+#include "worker/data/data_loader.h"
+#include "worker/data/dataset.h"
+
+DEFINE_string(dir, "", "an ImageFolder (class folders of JPEGs)");
+DEFINE_int32(threads, 1, "decode threads");
+DEFINE_int32(batch, 64, "batch size");
+DEFINE_int32(size, 224, "output image size");
+DEFINE_double(seconds, 5, "how long to measure");
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  try {
+    shoal::DatasetOptions o;
+    o.image_size = FLAGS_size;
+    auto ds = shoal::LoadDataset("imagefolder", FLAGS_dir, o);
+    shoal::DataLoaderOptions lo;
+    lo.batch_size = FLAGS_batch;
+    lo.augment = true;
+    lo.build_threads = FLAGS_threads;
+    lo.seed = 1;
+    shoal::DataLoader loader(ds, lo);
+    shoal::Batch b;
+    int64_t epoch = 0;
+    loader.StartEpoch(epoch);
+    auto next = [&] {
+      while (!loader.Next(&b)) loader.StartEpoch(++epoch);
+    };
+    next();  // warm-up: threads, page cache
+    int64_t images = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double s = 0;
+    while (s < FLAGS_seconds) {
+      next();
+      images += b.n;
+      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    printf("{\"bench\":\"data_shoal\",\"threads\":%d,\"images_per_s\":%.1f}\n", FLAGS_threads, double(images) / s);
+  } catch (const shoal::Error& e) {
+    fprintf(stderr, "data_bench: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
