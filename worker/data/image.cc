@@ -325,7 +325,11 @@ void ResizeBoxToCHW(const Image& img, const Box& box, int out_w, int out_h, bool
   Coeffs cx, cy;
   Precompute(img.w, box.x0, box.x1, out_w, &cx);
   Precompute(img.h, box.y0, box.y1, out_h, &cy);
-  const int y_first = cy.lo.front(), y_last = cy.lo.back() + cy.n.back();
+  int y_first = img.h, y_last = 0;
+  for (int y = 0; y < out_h; ++y) {
+    y_first = std::min(y_first, cy.lo[size_t(y)]);
+    y_last = std::max(y_last, cy.lo[size_t(y)] + cy.n[size_t(y)]);
+  }
   const int rows = y_last - y_first;
   // Horizontal pass over the rows the vertical pass reads, rounded to bytes as PIL does.
   thread_local std::vector<float> tmp;
