@@ -3,10 +3,12 @@
 # photo-like images at ImageNet's typical size (500x375, quality 90) made once, then
 # decode + RandomResizedCrop(224) + flip + normalize + batch of 64 with 1 and 2 threads,
 # Shoal's DataLoader (threads) against torchvision's ImageFolder through a DataLoader
-# (worker processes, one thread each). Each side's figure is its best of --rounds. Prints a
-# table, then last one JSON object:
-#   {"bench":"data","threads":[1,2],"images_per_s":[..],"torch_images_per_s":[..],"ratio":..,"ratios":[..]}
-# ("ratio": at 1 thread, i.e. per core; torch figures null when torchvision is missing).
+# (worker processes, one thread each). Each side's figure is its best of --rounds, in
+# images per wall second and per CPU second (every thread and worker process: steadier on a
+# shared machine). Prints a table, then last one JSON object:
+#   {"bench":"data","threads":[1,2],"images_per_s":[..],"torch_images_per_s":[..],"ratio":..,"ratios":[..],
+#    "images_per_cpu_s":[..],"torch_images_per_cpu_s":[..],"cpu_ratios":[..]}
+# ("ratio": wall-clock at 1 thread, i.e. per core; torch figures null when torchvision is missing).
 #
 # usage: bench/data/run.sh [BAZEL_BIN] [--images N] [--seconds S] [--rounds R] [--dir DIR]
 set -euo pipefail
@@ -50,7 +52,7 @@ done
 
 /usr/bin/python3 - "$results" <<'PY'
 import json, sys
-best, err = {}, None
+best, cpu, err = {}, {}, None
 for line in open(sys.argv[1]):
     try:
         r = json.loads(line)
@@ -61,16 +63,24 @@ for line in open(sys.argv[1]):
         continue
     k = (r["bench"], r["threads"])
     best[k] = max(best.get(k, 0.0), r["images_per_s"])
+    if r.get("images_per_cpu_s"):
+        cpu[k] = max(cpu.get(k, 0.0), r["images_per_cpu_s"])
 threads = [1, 2]
 ours = [best.get(("data_shoal", t)) for t in threads]
 theirs = [best.get(("data_torch", t)) for t in threads]
-ratios = [round(o / t, 2) if o and t else None for o, t in zip(ours, theirs)]
-print("images/s, JPEG 500x375 q90 -> RandomResizedCrop 224 + flip + normalize, batch 64, best of rounds")
-print("%8s %16s %16s %7s" % ("threads", "shoal", "torchvision", "ratio"))
-for t, o, th, r in zip(threads, ours, theirs, ratios):
-    print("%8d %16s %16s %7s" % (t, o, th, r))
+ours_cpu = [cpu.get(("data_shoal", t)) for t in threads]
+theirs_cpu = [cpu.get(("data_torch", t)) for t in threads]
+ratio = lambda a, b: round(a / b, 2) if a and b else None
+ratios = [ratio(o, t) for o, t in zip(ours, theirs)]
+cpu_ratios = [ratio(o, t) for o, t in zip(ours_cpu, theirs_cpu)]
+print("JPEG 500x375 q90 -> RandomResizedCrop 224 + flip + normalize, batch 64, best of rounds")
+print("%8s %14s %14s %7s %18s %18s %9s" % ("threads", "shoal img/s", "torch img/s", "ratio", "shoal img/cpu-s",
+                                          "torch img/cpu-s", "cpu ratio"))
+for row in zip(threads, ours, theirs, ratios, ours_cpu, theirs_cpu, cpu_ratios):
+    print("%8d %14s %14s %7s %18s %18s %9s" % row)
 if err:
     print("torchvision: " + err)
 print(json.dumps({"bench": "data", "threads": threads, "images_per_s": ours, "torch_images_per_s": theirs,
-                  "ratio": ratios[0], "ratios": ratios}, separators=(",", ":")))
+                  "ratio": ratios[0], "ratios": ratios, "images_per_cpu_s": ours_cpu,
+                  "torch_images_per_cpu_s": theirs_cpu, "cpu_ratios": cpu_ratios}, separators=(",", ":")))
 PY

@@ -4,6 +4,7 @@ RandomHorizontalFlip + ToTensor + Normalize through a DataLoader with --threads 
 (each worker one thread), images/s for --seconds after one warm-up batch."""
 import argparse
 import json
+import os
 import time
 
 ap = argparse.ArgumentParser()
@@ -35,10 +36,26 @@ def batches():
             yield b
 
 
+def cpu_seconds(pids):
+    """utime + stime of these processes (the main one and the DataLoader's workers)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
 it = batches()
 next(it)  # warm-up: worker start, page cache
-images, t0 = 0, time.monotonic()
+pids = [os.getpid()] + [w.pid for w in loader._iterator._workers]
+images, t0, c0 = 0, time.monotonic(), cpu_seconds(pids)
 while time.monotonic() - t0 < a.seconds:
     x, _ = next(it)
     images += x.shape[0]
-print(json.dumps({"bench": "data_torch", "threads": a.threads, "images_per_s": round(images / (time.monotonic() - t0), 1)}))
+wall, cpu = time.monotonic() - t0, cpu_seconds(pids) - c0
+print(json.dumps({"bench": "data_torch", "threads": a.threads, "images_per_s": round(images / wall, 1),
+                  "images_per_cpu_s": round(images / cpu, 1) if cpu > 0 else None}))

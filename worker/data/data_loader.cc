@@ -285,13 +285,52 @@ void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64
     if (error) std::rethrow_exception(error);
     return;
   }
-  // Threads started per batch: next to decoding a batch of images, or filling tens of MB,
-  // the start-up cost is noise, and no pool outlives the loader.
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) helpers.emplace_back(fill);
-  fill();
-  for (auto& h : helpers) h.join();
+  const std::function<void()> job = fill;
+  helpers_.Run(threads, job);
   if (error) std::rethrow_exception(error);
+}
+
+DataLoader::Helpers::~Helpers() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void DataLoader::Helpers::Run(int n, const std::function<void()>& job) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (int(threads_.size()) < n - 1) threads_.emplace_back([this] { Loop(); });
+  job_ = &job;
+  want_ = n - 1;
+  taken_ = done_ = 0;
+  ++gen_;
+  lk.unlock();
+  cv_.notify_all();
+  job();
+  lk.lock();
+  // Every helper that took the job must be out of it before `job` (on the caller's stack)
+  // goes; helpers that did not take it never will (want_ is reached first).
+  cv_.wait(lk, [&] { return done_ == want_; });
+  job_ = nullptr;
+}
+
+void DataLoader::Helpers::Loop() {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || (gen_ != seen && taken_ < want_); });
+    if (stop_) return;
+    seen = gen_;
+    ++taken_;
+    const std::function<void()>* job = job_;
+    lk.unlock();
+    (*job)();
+    lk.lock();
+    ++done_;
+    cv_.notify_all();
+  }
 }
 
 int DataLoader::BuildThreads(int64_t n) const {

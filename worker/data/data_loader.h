@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -150,6 +151,28 @@ class DataLoader {
   std::vector<Batch> free_;  // spare buffers, so steady state allocates nothing
   std::exception_ptr error_;
   std::thread producer_;
+
+  // Threads that help build a batch, kept for the loader's life: a decoder's handle and
+  // buffers stay warm, and nothing is started per batch. Only one Build runs at a time (the
+  // producer's, or Next()'s without prefetch), so one job slot is enough.
+  class Helpers {
+   public:
+    ~Helpers();
+    // Runs job() on `n` threads (this one and n - 1 helpers, started on first use) and
+    // returns once every one of them has returned from it.
+    void Run(int n, const std::function<void()>& job);
+
+   private:
+    void Loop();
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::thread> threads_;
+    const std::function<void()>* job_ = nullptr;
+    uint64_t gen_ = 0;
+    int want_ = 0, taken_ = 0, done_ = 0;
+    bool stop_ = false;
+  };
+  mutable Helpers helpers_;
 
   mutable std::mutex skip_mu_;  // decode threads record bad samples here
   mutable int64_t skipped_ = 0;
