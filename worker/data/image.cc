@@ -60,7 +60,13 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
   const bool to_luma = channels == 1 && cs != TJCS_GRAY;
   const int pf = cmyk ? TJPF_CMYK : to_luma ? TJPF_RGB : channels == 1 ? TJPF_GRAY : TJPF_RGB;
   const int ps = tjPixelSize[pf];
-  std::vector<uint8_t> buf(size_t(sw) * size_t(sh) * size_t(ps));
+  // Straight into the caller's buffer when no conversion follows; a buffer that only grows
+  // (per thread) otherwise: a fresh one per image costs a zero fill and its page faults.
+  const bool direct = !cmyk && !to_luma;
+  thread_local std::vector<uint8_t> scratch;
+  std::vector<uint8_t>& buf = direct ? out->px : scratch;
+  const size_t bytes = size_t(sw) * size_t(sh) * size_t(ps);
+  if (buf.size() < bytes) buf.resize(bytes);
   if (tjDecompress2(tj, data, (unsigned long)size, buf.data(), sw, sw * ps, sh, pf, 0) != 0) {
     const std::string msg = tjGetErrorStr2(tj);
     // Warnings (extraneous bytes before a marker, common in real photo collections) leave
@@ -71,8 +77,8 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
   out->w = sw;
   out->h = sh;
   out->c = channels;
-  if (!cmyk && !to_luma) {
-    out->px = std::move(buf);
+  if (direct) {
+    out->px.resize(bytes);  // shrinks only: no fill
     return;
   }
   if (!cmyk) {
