@@ -5,7 +5,9 @@
 // counted in metrics.jsonl and the done line.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/json_fields.h"
@@ -124,6 +126,40 @@ TEST_F(ImageData, BadDataStopsTheJobOrIsSkippedAndCounted) {
   JobRun skipped = RunJob(n, Job("missing_skip", n, shards + "skip_bad = true\n"), 180);
   ASSERT_EQ(skipped.exit_code, 0) << skipped.stderr_text;
   EXPECT_EQ(JsonNumber(skipped.done_line, "data_skipped"), 1) << skipped.done_line;
+}
+
+// Augmentation on (RandomResizedCrop + flip): a job killed after its first checkpoint and
+// restarted from it (mid-epoch, at the checkpoint's data position) ends with the same
+// weights as the uninterrupted run, so every crop and flip after the restart was the same.
+TEST_F(ImageData, AugmentedRunResumedMidEpochEndsWithTheSameWeights) {
+  const std::string& d = *data_;
+  auto job = [&](const std::string& dir) {
+    std::string t = Job("augmented", dir,
+                        "format = \"imagefolder\"\ntrain = \"" + d + "/f/train\"\ntest = \"" + d +
+                            "/f/test\"\nimage_size = 28\nchannels = 1\naugment = true\nloader_threads = 2\n");
+    t.replace(t.find("[cluster]"), 9,
+              "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 20\nmax_restarts = 1\n\n[cluster]");
+    t.replace(t.find("epochs = 2"), 10, "epochs = 3");
+    return t;
+  };
+  const std::string a = FreshDir("augmented_whole"), b = FreshDir("augmented_killed");
+  JobRun whole = RunJob(a, job(a), 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  bool killed = false;
+  std::thread killer([&] { killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1); });
+  JobRun run = RunJob(b, job(b), 300);
+  killer.join();
+  ASSERT_TRUE(killed) << "no checkpoint was logged";
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  ASSERT_EQ(Events(run, "restart").size(), 1u) << run.stderr_text;
+  auto hashes = [](const JobRun& r) {
+    std::set<std::string> h;
+    for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("missing"));
+    return h;
+  };
+  EXPECT_EQ(hashes(whole).size(), 1u);
+  EXPECT_EQ(hashes(run), hashes(whole));
+  EXPECT_EQ(Accuracy(run), Accuracy(whole)) << run.done_line << "\n" << whole.done_line;
 }
 
 }  // namespace
