@@ -269,6 +269,11 @@ TEST(WebDatasetBadData, MissingShardCutMemberCorruptHeader) {
   ds = LoadDataset("webdataset", two, o);
   EXPECT_EQ(ds->size(), 39);
 
+  // A compressed shard.
+  WriteBytes(shard, {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3});
+  e = ErrorOf([&] { LoadDataset("webdataset", two, Gray28()); });
+  EXPECT_NE(e.find(shard + ": gzip-compressed"), std::string::npos) << e;
+
   // A file that is no tar at all.
   WriteBytes(shard, std::vector<uint8_t>(4096, 'x'));
   e = ErrorOf([&] { LoadDataset("webdataset", two, Gray28()); });

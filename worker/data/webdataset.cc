@@ -222,6 +222,12 @@ void ScanShard(const std::string& path, int64_t shard, ScanState* st, std::vecto
     int64_t off = 0;
     std::string long_name;
     char h[512];
+    if (file_size >= 2 && ReadAt(fd, 0, h, 2) && static_cast<unsigned char>(h[0]) == 0x1f &&
+        static_cast<unsigned char>(h[1]) == 0x8b) {
+      st->Skip(path + ": gzip-compressed; webdataset shards must be plain tar (each is read from the middle)");
+      close(fd);
+      return;
+    }
     for (;;) {
       if (off + 512 > file_size) {
         if (off < file_size || off == 0)
