@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
     lo.build_threads = FLAGS_threads;
     lo.seed = 1;
     shoal::DataLoader loader(ds, lo);
+    if (loader.batches_per_epoch() < 1)
+      throw shoal::Error(FLAGS_dir + ": " + std::to_string(ds->size()) + " images, fewer than one batch of " +
+                         std::to_string(FLAGS_batch));
     shoal::Batch b;
     int64_t epoch = 0;
     loader.StartEpoch(epoch);

@@ -25,6 +25,7 @@ while [ $# -gt 0 ]; do
     *) echo "bench/data/run.sh: unknown argument '$1' (see the usage line in this script)" >&2; exit 2 ;;
   esac
 done
+[ "$images" -ge 64 ] || { echo "bench/data/run.sh: --images must be at least one batch (64)" >&2; exit 2; }
 if [ -z "$bazel_bin" ]; then
   bazel_bin=bazel-bin
   [ "${SHOAL_BENCH_NO_BUILD:-0}" = 1 ] || bazel build //bench/data:data_bench >&2

@@ -26,6 +26,8 @@ torch.set_num_threads(1)
 tf = T.Compose([T.RandomResizedCrop(a.size), T.RandomHorizontalFlip(), T.ToTensor(),
                 T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
 ds = datasets.ImageFolder(a.dir, tf)
+if len(ds) < a.batch:
+    raise SystemExit("%s: %d images, fewer than one batch of %d" % (a.dir, len(ds), a.batch))
 loader = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.threads, drop_last=True,
                                      persistent_workers=True, worker_init_fn=lambda _: torch.set_num_threads(1))
 
