@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -669,10 +670,21 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
 
   SectionReader data(file, root, "data",
                      {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes",
-                      "max_train_samples", "max_test_samples", "augment", "label"});
+                      "max_train_samples", "max_test_samples", "augment", "label", "channels", "mean", "std",
+                      "crop_fraction", "skip_bad", "shuffle_buffer", "loader_threads"});
   c.data_format = data.String("format", "idx");
-  if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "cifar100" && c.data_format != "synthetic")
-    data.Fail("format", "expected \"idx\", \"cifar\", \"cifar100\" or \"synthetic\", got \"" + c.data_format + "\"");
+  if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "cifar100" &&
+      c.data_format != "synthetic" && c.data_format != "imagefolder" && c.data_format != "webdataset")
+    data.Fail("format",
+              "expected \"idx\", \"cifar\", \"cifar100\", \"synthetic\", \"imagefolder\" or \"webdataset\", got \"" +
+                  c.data_format + "\"");
+  const bool encoded = c.data_format == "imagefolder" || c.data_format == "webdataset";
+  // Keys of the encoded-image formats only: elsewhere they would be silently ignored.
+  for (const char* k : {"channels", "crop_fraction", "skip_bad"})
+    if (data.Get(k) && !encoded)
+      data.Fail(k, "only format = \"imagefolder\" or \"webdataset\" takes it (format is \"" + c.data_format + "\")");
+  if (data.Get("shuffle_buffer") && c.data_format != "webdataset")
+    data.Fail("shuffle_buffer", "only format = \"webdataset\" takes it (format is \"" + c.data_format + "\")");
   c.data_label = data.String("label", "fine");
   // Only CIFAR-100 records carry two labels; elsewhere the key would be silently ignored.
   if (data.Get("label") && c.data_format != "cifar100")
@@ -689,7 +701,33 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   if (c.data_format != "synthetic") c.data_classes = data.Int("classes", 0, 2, 1 << 20);
   c.max_train_samples = data.Int("max_train_samples", 0, 0, INT64_MAX);
   c.max_test_samples = data.Int("max_test_samples", 0, 0, INT64_MAX);
-  c.augment = data.Bool("augment", false);
+  c.augment = data.Bool("augment", encoded);
+  c.data_channels = data.Int("channels", 3, 1, 3);
+  if (c.data_channels == 2) data.Fail("channels", "expected 1 (grayscale) or 3 (RGB), got 2");
+  c.crop_fraction = data.Double("crop_fraction", 0.875, 0.05, 1.0);
+  c.skip_bad = data.Bool("skip_bad", false);
+  c.shuffle_buffer = data.Int("shuffle_buffer", 1000, 1, 1 << 24);
+  c.loader_threads = data.Int("loader_threads", 0, 0, kMaxThreads);
+  for (auto [key, out] : {std::make_pair("mean", &c.data_mean), std::make_pair("std", &c.data_std)}) {
+    const toml::node* n = data.Get(key);
+    if (!n) continue;
+    const toml::array* a = n->as_array();
+    if (!a || a->empty())
+      data.Fail(key, std::string("expected an array of numbers, one per channel, got ") + Describe(n));
+    for (auto& e : *a) {
+      if (!e.is_number()) data.Fail(key, "expected numbers, got " + Describe(&e));
+      const double v = *e.value<double>();
+      if (!std::isfinite(v) || (std::string(key) == "std" ? v <= 0 : false))
+        data.Fail(key, std::string(key) == "std" ? "expected positive finite numbers" : "expected finite numbers");
+      out->push_back(v);
+    }
+  }
+  if (!c.data_mean.empty() && !c.data_std.empty() && c.data_mean.size() != c.data_std.size())
+    data.Fail("std", std::to_string(c.data_std.size()) + " values but mean has " + std::to_string(c.data_mean.size()));
+  if (encoded)
+    for (auto [key, v] : {std::make_pair("mean", &c.data_mean), std::make_pair("std", &c.data_std)})
+      if (!v->empty() && int64_t(v->size()) != c.data_channels)
+        data.Fail(key, std::to_string(v->size()) + " values for " + std::to_string(c.data_channels) + " channel(s)");
 
   c.algorithm_opts = ReadFreeSection(file, root, "algorithm", &c.algorithm, "local");
   c.optimizer_opts = ReadFreeSection(file, root, "optimizer", &c.optimizer, "momentum");

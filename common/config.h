@@ -118,7 +118,7 @@ struct JobConfig {
   int64_t loss_scale_growth_interval = 2000;  // good steps before a dynamic scale doubles
 
   // [data]
-  std::string data_format = "idx";  // idx | cifar | cifar100 | synthetic
+  std::string data_format = "idx";  // idx | cifar | cifar100 | synthetic | imagefolder | webdataset
   std::string data_label = "fine";  // cifar100: fine (100 classes) | coarse (20 superclasses)
   std::string train_path, test_path;
   int64_t batch_size = 64;           // per worker
@@ -131,7 +131,18 @@ struct JobConfig {
   int64_t data_classes = 0;
   int64_t max_train_samples = 0;  // 0 = all; a subset for quick runs
   int64_t max_test_samples = 0;
-  bool augment = false;  // random crop (pad 4) + horizontal flip, for CIFAR
+  // idx, cifar: random crop (pad 4) + horizontal flip (default off); imagefolder,
+  // webdataset: RandomResizedCrop + horizontal flip (default on).
+  bool augment = false;
+  // imagefolder, webdataset (encoded images, decoded per batch):
+  int64_t data_channels = 3;      // 3: RGB, 1: grayscale (luma)
+  double crop_fraction = 0.875;   // evaluation (and training without augment): resize to image_size / this, center-crop
+  bool skip_bad = false;          // bad images, members, shards, class folders: skipped and counted, not fatal
+  int64_t shuffle_buffer = 1000;  // webdataset: samples in the stream's shuffle buffer
+  // Every format: per-channel normalization ([0,1] pixel scale); empty: the data set's own
+  // statistics (in-memory formats) or ImageNet's (encoded images; its luma for 1 channel).
+  std::vector<double> data_mean, data_std;
+  int64_t loader_threads = 0;  // threads that build (decode) a batch; 0: from the cores per worker
 
   // [algorithm], [optimizer]: name plus algorithm-specific keys
   std::string algorithm = "local";

@@ -256,11 +256,29 @@ class Trainer {
     dopt.cifar100_coarse = cfg_.data_label == "coarse";
     if (cfg_.data_format != "synthetic") dopt.num_classes = cfg_.data_classes;
     dopt.max_samples = cfg_.max_train_samples;
+    dopt.image_size = cfg_.synthetic_image_size;
+    dopt.channels = cfg_.data_channels;
+    dopt.skip_bad = cfg_.skip_bad;
+    dopt.mean.assign(cfg_.data_mean.begin(), cfg_.data_mean.end());
+    dopt.stddev.assign(cfg_.data_std.begin(), cfg_.data_std.end());
     train_set_ = LoadDataset(cfg_.data_format, cfg_.train_path, dopt);
+    // In-memory formats normalize with their own statistics unless the job gives them.
+    if (!train_set_->is_encoded() && (!cfg_.data_mean.empty() || !cfg_.data_std.empty())) {
+      const size_t C = size_t(train_set_->channels());
+      for (auto [key, v] : {std::make_pair("mean", &dopt.mean), std::make_pair("std", &dopt.stddev)})
+        if (!v->empty() && v->size() != C)
+          throw InputError(cfg_.path + ": [data] " + key + ": " + std::to_string(v->size()) + " values, but " +
+                           train_set_->source() + " has " + std::to_string(C) + " channel(s)");
+      train_set_->SetNormalization(dopt.mean.empty() ? train_set_->mean() : dopt.mean,
+                                   dopt.stddev.empty() ? train_set_->stddev() : dopt.stddev);
+    }
     dopt.max_samples = cfg_.max_test_samples;
     dopt.synthetic_samples = std::max<int64_t>(cfg_.batch_size, cfg_.synthetic_samples / 4);
+    dopt.classes = train_set_->class_names();
     std::shared_ptr<Dataset> test_set = LoadDataset(cfg_.data_format, cfg_.test_path, dopt);
     test_set->UseNormalizationOf(*train_set_);
+    // Bad inputs the readers left out: the same on every worker, so counted once.
+    if (rank_ == 0) load_skipped_ = train_set_->load_skipped() + test_set->load_skipped();
 
     DataLoaderOptions lo;
     lo.batch_size = cfg_.batch_size;
@@ -273,6 +291,16 @@ class Trainer {
     // Balanced batches slice each step's global batch (the layout must be fixed before the
     // first step: auto may turn balancing on after its probe).
     lo.global_slices = MayBalance();
+    lo.crop_fraction = cfg_.crop_fraction;
+    lo.skip_bad = cfg_.skip_bad;
+    lo.shuffle_buffer = cfg_.shuffle_buffer;
+    lo.build_threads = int(cfg_.loader_threads);
+    if (lo.build_threads == 0 && train_set_->is_encoded()) {
+      // Decoding is the work here: the cores of this host, shared with the workers on it.
+      int on_host = 0;
+      for (const WorkerSpec& w : cfg_.workers) on_host += w.host == spec.host;
+      lo.build_threads = std::max(1, std::min(8, int(std::thread::hardware_concurrency()) / std::max(1, on_host)));
+    }
     train_ = std::make_unique<DataLoader>(train_set_, lo);
     if (train_->batches_per_epoch() < 1)
       throw Error(cfg_.path + ": [data] batch_size: " + std::to_string(cfg_.batch_size) + " x " +
@@ -454,6 +482,7 @@ class Trainer {
       if (algo_->StopRequested()) break;
       SyncBuffers();
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
+      if (cfg_.skip_bad) ReportSkips();
       accuracy_ = ev.accuracy;
       evaluated_ = true;
       double sps = double(samples_) / std::max(1e-9, Since(t_start_));
@@ -490,6 +519,7 @@ class Trainer {
     if (algo_->EvaluatesFinalModel() && (algo_->ModelChangedAtFinish() || !evaluated_)) {
       SlowFinalEvaluationFailpoint();
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
+      if (cfg_.skip_bad) ReportSkips();
       accuracy_ = ev.accuracy;
       metrics_.Write("eval", step_,
                      JsonObject()
@@ -525,7 +555,8 @@ class Trainer {
                        .Add("loss_scale", scaler_.scale_double())
                        .Add("skipped_steps", scaler_.skipped_steps())
                        .Add("weights_hash", hash)
-                       .Add("buffers_hash", Fnv1a(buffers_->ToHost())));
+                       .Add("buffers_hash", Fnv1a(buffers_->ToHost()))
+                       .Add("data_skipped", DataSkipped()));
     return res;
   }
 
@@ -536,6 +567,7 @@ class Trainer {
     auto t0 = Clock::now();
     if (!train_->Next(&batch_)) return false;
     wait_s_ += Since(t0);
+    if (cfg_.skip_bad) ReportSkips();
     auto t1 = Clock::now();
     Shape shape = {batch_.n};
     for (int64_t d : train_set_->sample_shape()) shape.push_back(d);
@@ -720,6 +752,7 @@ class Trainer {
         .Add("wait_s", wait_s_);
     f.Add("bytes_sent", algo_->bytes_sent());
     f.Add("loss_scale", scaler_.scale_double()).Add("skipped_steps", scaler_.skipped_steps());
+    if (cfg_.skip_bad) f.Add("data_skipped", DataSkipped());
     // Host<->device parameter traffic of the step path: 0 on the CPU and with device params.
     f.Add("param_copy_bytes_per_step", (params_->copied_bytes() - copied_at_window_) / std::max<int64_t>(1, loss_n_))
         .Add("device_params", params_->on_device());
@@ -731,6 +764,20 @@ class Trainer {
     loss_sum_ = 0;
     loss_n_ = 0;
   }
+
+  // skip_bad: each bad sample a loader met for the first time, as a line on stderr and a
+  // data_skip event. The test set is every worker's whole test set: rank 0 alone counts it.
+  void ReportSkips() {
+    for (DataLoader* l : {train_.get(), test_.get()})
+      for (const std::string& why : l->TakeSkipNotes()) {
+        if (l == test_.get() && rank_ == 0) ++test_skipped_;
+        fprintf(stderr, "shoal-worker %d: skipping bad data ([data] skip_bad): %s\n", rank_, why.c_str());
+        metrics_.Write("data_skip", step_, JsonObject().Add("rank", rank_).Add("what", why));
+      }
+  }
+  // Samples this worker's batches skipped (each time), and on rank 0 the bad inputs the
+  // readers left out and the bad test images (each once): summed over workers, the job's.
+  int64_t DataSkipped() const { return train_->skipped() + load_skipped_ + test_skipped_; }
 
   // FNV-1a of the final weights: synchronous algorithms must end bit-identical everywhere.
   std::string WeightsHash() const { return Fnv1a(params_->HostWeights()); }
@@ -818,6 +865,7 @@ class Trainer {
   Batch batch_;
   int64_t step_ = 0, samples_ = 0, window_samples_ = 0, loss_n_ = 0;
   double compute_s_ = 0, comm_s_ = 0, wait_s_ = 0, loss_sum_ = 0, accuracy_ = 0;
+  int64_t load_skipped_ = 0, test_skipped_ = 0;
   Clock::time_point t_start_ = Clock::now(), t_window_ = Clock::now();
 };
 

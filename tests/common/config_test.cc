@@ -65,6 +65,44 @@ TEST(Config, Cifar100Label) {
             std::string::npos);
 }
 
+// The encoded-image keys: defaults, ranges, and keys a format would ignore are errors.
+TEST(Config, ImageDataKeys) {
+  const std::string folder = Replace(kGood, "format = \"idx\"", "format = \"imagefolder\"");
+  JobConfig c = ParseJobConfig(folder, "job.toml");
+  EXPECT_EQ(c.data_format, "imagefolder");
+  EXPECT_TRUE(c.augment);  // on by default for photos, off for idx/cifar
+  EXPECT_FALSE(ParseJobConfig(kGood, "job.toml").augment);
+  EXPECT_EQ(c.data_channels, 3);
+  EXPECT_EQ(c.synthetic_image_size, 224);
+  EXPECT_DOUBLE_EQ(c.crop_fraction, 0.875);
+  EXPECT_FALSE(c.skip_bad);
+  c = ParseJobConfig(Replace(folder, "batch_size = 64",
+                             "channels = 1\nmean = [0.5]\nstd = [0.25]\nskip_bad = true\nloader_threads = 3"),
+                     "job.toml");
+  EXPECT_EQ(c.data_channels, 1);
+  EXPECT_EQ(c.data_mean, std::vector<double>{0.5});
+  EXPECT_EQ(c.data_std, std::vector<double>{0.25});
+  EXPECT_TRUE(c.skip_bad);
+  EXPECT_EQ(c.loader_threads, 3);
+  auto error = [&](const std::string& base, const std::string& line) {
+    return ErrorOf(Replace(base, "batch_size = 64", line));
+  };
+  EXPECT_EQ(error(folder, "channels = 2"), "job.toml: [data] channels: expected 1 (grayscale) or 3 (RGB), got 2");
+  EXPECT_EQ(error(folder, "mean = [0.5]"), "job.toml: [data] mean: 1 values for 3 channel(s)");
+  EXPECT_EQ(error(folder, "std = [1, 0, 1]"), "job.toml: [data] std: expected positive finite numbers");
+  EXPECT_EQ(error(folder, "mean = \"imagenet\""),
+            "job.toml: [data] mean: expected an array of numbers, one per channel, got string \"imagenet\"");
+  EXPECT_EQ(error(kGood, "skip_bad = true"),
+            "job.toml: [data] skip_bad: only format = \"imagefolder\" or \"webdataset\" takes it (format is \"idx\")");
+  EXPECT_EQ(error(folder, "shuffle_buffer = 10"),
+            "job.toml: [data] shuffle_buffer: only format = \"webdataset\" takes it (format is \"imagefolder\")");
+  EXPECT_NE(error(folder, "crop_fraction = 1.5").find("job.toml: [data] crop_fraction: expected a number in"),
+            std::string::npos);
+  // mean/std apply to every format (an IDX set's own statistics by default).
+  EXPECT_EQ(ParseJobConfig(Replace(kGood, "batch_size = 64", "mean = [0.3]"), "job.toml").data_mean,
+            std::vector<double>{0.3});
+}
+
 TEST(Config, ParsesTheDesignExample) {
   JobConfig c = ParseJobConfig(kGood, "job.toml");
   EXPECT_EQ(c.name, "fmnist-bmuf");
@@ -197,27 +235,34 @@ TEST(Config, LossScale) {
   EXPECT_EQ(c.loss_scale_init, 8.5e37);
   EXPECT_EQ(c.loss_scale_growth_interval, 10);
 
-  auto error = [&](const std::string& keys) { return ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"lenet\"\n" + keys)); };
-  EXPECT_NE(error("loss_scale = \"auto\"").find("[model] loss_scale: expected \"dynamic\", \"none\" or a number in "
-                                               "(0, 8.50706e+37 = 2^126], got \"auto\""),
+  auto error = [&](const std::string& keys) {
+    return ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"lenet\"\n" + keys));
+  };
+  EXPECT_NE(error("loss_scale = \"auto\"")
+                .find("[model] loss_scale: expected \"dynamic\", \"none\" or a number in "
+                      "(0, 8.50706e+37 = 2^126], got \"auto\""),
             std::string::npos)
       << error("loss_scale = \"auto\"");
   EXPECT_NE(error("loss_scale = 0").find("[model] loss_scale: expected"), std::string::npos);
   EXPECT_NE(error("loss_scale = -4").find("got -4"), std::string::npos);
   EXPECT_NE(error("loss_scale = 1e39").find("got 1e+39"), std::string::npos);
   EXPECT_NE(error("loss_scale = true").find("[model] loss_scale: expected"), std::string::npos);
-  EXPECT_NE(error("loss_scale = 1024\nloss_scale_init = 2")
-                .find("[model] loss_scale_init: only used with loss_scale = \"dynamic\" (loss_scale is a fixed number)"),
-            std::string::npos);
+  EXPECT_NE(
+      error("loss_scale = 1024\nloss_scale_init = 2")
+          .find("[model] loss_scale_init: only used with loss_scale = \"dynamic\" (loss_scale is a fixed number)"),
+      std::string::npos);
   EXPECT_NE(error("loss_scale_growth_interval = 5")
                 .find("[model] loss_scale_growth_interval: only used with loss_scale = \"dynamic\" (loss_scale is "
                       "\"none\")"),
             std::string::npos);
-  EXPECT_NE(error("loss_scale = \"dynamic\"\nloss_scale_init = 0").find("[model] loss_scale_init: expected a number in (0, 1e+300], got 0"),
+  EXPECT_NE(error("loss_scale = \"dynamic\"\nloss_scale_init = 0")
+                .find("[model] loss_scale_init: expected a number in (0, 1e+300], got 0"),
             std::string::npos);
-  EXPECT_NE(error("loss_scale = \"dynamic\"\nloss_scale_init = 1e301").find("[model] loss_scale_init: expected a number"),
-            std::string::npos);
-  EXPECT_EQ(with("loss_scale = \"dynamic\"\nloss_scale_init = 1e42").loss_scale_init, 1e42);  // beyond fp32: skips first
+  EXPECT_NE(
+      error("loss_scale = \"dynamic\"\nloss_scale_init = 1e301").find("[model] loss_scale_init: expected a number"),
+      std::string::npos);
+  EXPECT_EQ(with("loss_scale = \"dynamic\"\nloss_scale_init = 1e42").loss_scale_init,
+            1e42);  // beyond fp32: skips first
   EXPECT_NE(error("loss_scale = \"dynamic\"\nloss_scale_growth_interval = 0")
                 .find("[model] loss_scale_growth_interval: expected an integer in [1, "),
             std::string::npos);

@@ -16,7 +16,7 @@ if [[ ${#targets[@]} -eq 0 ]]; then
 fi
 # Readers get inputs up to a few records; the job file and messages stay small. The
 # limits make a huge allocation (e.g. trusting a size field) a finding, not a slow run.
-max_len() { case "$1" in cifar) echo 16384 ;; idx | checkpoint) echo 8192 ;; *) echo 4096 ;; esac; }
+max_len() { case "$1" in cifar | image) echo 16384 ;; idx | checkpoint) echo 8192 ;; *) echo 4096 ;; esac; }
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 failed=()

@@ -150,5 +150,17 @@ TEST(StatusTracker, StrayLinesAreIgnored) {
   EXPECT_EQ(JsonField(json, "step").value_or(""), "0");
 }
 
+// [data] skip_bad: each worker's data_skipped reaches its status.json row.
+TEST(StatusTracker, DataSkippedPerWorker) {
+  StatusTracker t(Job(2));
+  std::string line = Train(1, 10, 10, 1);
+  t.Consume(line.substr(0, line.size() - 1) + ",\"data_skipped\":3}");
+  t.Consume(Train(0, 10, 10, 1));
+  const std::string json = t.Json(0, "running", 0);
+  EXPECT_NE(json.find("\"rank\":1,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"data_skipped\":3"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"data_skipped\":0"), std::string::npos) << json;
+}
+
 }  // namespace
 }  // namespace shoal

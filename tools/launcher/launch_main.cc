@@ -206,7 +206,8 @@ class Launch {
   // way whatever its checkpoints hold, and a missing file is what the user must fix first.
   // Every process of `shoal run` runs on this machine, so the launcher sees what they would.
   int CheckDataPaths() {
-    if (cfg_.data_format == "synthetic") return 0;
+    // A webdataset path is a shard pattern; its workers name a missing shard.
+    if (cfg_.data_format == "synthetic" || cfg_.data_format == "webdataset") return 0;
     for (auto [key, path] : {std::pair<const char*, std::string>{"train", cfg_.train_path}, {"test", cfg_.test_path}}) {
       if (path.empty() || PathOrPrefixExists(path)) continue;
       fprintf(stderr, "shoal: %s: [data] %s = \"%s\": no such file or directory, nor files whose names start with it\n",
@@ -523,8 +524,9 @@ class Launch {
   // The done record in metrics.jsonl, the plot, and the done JSON line last on stdout.
   int Report() {
     // Accuracy from rank 0's end record, totals over workers.
-    double acc = NAN, steps = 0, sps = 0, bytes = 0;
+    double acc = NAN, steps = 0, sps = 0, bytes = 0, skipped = 0;
     for (auto& [r, line] : end_lines_) {
+      skipped += JsonNumber(line, "data_skipped").value_or(0);
       if (r == 0 || std::isnan(acc)) acc = JsonNumber(line, "test_accuracy").value_or(NAN);
       steps = std::max(steps, JsonNumber(line, "steps").value_or(0));
       sps += JsonNumber(line, "samples_per_s").value_or(0);
@@ -542,6 +544,7 @@ class Launch {
         .Add("workers", cfg_.world_size());
     if (workers_failed_) fields.Add("workers_failed", workers_failed_);
     if (restarts_) fields.Add("restarts", restarts_);
+    if (cfg_.skip_bad) fields.Add("data_skipped", int64_t(skipped));
     metrics_.Write("done", int64_t(steps), fields);
     Publish("done", true);
     try {

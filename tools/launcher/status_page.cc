@@ -125,6 +125,8 @@ function render(s) {
     if (w.skipped_steps > 0 || (w.loss_scale !== null && w.loss_scale !== 1))
       add("worker " + w.rank + " loss scale", scale(w.loss_scale) + ", " + fmt(w.skipped_steps, 0) +
           " steps skipped (gradients not finite)");
+  const bad = s.workers.reduce((a, w) => a + (w.data_skipped || 0), 0);
+  if (bad > 0) add("bad data skipped", fmt(bad, 0) + " (the workers' data_skip lines name each file)");
   add("straggler ratio", s.straggler_ratio + "x the other workers' median time per step");
   for (const c of s.stragglers)
     add("worker " + c.rank, (c.straggler ? "straggler, " + fmt(c.slower, 1) + "x slower" : "keeps up again") +

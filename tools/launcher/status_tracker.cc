@@ -115,6 +115,7 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
   w.batch_size = int64_t(JsonNumber(line, "batch_size").value_or(double(w.batch_size)));
   w.loss_scale = JsonNumber(line, "loss_scale").value_or(w.loss_scale);
   w.skipped_steps = JsonNumber(line, "skipped_steps").value_or(w.skipped_steps);
+  w.data_skipped = JsonNumber(line, "data_skipped").value_or(w.data_skipped);
   w.step = step;
   w.prev_train_step = w.last_train_step;
   w.last_train_step = int64_t(step);
@@ -350,7 +351,8 @@ std::string StatusTracker::Json(double now_s, const std::string& state, int rest
          ",\"device\":" + Str(spec.device) + ",\"batch_size\":" + std::to_string(w.batch_size) +
          ",\"state\":" + Str(st) + ",\"step\":" + Num(w.step) + ",\"loss\":" + Num(w.loss) +
          ",\"samples_per_s\":" + Num(w.samples_per_s) + ",\"bytes_sent\":" + Num(w.bytes_sent) +
-         ",\"loss_scale\":" + Num(w.loss_scale) + ",\"skipped_steps\":" + Num(w.skipped_steps);
+         ",\"loss_scale\":" + Num(w.loss_scale) + ",\"skipped_steps\":" + Num(w.skipped_steps) +
+         ",\"data_skipped\":" + Num(w.data_skipped);
     if (w.measured)
       s += ",\"compute_ms\":" + Num(1e3 * w.compute) + ",\"exchange_ms\":" + Num(1e3 * w.exchange) +
            ",\"wait_ms\":" + Num(1e3 * w.wait) + ",\"step_ms\":" + Num(1e3 * w.wall) + ",\"slower\":" + Num(w.slower);

@@ -82,6 +82,7 @@ class StatusTracker {
     int64_t last_train_step = -1, prev_train_step = -1, last_eval_step = -1;
     double samples_per_s = 0, loss = NAN, step = 0, bytes_sent = 0;
     double loss_scale = NAN, skipped_steps = 0;  // the loss scaler's (worker/loss_scaler.h)
+    double data_skipped = 0;                     // [data] skip_bad: bad samples skipped
     bool ended = false, gone = false, failed = false;
     // The previous train event's cumulative counters: the window's start.
     bool have_base = false;

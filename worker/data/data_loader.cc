@@ -1,9 +1,11 @@
 #include "worker/data/data_loader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "common/error.h"
+#include "worker/data/image.h"
 #include "worker/data/random.h"
 
 namespace shoal {
@@ -20,7 +22,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   SHOAL_CHECK(opt_.max_samples >= 0, where + "max_samples must be >= 0");
   SHOAL_CHECK(opt_.prefetch >= 0, where + "prefetch must be >= 0");
   SHOAL_CHECK(opt_.build_threads >= 0, where + "build_threads must be >= 0");
-  if (opt_.augment)
+  SHOAL_CHECK(opt_.crop_fraction > 0 && opt_.crop_fraction <= 1, where + "crop_fraction must be in (0, 1]");
+  SHOAL_CHECK(opt_.shuffle_buffer >= 1, where + "shuffle_buffer must be >= 1");
+  if (opt_.augment && !dataset_->is_encoded())
     SHOAL_CHECK(dataset_->sample_shape()[1] > 8 && dataset_->sample_shape()[2] > 8,
                 where + "augmentation (4-pixel crop) needs images larger than 8x8");
 
@@ -61,7 +65,50 @@ DataLoader::~DataLoader() {
   if (producer_.joinable()) producer_.join();
 }
 
+// Shards in an order drawn from (seed, epoch), each front to back, through a shuffle buffer
+// (webdataset's: once full, a random slot is emitted and refilled), then what is left in
+// the buffer in a random order.
+std::vector<int64_t> DataLoader::StreamOrder(int64_t epoch) const {
+  const std::vector<int64_t> sizes = dataset_->encoded().ShardSizes();
+  std::vector<int64_t> first(sizes.size() + 1, 0);
+  for (size_t s = 0; s < sizes.size(); ++s) first[s + 1] = first[s] + sizes[s];
+  std::vector<int64_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), int64_t(0));
+  Rng rng(MixSeed(opt_.seed, uint64_t(epoch) + 1));
+  for (int64_t i = int64_t(order.size()) - 1; i > 0; --i)
+    std::swap(order[size_t(i)], order[rng.Below(uint64_t(i) + 1)]);
+  Rng pick(MixSeed(opt_.seed ^ 0xb0ffe7, uint64_t(epoch)));
+  std::vector<int64_t> out, buf;
+  out.reserve(size_t(total_));
+  const size_t cap = size_t(std::min<int64_t>(opt_.shuffle_buffer, std::max<int64_t>(total_, 1)));
+  buf.reserve(cap);
+  for (int64_t s : order)
+    for (int64_t i = first[size_t(s)]; i < first[size_t(s) + 1]; ++i) {
+      if (i >= total_) continue;  // max_samples
+      if (buf.size() < cap) {
+        buf.push_back(i);
+        continue;
+      }
+      const size_t j = size_t(pick.Below(cap));
+      out.push_back(buf[j]);
+      buf[j] = i;
+    }
+  for (int64_t i = int64_t(buf.size()) - 1; i > 0; --i) std::swap(buf[size_t(i)], buf[pick.Below(uint64_t(i) + 1)]);
+  out.insert(out.end(), buf.begin(), buf.end());
+  return out;
+}
+
 std::vector<int64_t> DataLoader::EpochIndices(int64_t epoch) const {
+  const bool stream = opt_.shuffle && dataset_->is_encoded() && !dataset_->encoded().ShardSizes().empty();
+  if (stream) {
+    std::vector<int64_t> perm = StreamOrder(epoch);
+    if (opt_.global_slices) return perm;
+    std::vector<int64_t> mine(static_cast<size_t>(shard_size_));
+    for (int64_t k = 0; k < shard_size_; ++k)
+      mine[size_t(k)] =
+          opt_.drop_last ? perm[size_t(opt_.rank * shard_size_ + k)] : perm[size_t(opt_.rank + k * opt_.world_size)];
+    return mine;
+  }
   std::vector<int64_t> perm(static_cast<size_t>(total_));
   std::iota(perm.begin(), perm.end(), int64_t(0));
   if (opt_.shuffle) {
@@ -215,38 +262,144 @@ void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64
   b->index = index;
   b->images.resize(size_t(n * numel));
   b->labels.resize(size_t(n));
-  auto fill = [&](int64_t from, int64_t to) {
-    for (int64_t j = from; j < to; ++j) {
-      const int64_t i = indices[size_t(start + j)];
-      b->labels[size_t(j)] = dataset_->label(i);
-      WriteSample(i, epoch, b->images.data() + j * numel);
+  // Samples are claimed one at a time: decode times differ from image to image.
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto fill = [&] {
+    try {
+      for (int64_t j; (j = next.fetch_add(1)) < n;) {
+        const int64_t i = indices[size_t(start + j)];
+        b->labels[size_t(j)] = dataset_->label(i);
+        WriteSample(i, epoch, b->images.data() + j * numel);
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(error_mu);
+      if (!error) error = std::current_exception();
+      next = n;
     }
   };
   const int threads = BuildThreads(n);
   if (threads <= 1) {
-    fill(0, n);
+    fill();
+    if (error) std::rethrow_exception(error);
     return;
   }
-  // Thread per chunk, started per batch: at the batch sizes that get here (tens of MB)
-  // the start-up cost is noise, and no pool outlives the loader.
-  std::vector<std::thread> helpers;
-  const int64_t chunk = (n + threads - 1) / threads;
-  for (int t = 1; t < threads; ++t) {
-    const int64_t from = std::min(n, t * chunk), to = std::min(n, from + chunk);
-    if (from < to) helpers.emplace_back(fill, from, to);
+  const std::function<void()> job = fill;
+  helpers_.Run(threads, job);
+  if (error) std::rethrow_exception(error);
+}
+
+DataLoader::Helpers::~Helpers() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
   }
-  fill(0, std::min(n, chunk));
-  for (auto& h : helpers) h.join();
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void DataLoader::Helpers::Run(int n, const std::function<void()>& job) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (int(threads_.size()) < n - 1) threads_.emplace_back([this] { Loop(); });
+  job_ = &job;
+  want_ = n - 1;
+  taken_ = done_ = 0;
+  ++gen_;
+  lk.unlock();
+  cv_.notify_all();
+  job();
+  lk.lock();
+  // Every helper that took the job must be out of it before `job` (on the caller's stack)
+  // goes; helpers that did not take it never will (want_ is reached first).
+  cv_.wait(lk, [&] { return done_ == want_; });
+  job_ = nullptr;
+}
+
+void DataLoader::Helpers::Loop() {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || (gen_ != seen && taken_ < want_); });
+    if (stop_) return;
+    seen = gen_;
+    ++taken_;
+    const std::function<void()>* job = job_;
+    lk.unlock();
+    (*job)();
+    lk.lock();
+    ++done_;
+    cv_.notify_all();
+  }
 }
 
 int DataLoader::BuildThreads(int64_t n) const {
   if (opt_.build_threads > 0) return int(std::min<int64_t>(opt_.build_threads, n));
+  if (dataset_->is_encoded())
+    return int(std::min<int64_t>(n, std::max(1, std::min(8, int(std::thread::hardware_concurrency())))));
   if (n * dataset_->sample_numel() < (int64_t(1) << 22)) return 1;  // under 16 MB of floats
   const int hw = int(std::thread::hardware_concurrency());
   return int(std::min<int64_t>(n, std::max(1, std::min(8, hw / 2))));
 }
 
+int64_t DataLoader::skipped() const {
+  std::lock_guard<std::mutex> lk(skip_mu_);
+  return skipped_;
+}
+
+std::vector<std::string> DataLoader::TakeSkipNotes() {
+  std::lock_guard<std::mutex> lk(skip_mu_);
+  std::vector<std::string> out;
+  out.swap(skip_notes_);
+  return out;
+}
+
+void DataLoader::WriteEncoded(int64_t i, int64_t epoch, float* out) const {
+  const Dataset& d = *dataset_;
+  const int size = int(d.sample_shape()[1]), C = int(d.channels());
+  thread_local std::vector<uint8_t> bytes;
+  thread_local Image img;
+  // skip_bad: a sample that does not decode is replaced by the next one in index order
+  // that does, with the bad one's own crop draws, so the batch keeps its size and the
+  // epoch its length on every rank, and a re-run replaces it the same way.
+  for (int64_t tries = 0, j = i; tries < d.size(); ++tries, j = (j + 1) % d.size()) {
+    if (opt_.skip_bad && tries > 0) {
+      std::lock_guard<std::mutex> lk(skip_mu_);
+      if (bad_.count(j)) continue;
+    }
+    Rng rng(MixSeed(MixSeed(opt_.seed ^ 0x5eedau, uint64_t(epoch)), uint64_t(i)));
+    try {
+      if (opt_.skip_bad && tries == 0) {
+        std::lock_guard<std::mutex> lk(skip_mu_);
+        if (bad_.count(j)) throw InputError("");  // known bad: counted, not read again
+      }
+      d.encoded().Read(j, &bytes);
+      const std::string name = d.encoded().Name(j);
+      int w = 0, h = 0;
+      ImageSize(bytes.data(), bytes.size(), name, &w, &h);
+      const Box box = opt_.augment ? RandomResizedCropBox(w, h, &rng) : CenterCropBox(w, h, size, opt_.crop_fraction);
+      const bool flip = opt_.augment && rng.Below(2) == 1;
+      int num = 1, den = 1;
+      if (DetectImageFormat(bytes.data(), bytes.size()) == ImageFormat::kJpeg)
+        JpegScaleFor(box.x1 - box.x0, box.y1 - box.y0, size, size, &num, &den);
+      DecodeImage(bytes.data(), bytes.size(), name, C, &img, num, den);
+      // The box in the decoded (maybe DCT-downscaled) image's pixels.
+      const double sx = double(img.w) / w, sy = double(img.h) / h;
+      const Box scaled = {box.x0 * sx, box.y0 * sy, box.x1 * sx, box.y1 * sy};
+      ResizeBoxToCHW(img, scaled, size, size, flip, scale_.data(), shift_.data(), out);
+      return;
+    } catch (const InputError& e) {
+      if (!opt_.skip_bad) throw;
+      std::lock_guard<std::mutex> lk(skip_mu_);
+      if (tries == 0) ++skipped_;
+      if (bad_.insert(j).second) skip_notes_.push_back(e.what());
+    }
+  }
+  throw InputError(d.source() + ": no image of the data set decodes");
+}
+
 void DataLoader::WriteSample(int64_t i, int64_t epoch, float* out) const {
+  if (dataset_->is_encoded()) return WriteEncoded(i, epoch, out);
   const Dataset& d = *dataset_;
   const int64_t C = d.channels(), H = d.sample_shape()[1], W = d.sample_shape()[2], hw = H * W;
   const bool u8 = d.is_u8();

@@ -22,6 +22,13 @@
 // batch_size). Whatever shares the ranks hold at each step (they must tile [0, B)), every
 // sample is used once per epoch, floor(N/B) steps like the strided layout.
 //
+// Encoded images (imagefolder, webdataset) are read and decoded per batch by build_threads
+// threads; sample i of epoch e draws its crop and flip from (seed, e, i), so which thread
+// decodes it never matters. A sharded set (webdataset) orders an epoch as its shards in an
+// order drawn from (seed, e), each front to back, through a shuffle buffer of
+// shuffle_buffer samples; without global_slices rank r takes the r-th contiguous run of
+// that stream, so it reads its own shards (mostly) front to back.
+//
 // Resume: position() is the next batch Next() will return; Seek(position) on a fresh
 // loader with the same options reproduces the exact batches from there on (augmentation
 // is drawn per (seed, epoch, sample), not from a running stream).
@@ -30,8 +37,11 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -56,11 +66,16 @@ struct DataLoaderOptions {
   bool shuffle = true;         // false: samples in file order (still sharded by rank)
   bool drop_last = true;       // training: equal full batches on every rank; false: full pass
   int64_t max_samples = 0;     // 0 = all; otherwise only the first max_samples samples
-  bool augment = false;        // random crop with 4-pixel zero padding + horizontal flip
+  bool augment = false;        // in-memory images: random crop with 4-pixel zero padding + horizontal
+                               // flip; encoded images: RandomResizedCrop + horizontal flip
   int prefetch = 2;            // batches built ahead on a background thread; 0 = in Next()
-  int build_threads = 0;       // threads that fill one batch; 0 = auto (several only for
-                               // big batches, e.g. ImageNet-sized, on machines with spare cores)
+  int build_threads = 0;       // threads that fill one batch (decode encoded images); 0 = auto
+                               // (several only for big or encoded batches, on machines with spare cores)
   bool global_slices = false;  // per-step slices of the global batch (balanced splits; drop_last only)
+  // Encoded images only:
+  double crop_fraction = 0.875;   // without augment: resize the shorter side to size / this, center-crop
+  bool skip_bad = false;          // an image that does not decode is replaced by the next good sample, counted
+  int64_t shuffle_buffer = 1000;  // sharded (webdataset) sets: the stream's shuffle buffer, in samples
 };
 
 struct Position {
@@ -97,6 +112,11 @@ class DataLoader {
   // global_slices: the whole epoch's permutation, which the shares slice).
   std::vector<int64_t> EpochIndices(int64_t epoch) const;
 
+  // skip_bad: samples replaced because they did not decode, so far (every occurrence), and
+  // the one-line reasons of those not yet taken, each bad sample once.
+  int64_t skipped() const;
+  std::vector<std::string> TakeSkipNotes();
+
  private:
   void Restart(int64_t epoch, int64_t batch);
   void ProducerLoop();
@@ -105,6 +125,8 @@ class DataLoader {
   // Where batch `index` starts in the epoch's indices and how many it takes (under mu_).
   int64_t StartOf(int64_t index) const;
   void WriteSample(int64_t i, int64_t epoch, float* out) const;
+  void WriteEncoded(int64_t i, int64_t epoch, float* out) const;
+  std::vector<int64_t> StreamOrder(int64_t epoch) const;
   int BuildThreads(int64_t n) const;
 
   std::shared_ptr<const Dataset> dataset_;
@@ -129,6 +151,33 @@ class DataLoader {
   std::vector<Batch> free_;  // spare buffers, so steady state allocates nothing
   std::exception_ptr error_;
   std::thread producer_;
+
+  // Threads that help build a batch, kept for the loader's life: a decoder's handle and
+  // buffers stay warm, and nothing is started per batch. Only one Build runs at a time (the
+  // producer's, or Next()'s without prefetch), so one job slot is enough.
+  class Helpers {
+   public:
+    ~Helpers();
+    // Runs job() on `n` threads (this one and n - 1 helpers, started on first use) and
+    // returns once every one of them has returned from it.
+    void Run(int n, const std::function<void()>& job);
+
+   private:
+    void Loop();
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::thread> threads_;
+    const std::function<void()>* job_ = nullptr;
+    uint64_t gen_ = 0;
+    int want_ = 0, taken_ = 0, done_ = 0;
+    bool stop_ = false;
+  };
+  mutable Helpers helpers_;
+
+  mutable std::mutex skip_mu_;  // decode threads record bad samples here
+  mutable int64_t skipped_ = 0;
+  mutable std::set<int64_t> bad_;
+  mutable std::vector<std::string> skip_notes_;
 };
 
 }  // namespace data

@@ -6,10 +6,17 @@
 #include "common/error.h"
 #include "worker/data/cifar_reader.h"
 #include "worker/data/idx_reader.h"
+#include "worker/data/image_folder.h"
 #include "worker/data/synthetic.h"
+#include "worker/data/webdataset.h"
 
 namespace shoal {
 namespace data {
+
+const float kImageNetMean[3] = {0.485f, 0.456f, 0.406f};
+const float kImageNetStd[3] = {0.229f, 0.224f, 0.225f};
+const float kImageNetLumaMean = 0.299f * 0.485f + 0.587f * 0.456f + 0.114f * 0.406f;
+const float kImageNetLumaStd = 0.299f * 0.229f + 0.587f * 0.224f + 0.114f * 0.225f;
 
 namespace {
 
@@ -60,6 +67,28 @@ std::shared_ptr<Dataset> Dataset::FromFloat(std::string source, std::vector<int6
   return d;
 }
 
+std::shared_ptr<Dataset> Dataset::FromEncoded(std::string source, std::vector<int64_t> sample_shape,
+                                              std::vector<int32_t> labels, int64_t num_classes,
+                                              std::shared_ptr<const EncodedImages> images, std::vector<float> mean,
+                                              std::vector<float> stddev, int64_t skipped,
+                                              std::vector<std::string> classes) {
+  CheckShape(source, sample_shape);
+  SHOAL_CHECK(images != nullptr, source + ": no images");
+  std::shared_ptr<Dataset> d(new Dataset());
+  d->source_ = std::move(source);
+  d->shape_ = std::move(sample_shape);
+  d->numel_ = Product(d->shape_);
+  d->is_u8_ = false;
+  d->labels_ = std::move(labels);
+  d->num_classes_ = num_classes;
+  d->encoded_ = std::move(images);
+  d->load_skipped_ = skipped;
+  d->class_names_ = std::move(classes);
+  d->Init({}, d->size());  // statistics of undecoded images are not known: set below
+  d->SetNormalization(std::move(mean), std::move(stddev));
+  return d;
+}
+
 void Dataset::Init(std::vector<int64_t> rows, int64_t stored_rows) {
   rows_ = std::move(rows);
   if (rows_.empty()) {
@@ -83,6 +112,11 @@ void Dataset::Init(std::vector<int64_t> rows, int64_t stored_rows) {
 // weights each stored row by how many samples use it, so a synthetic set that reuses a
 // small pool costs only the pool.
 void Dataset::ComputeStats() {
+  if (encoded_) {
+    mean_.assign(size_t(channels()), 0.0f);
+    std_.assign(size_t(channels()), 1.0f);
+    return;
+  }
   const int64_t C = channels(), hw = numel_ / C;
   const int64_t stored = is_u8() ? int64_t(u8_.size()) / numel_ : int64_t(f32_.size()) / numel_;
   std::vector<int64_t> weight(size_t(stored), rows_.empty() ? 1 : 0);
@@ -160,7 +194,7 @@ void Dataset::UseNormalizationOf(const Dataset& train) {
 }
 
 void Dataset::NormalizationAffine(std::vector<float>* scale, std::vector<float>* shift) const {
-  const float pixel = is_u8() ? 1.0f / 255.0f : 1.0f;
+  const float pixel = is_u8() || encoded_ ? 1.0f / 255.0f : 1.0f;
   scale->resize(mean_.size());
   shift->resize(mean_.size());
   for (size_t c = 0; c < mean_.size(); ++c) {
@@ -170,6 +204,7 @@ void Dataset::NormalizationAffine(std::vector<float>* scale, std::vector<float>*
 }
 
 void Dataset::WriteNormalized(int64_t i, float* out) const {
+  SHOAL_CHECK(!encoded_, source_ + ": encoded images are decoded by the DataLoader");
   const int64_t C = channels(), hw = numel_ / C;
   std::vector<float> scale, shift;
   NormalizationAffine(&scale, &shift);
@@ -193,7 +228,10 @@ std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::strin
   if (format == "cifar") return ReadCifar(path, options);
   if (format == "cifar100") return ReadCifar100(path, options);
   if (format == "synthetic") return MakeSynthetic(path, options);
-  throw Error("[data] format: unknown \"" + format + "\" (expected idx, cifar, cifar100 or synthetic)");
+  if (format == "imagefolder") return ReadImageFolder(path, options);
+  if (format == "webdataset") return ReadWebDataset(path, options);
+  throw Error("[data] format: unknown \"" + format +
+              "\" (expected idx, cifar, cifar100, synthetic, imagefolder or webdataset)");
 }
 
 }  // namespace data

@@ -10,10 +10,10 @@ namespace shoal {
 namespace data {
 
 struct DatasetOptions {
-  uint64_t seed = 0;        // synthetic data only
-  int64_t max_samples = 0;  // 0 = all; otherwise keep the first max_samples records
-  int64_t num_classes = 0;  // 0 = the format's own (idx: largest label + 1, cifar: 10,
-                            // cifar100: 100, or 20 coarse); >0: every label must be below it
+  uint64_t seed = 0;             // synthetic data only
+  int64_t max_samples = 0;       // 0 = all; otherwise keep the first max_samples records
+  int64_t num_classes = 0;       // 0 = the format's own (idx: largest label + 1, cifar: 10,
+                                 // cifar100: 100, or 20 coarse); >0: every label must be below it
   bool cifar100_coarse = false;  // cifar100: the 20 superclass labels instead of the 100 fine ones
   // Synthetic ImageNet-shaped data: samples x channels x image_size x image_size.
   int64_t synthetic_samples = 1024;
@@ -21,6 +21,31 @@ struct DatasetOptions {
   int64_t synthetic_channels = 3;
   int64_t synthetic_classes = 1000;
   int64_t synthetic_pool = 64;  // distinct images; samples reuse them so generation is cheap
+  // Encoded images (imagefolder, webdataset): the decoded sample is channels x image_size
+  // x image_size; mean/std (empty: ImageNet's, or its luma for one channel) normalize it.
+  int64_t image_size = 224;
+  int64_t channels = 3;
+  std::vector<float> mean, stddev;
+  bool skip_bad = false;             // bad files, members, shards, class folders: skipped and counted
+  std::vector<std::string> classes;  // imagefolder test set: the training set's class names
+};
+
+// ImageNet's per-channel statistics (RGB, [0,1] scale), and for one channel their ITU-R 601
+// luma (0.299 R + 0.587 G + 0.114 B), the weights grayscale decoding uses.
+extern const float kImageNetMean[3], kImageNetStd[3], kImageNetLumaMean, kImageNetLumaStd;
+
+// Images kept encoded (JPEG or PNG files, tar members) and decoded when a batch needs them.
+class EncodedImages {
+ public:
+  virtual ~EncodedImages() = default;
+  // Sample i's encoded bytes into *out; thread-safe. Throws InputError naming the file (and
+  // member) when it cannot be read (TransientError for a read error of the disk).
+  virtual void Read(int64_t i, std::vector<uint8_t>* out) const = 0;
+  // "FILE", or "SHARD: member NAME", for messages.
+  virtual std::string Name(int64_t i) const = 0;
+  // Samples stored in shards that are best read front to back (webdataset): how many each
+  // shard holds, in index order. Empty when every sample is as cheap to reach as any other.
+  virtual std::vector<int64_t> ShardSizes() const { return {}; }
 };
 
 class Dataset {
@@ -35,6 +60,14 @@ class Dataset {
                                             std::vector<float> pixels, std::vector<int32_t> labels, int64_t num_classes,
                                             std::vector<int64_t> rows = {});
 
+  // Encoded samples: `images` holds labels.size() images that decode to sample_shape.
+  // `skipped` counts the bad inputs the reader left out (skip_bad); `classes` names them.
+  static std::shared_ptr<Dataset> FromEncoded(std::string source, std::vector<int64_t> sample_shape,
+                                              std::vector<int32_t> labels, int64_t num_classes,
+                                              std::shared_ptr<const EncodedImages> images, std::vector<float> mean,
+                                              std::vector<float> stddev, int64_t skipped,
+                                              std::vector<std::string> classes = {});
+
   const std::string& source() const { return source_; }  // where it came from, for messages
   int64_t size() const { return int64_t(labels_.size()); }
   const std::vector<int64_t>& sample_shape() const { return shape_; }  // {C, H, W}
@@ -42,6 +75,10 @@ class Dataset {
   int64_t sample_numel() const { return numel_; }
   int64_t num_classes() const { return num_classes_; }
   bool is_u8() const { return is_u8_; }
+  bool is_encoded() const { return encoded_ != nullptr; }
+  const EncodedImages& encoded() const { return *encoded_; }
+  int64_t load_skipped() const { return load_skipped_; }                        // bad inputs left out at load
+  const std::vector<std::string>& class_names() const { return class_names_; }  // imagefolder
   int32_t label(int64_t i) const { return labels_[size_t(i)]; }
   const std::vector<int32_t>& labels() const { return labels_; }
   const uint8_t* u8_sample(int64_t i) const { return u8_.data() + Row(i) * numel_; }
@@ -77,10 +114,14 @@ class Dataset {
   std::vector<int32_t> labels_;
   std::vector<int64_t> rows_;
   std::vector<float> mean_, std_;
+  std::shared_ptr<const EncodedImages> encoded_;
+  int64_t load_skipped_ = 0;
+  std::vector<std::string> class_names_;
 };
 
-// format: "idx" | "cifar" | "cifar100" | "synthetic". path: see the reader of each format
-// (idx_reader.h, cifar_reader.h; synthetic uses the path only to tell train from test).
+// format: "idx" | "cifar" | "cifar100" | "synthetic" | "imagefolder" | "webdataset". path: see
+// the reader of each format (idx_reader.h, cifar_reader.h, image_folder.h, webdataset.h;
+// synthetic uses the path only to tell train from test).
 std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::string& path, const DatasetOptions& options);
 
 }  // namespace data

@@ -29,6 +29,8 @@ class Rng {
   // Uniform in [0, n), n > 0 (Lemire's multiply-shift; the bias is below 2^-32 for any n
   // a data set can have).
   uint64_t Below(uint64_t n) { return uint64_t((unsigned __int128)Next() * n >> 64); }
+  // Uniform in [0, 1), 53 random bits.
+  double Uniform() { return double(Next() >> 11) * 0x1.0p-53; }
 
  private:
   uint64_t s_;
