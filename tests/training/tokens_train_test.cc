@@ -51,7 +51,10 @@ TEST(TokensTraining, AllReduceTrainsTheGptOnByteTokens) {
   WriteByteTokens(dir + "/train.bin", text, 0, cut);
   WriteByteTokens(dir + "/val.bin", text, cut, text.size());
 
-  JobRun r = RunJob(dir, GptJob(dir, dir + "/train.bin", dir + "/val.bin"), 240);
+  std::string job = GptJob(dir, dir + "/train.bin", dir + "/val.bin");
+  // The trained GPT written back as ONNX: an [N, T, vocab] output exports like any other.
+  job.replace(job.find("seed = 42\n"), 10, "seed = 42\nexport_onnx = \"" + dir + "/gpt.onnx\"\n");
+  JobRun r = RunJob(dir, job, 240);
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   const std::vector<std::string> train = Events(r, "train");
   ASSERT_GE(train.size(), 4u) << r.stdout_text.substr(0, 2000);
@@ -67,6 +70,19 @@ TEST(TokensTraining, AllReduceTrainsTheGptOnByteTokens) {
          r.done_line.c_str());
   EXPECT_GT(acc, 0.15) << r.done_line;
   EXPECT_LE(acc, 1.0) << r.done_line;
+  std::ifstream exported(dir + "/gpt.onnx", std::ios::binary | std::ios::ate);
+  EXPECT_TRUE(exported && exported.tellg() > 100000) << "export_onnx wrote no model";
+}
+
+TEST(TokensTraining, AZooModelIsRefusedForTokens) {
+  const std::string dir = FreshDir("tokens_zoo");
+  WriteByteTokens(dir + "/train.bin", std::string(5000, 'a'), 0, 5000);
+  std::string job = GptJob(dir, dir + "/train.bin", dir + "/train.bin");
+  job.replace(job.find("onnx = \""), job.find("\n", job.find("onnx = \"")) - job.find("onnx = \""), "name = \"mlp\"");
+  JobRun r = RunJob(dir, job, 120);
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  const std::string all = r.stdout_text + r.stderr_text;
+  EXPECT_NE(all.find("[data] format = \"tokens\" needs a sequence model"), std::string::npos) << all.substr(0, 3000);
 }
 
 TEST(TokensTraining, AnOddLengthTokenFileStopsTheJobNamingIt) {
