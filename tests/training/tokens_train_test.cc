@@ -74,6 +74,27 @@ TEST(TokensTraining, AllReduceTrainsTheGptOnByteTokens) {
   EXPECT_TRUE(exported && exported.tellg() > 100000) << "export_onnx wrote no model";
 }
 
+// Balanced splits slice each step's global batch of windows (uneven shares as the measured
+// rates differ); the job still trains and finishes.
+TEST(TokensTraining, BalancedAllReduceTrainsIt) {
+  std::ifstream in(kText, std::ios::binary);
+  ASSERT_TRUE(in);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string dir = FreshDir("tokens_balanced");
+  WriteByteTokens(dir + "/train.bin", text, 0, text.size() * 9 / 10);
+  WriteByteTokens(dir + "/val.bin", text, text.size() * 9 / 10, text.size());
+  std::string job = GptJob(dir, dir + "/train.bin", dir + "/val.bin");
+  job.replace(job.find("name = \"allreduce\"\n"), 19,
+              "name = \"allreduce\"\nbalance = true\nbalance_every_steps = 5\n");
+  job.replace(job.find("epochs = 3"), 10, "epochs = 1");
+  JobRun r = RunJob(dir, job, 240);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::vector<std::string> train = Events(r, "train");
+  ASSERT_GE(train.size(), 2u);
+  EXPECT_LT(JsonNumber(train.back(), "loss").value_or(99), JsonNumber(train.front(), "loss").value_or(0));
+  EXPECT_GT(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.1) << r.done_line;
+}
+
 TEST(TokensTraining, AZooModelIsRefusedForTokens) {
   const std::string dir = FreshDir("tokens_zoo");
   WriteByteTokens(dir + "/train.bin", std::string(5000, 'a'), 0, 5000);
