@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "worker/engine/model.h"
+#include "worker/engine/onnx/onnx_import.h"
 
 DEFINE_string(model, "lenet", "mlp | lenet | resnet20 | resnet50");
 DEFINE_string(device, "cpu", "cpu | cuda:N");
@@ -23,6 +24,9 @@ DEFINE_string(precision, "fp32",
               "fp32 | bf16 | fp16 (CUDA only): the arithmetic of convolutions and fully connected layers");
 DEFINE_int32(warmup, 5, "untimed steps first");
 DEFINE_double(seconds, 5.0, "time to measure for (at least 5 steps)");
+DEFINE_string(onnx, "",
+              "an ONNX file to train instead of a zoo model (--model then only names it); 1x28x28 input, "
+              "10 classes");
 
 namespace shoal {
 namespace {
@@ -38,7 +42,17 @@ int Run() {
   ModelOptions mo;
   mo.input_shape = InputOf(FLAGS_model);
   mo.num_classes = 10;
-  std::unique_ptr<Model> m = MakeModel(FLAGS_model, *be, mo);
+  std::unique_ptr<Model> m;
+  if (FLAGS_onnx.empty()) {
+    m = MakeModel(FLAGS_model, *be, mo);
+  } else {
+    mo.input_shape = {1, 28, 28};
+    OnnxOptions oo;
+    oo.input_shape = mo.input_shape;
+    oo.num_classes = 10;
+    oo.batch = FLAGS_batch;
+    m = ImportOnnx(FLAGS_onnx, *be, oo);
+  }
   m->InitParameters(1);
   SHOAL_CHECK(FLAGS_batch > 0, "--batch must be positive");
 
@@ -98,10 +112,11 @@ int Run() {
   const double mean = el / double(times.size());
   const double cpu_ms = 1000.0 * (cpu_s() - cpu0) / double(times.size());
   printf(
-      "{\"bench\":\"engine_cpp\",\"precision\":\"%s\",\"model\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,"
+      "{\"bench\":\"engine_cpp\",\"precision\":\"%s\",\"model\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\","
+      "\"threads\":%d,\"batch\":%d,"
       "\"steps\":%zu,\"samples_per_s\":%.1f,\"mean_samples_per_s\":%.1f,\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f}\n",
-      FLAGS_precision.c_str(), FLAGS_model.c_str(), FLAGS_device.c_str(), be->Name().c_str(), FLAGS_threads, FLAGS_batch, times.size(),
-      FLAGS_batch / median, FLAGS_batch / mean, 1000.0 * median, cpu_ms);
+      FLAGS_precision.c_str(), FLAGS_model.c_str(), FLAGS_device.c_str(), be->Name().c_str(), FLAGS_threads,
+      FLAGS_batch, times.size(), FLAGS_batch / median, FLAGS_batch / mean, 1000.0 * median, cpu_ms);
   return 0;
 }
 

@@ -6,13 +6,16 @@
 #
 # usage: bench/engine/run.sh [BAZEL_BIN] [--threads N] [--batch B] [--seconds S] [--rounds R] [--models "resnet20 lenet"]
 #        [--precision fp32|bf16]   (bf16: Shoal's [model] precision = "bf16" against PyTorch's CPU autocast)
+#        [--onnx "resnet18 vit"]   imported models instead: PyTorch exports each (torchvision resnet18,
+#                                  mobilenet_v2, the small ViT of tests/engine/pytorch/reference.py), Shoal
+#                                  trains the ONNX file, PyTorch the module itself
 # (`./shoal bench engine` passes BAZEL_BIN after building; without it this script builds.)
 # Each round runs C++ then PyTorch; a side's figure is its best round (median step time
 # within a round), which keeps other tenants of a shared machine from deciding the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-threads=2 batch=64 seconds=5 rounds=3 models="resnet20 lenet" precision=fp32
+threads=2 batch=64 seconds=5 rounds=3 models="resnet20 lenet" precision=fp32 onnx=""
 bazel_bin=""
 if [ $# -gt 0 ] && [ -d "$1" ]; then bazel_bin="$1"; shift; fi
 while [ $# -gt 0 ]; do
@@ -23,6 +26,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --models) models="$2"; shift 2 ;;
     --precision) precision="$2"; shift 2 ;;
+    --onnx) onnx="$2"; shift 2 ;;
     *) echo "bench/engine/run.sh: unknown argument '$1' (see the usage line in this script)" >&2; exit 2 ;;
   esac
 done
@@ -46,12 +50,19 @@ for cand in /usr/bin/python3 python3; do
 done
 
 results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+onnx_dir=$(mktemp -d)
+trap 'rm -rf "$results" "$onnx_dir"' EXIT
+onnx_args=()
+if [ -n "$onnx" ]; then
+  models="$onnx"
+  "$py" tests/engine/pytorch/reference.py "$onnx_dir" $onnx >&2
+fi
 for model in $models; do
+  [ -n "$onnx" ] && onnx_args=(--onnx "$onnx_dir/$model.onnx")
   for ((r = 1; r <= rounds; r++)); do
     echo "round $r: $model C++ ..." >&2
     "$bin" --model "$model" --threads "$threads" --batch "$batch" --seconds "$seconds" --precision "$precision" \
-      | tail -n 1 >>"$results"
+      ${onnx_args[@]+"${onnx_args[@]}"} | tail -n 1 >>"$results"
     echo "round $r: $model PyTorch ..." >&2
     "$py" bench/engine/torch_engine.py --model "$model" --threads "$threads" --batch "$batch" --seconds "$seconds" \
       --precision "$precision" \

@@ -125,6 +125,18 @@ class ResNet50(nn.Module):
 MODELS = {"lenet": (LeNet, (1, 28, 28)), "mlp": (Mlp, (1, 28, 28)), "resnet20": (ResNet20, (3, 32, 32)),
           "resnet50": (ResNet50, (3, 224, 224))}
 
+# The models Shoal trains as ONNX in `run.sh --onnx` (torchvision's resnet18 and mobilenet_v2
+# with 1-channel stems, the small ViT): the very modules tests/engine/pytorch/reference.py exports.
+try:
+    import os as _os
+    sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tests", "engine",
+                                     "pytorch"))
+    import reference as _reference
+    for _name, _make in _reference.MODELS.items():
+        MODELS[_name] = (_make, (1, 28, 28))
+except ImportError:  # torchvision missing: the zoo's models still run
+    pass
+
 
 def main():
     ap = argparse.ArgumentParser()
