@@ -669,15 +669,48 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   ReadLossScale(model, &c);
 
   SectionReader data(file, root, "data",
-                     {"format", "train", "test", "batch_size", "synthetic_samples", "image_size", "classes",
-                      "max_train_samples", "max_test_samples", "augment", "label", "channels", "mean", "std",
-                      "crop_fraction", "skip_bad", "shuffle_buffer", "loader_threads"});
+                     {"format",
+                      "train",
+                      "test",
+                      "batch_size",
+                      "synthetic_samples",
+                      "image_size",
+                      "classes",
+                      "max_train_samples",
+                      "max_test_samples",
+                      "augment",
+                      "label",
+                      "channels",
+                      "mean",
+                      "std",
+                      "crop_fraction",
+                      "skip_bad",
+                      "shuffle_buffer",
+                      "loader_threads",
+                      "seq_len",
+                      "vocab_size"});
   c.data_format = data.String("format", "idx");
   if (c.data_format != "idx" && c.data_format != "cifar" && c.data_format != "cifar100" &&
-      c.data_format != "synthetic" && c.data_format != "imagefolder" && c.data_format != "webdataset")
+      c.data_format != "synthetic" && c.data_format != "imagefolder" && c.data_format != "webdataset" &&
+      c.data_format != "tokens")
     data.Fail("format",
-              "expected \"idx\", \"cifar\", \"cifar100\", \"synthetic\", \"imagefolder\" or \"webdataset\", got \"" +
+              "expected \"idx\", \"cifar\", \"cifar100\", \"synthetic\", \"imagefolder\", \"webdataset\" or "
+              "\"tokens\", got \"" +
                   c.data_format + "\"");
+  const bool tokens = c.data_format == "tokens";
+  // A token window has no pixels and no classes: these keys would be silently ignored.
+  for (const char* k : {"augment", "mean", "std", "classes", "image_size"})
+    if (data.Get(k) && tokens) data.Fail(k, "format = \"tokens\" does not take it");
+  for (const char* k : {"seq_len", "vocab_size"})
+    if (data.Get(k) && !tokens) data.Fail(k, "only format = \"tokens\" takes it (format is \"" + c.data_format + "\")");
+  if (tokens) {
+    if (!data.Get("seq_len")) data.Fail("seq_len", "missing: format = \"tokens\" needs the window length in tokens");
+    if (!data.Get("vocab_size"))
+      data.Fail("vocab_size",
+                "missing: format = \"tokens\" needs the model's output size (every token id is below it)");
+    c.seq_len = data.Int("seq_len", 0, 1, 1 << 20);
+    c.vocab_size = data.Int("vocab_size", 0, 2, 65536);  // uint16 ids: at most 65536 distinct
+  }
   const bool encoded = c.data_format == "imagefolder" || c.data_format == "webdataset";
   // Keys of the encoded-image formats only: elsewhere they would be silently ignored.
   for (const char* k : {"channels", "crop_fraction", "skip_bad"})
@@ -699,6 +732,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.synthetic_image_size = data.Int("image_size", 224, 8, 4096);
   c.synthetic_classes = data.Int("classes", 1000, 2, 1 << 20);
   if (c.data_format != "synthetic") c.data_classes = data.Int("classes", 0, 2, 1 << 20);
+  if (tokens) c.data_classes = c.vocab_size;
   c.max_train_samples = data.Int("max_train_samples", 0, 0, INT64_MAX);
   c.max_test_samples = data.Int("max_test_samples", 0, 0, INT64_MAX);
   c.augment = data.Bool("augment", encoded);

@@ -118,7 +118,7 @@ struct JobConfig {
   int64_t loss_scale_growth_interval = 2000;  // good steps before a dynamic scale doubles
 
   // [data]
-  std::string data_format = "idx";  // idx | cifar | cifar100 | synthetic | imagefolder | webdataset
+  std::string data_format = "idx";  // idx | cifar | cifar100 | synthetic | imagefolder | webdataset | tokens
   std::string data_label = "fine";  // cifar100: fine (100 classes) | coarse (20 superclasses)
   std::string train_path, test_path;
   int64_t batch_size = 64;           // per worker
@@ -143,6 +143,10 @@ struct JobConfig {
   // statistics (in-memory formats) or ImageNet's (encoded images; its luma for 1 channel).
   std::vector<double> data_mean, data_std;
   int64_t loader_threads = 0;  // threads that build (decode) a batch; 0: from the cores per worker
+  // tokens (flat little-endian uint16 ids): samples are windows of seq_len tokens, each
+  // position's label the next token; vocab_size is the model's output size (ids below it).
+  int64_t seq_len = 0;
+  int64_t vocab_size = 0;
 
   // [algorithm], [optimizer]: name plus algorithm-specific keys
   std::string algorithm = "local";

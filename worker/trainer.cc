@@ -213,7 +213,9 @@ EvalResult Evaluate(Model& model, Backend& backend, DataLoader& test) {
   }
   EvalResult r;
   if (seen > 0) {
-    r.accuracy = double(correct) / double(seen);
+    // Token windows count a hit per position (the next token predicted right), so accuracy
+    // is the fraction of positions; the loss is already a per-position mean in each batch.
+    r.accuracy = double(correct) / (double(seen) * double(test.dataset().labels_per_sample()));
     r.loss = loss_sum / double(seen);
   }
   return r;
@@ -261,6 +263,7 @@ class Trainer {
     dopt.skip_bad = cfg_.skip_bad;
     dopt.mean.assign(cfg_.data_mean.begin(), cfg_.data_mean.end());
     dopt.stddev.assign(cfg_.data_std.begin(), cfg_.data_std.end());
+    dopt.seq_len = cfg_.seq_len;
     train_set_ = LoadDataset(cfg_.data_format, cfg_.train_path, dopt);
     // In-memory formats normalize with their own statistics unless the job gives them.
     if (!train_set_->is_encoded() && (!cfg_.data_mean.empty() || !cfg_.data_std.empty())) {
@@ -326,8 +329,12 @@ class Trainer {
     mo.label_smoothing = float(cfg_.label_smoothing);
     if (cfg_.weight_init == "he_normal") mo.init = WeightInit::kHeNormal;
     if (cfg_.weight_init == "uniform") mo.init = WeightInit::kFanInUniform;
+    if (train_set_->is_tokens() && cfg_.onnx_model.empty())
+      throw InputError(cfg_.path + ": [data] format = \"tokens\" needs a sequence model: [model] onnx (the zoo's " +
+                       "models classify images)");
     if (!cfg_.onnx_model.empty()) {
       OnnxOptions oo;
+      oo.sequence_output = train_set_->is_tokens();
       oo.input_shape = mo.input_shape;
       oo.num_classes = mo.num_classes;
       oo.seed = cfg_.seed * 1000003 + uint64_t(opts_.rank);  // dropout: each worker its own masks

@@ -103,6 +103,30 @@ TEST(Config, ImageDataKeys) {
             std::vector<double>{0.3});
 }
 
+// Token files: seq_len and vocab_size are required there and refused elsewhere, and the
+// image keys a token window would ignore are errors.
+TEST(Config, TokenKeys) {
+  const std::string tok = Replace(kGood, "format = \"idx\"", "format = \"tokens\"");
+  JobConfig c = ParseJobConfig(Replace(tok, "batch_size = 64", "seq_len = 256\nvocab_size = 50304"), "job.toml");
+  EXPECT_EQ(c.data_format, "tokens");
+  EXPECT_EQ(c.seq_len, 256);
+  EXPECT_EQ(c.vocab_size, 50304);
+  EXPECT_EQ(c.data_classes, 50304);  // the model's output size
+  EXPECT_FALSE(c.augment);
+  auto error = [&](const std::string& base, const std::string& line) {
+    return ErrorOf(Replace(base, "batch_size = 64", line));
+  };
+  EXPECT_EQ(error(tok, "vocab_size = 256"),
+            "job.toml: [data] seq_len: missing: format = \"tokens\" needs the window length in tokens");
+  EXPECT_NE(error(tok, "seq_len = 8").find("job.toml: [data] vocab_size: missing"), std::string::npos);
+  EXPECT_NE(error(tok, "seq_len = 8\nvocab_size = 70000").find("job.toml: [data] vocab_size: expected an integer"),
+            std::string::npos);
+  EXPECT_EQ(error(tok, "seq_len = 8\nvocab_size = 256\naugment = true"),
+            "job.toml: [data] augment: format = \"tokens\" does not take it");
+  EXPECT_EQ(error(kGood, "seq_len = 8"),
+            "job.toml: [data] seq_len: only format = \"tokens\" takes it (format is \"idx\")");
+}
+
 TEST(Config, ParsesTheDesignExample) {
   JobConfig c = ParseJobConfig(kGood, "job.toml");
   EXPECT_EQ(c.name, "fmnist-bmuf");

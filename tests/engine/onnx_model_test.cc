@@ -125,6 +125,88 @@ TEST(OnnxModel, TransformerGivesPyTorchsLogitsAtAnyBatch) {
   EXPECT_EQ(m->Forward(xt, false).shape(), Shape({3, 5}));
 }
 
+// A GPT exported by PyTorch (causal nn.TransformerEncoder, per-position head): Shoal's
+// [N, T, vocab] logits equal PyTorch's; the loss and accuracy are per position (N*T labels);
+// the -inf mask stays a constant; training on a fixed batch lowers the loss.
+TEST(OnnxModel, TinyGptMatchesPyTorchPerPosition) {
+  auto be = MakeCpuBackend(1);
+  OnnxOptions o;
+  o.input_shape = {32};
+  o.num_classes = 256;
+  o.batch = 8;
+  o.sequence_output = true;
+  auto m = ImportOnnx(kDir + "tiny_gpt.onnx", *be, o);
+  m->InitParameters(1);
+  for (const Parameter& p : m->parameters()) EXPECT_EQ(p.name.find("causal_mask"), std::string::npos) << p.name;
+  const std::vector<float> x = ReadFloats(kDir + "tiny_gpt_input.bin"), want = ReadFloats(kDir + "tiny_gpt_logits.bin");
+  ASSERT_EQ(x.size(), 3u * 32);
+  Tensor xt = be->Empty({3, 32});
+  be->CopyFromHost(xt, x.data());
+  const Tensor& out = m->Forward(xt, false);
+  EXPECT_EQ(out.shape(), Shape({3, 32, 256}));
+  const std::vector<float> got = testing_util::Host(*be, out);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << i;
+
+  // The loss per position, from PyTorch's logits: labels are the next input token (the
+  // last position's wraps to the first), so every position has its own label.
+  std::vector<int32_t> labels(3 * 32);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t(x[(i + 1) % x.size()]);
+  double loss = 0;
+  int64_t hits = 0;
+  for (size_t r = 0; r < labels.size(); ++r) {
+    const float* z = want.data() + r * 256;
+    double mx = z[0];
+    size_t arg = 0;
+    for (size_t k = 1; k < 256; ++k)
+      if (z[k] > z[arg]) arg = k;
+    mx = z[arg];
+    double sum = 0;
+    for (size_t k = 0; k < 256; ++k) sum += std::exp(double(z[k]) - mx);
+    loss += std::log(sum) + mx - double(z[labels[r]]);
+    hits += int64_t(arg) == labels[r];
+  }
+  loss /= double(labels.size());
+  const StepResult ev = m->EvalStep(xt, labels.data());
+  EXPECT_NEAR(ev.loss, loss, 1e-4 * loss);
+  EXPECT_EQ(ev.correct, hits);
+
+  // Training at the built batch (8 windows, 256 labels) learns the fixed batch.
+  std::mt19937_64 rng(3);
+  std::vector<float> ids(8 * 32);
+  for (float& v : ids) v = float(rng() % 256);
+  Tensor batch = be->Empty({8, 32});
+  be->CopyFromHost(batch, ids.data());
+  std::vector<int32_t> next(8 * 32);
+  for (size_t i = 0; i < next.size(); ++i) next[i] = int32_t(rng() % 256);
+  float first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    m->ZeroGrad();
+    const StepResult r = m->TrainStep(batch, next.data());
+    if (step == 0) first = r.loss;
+    last = r.loss;
+    for (Parameter& p : m->parameters()) be->Axpy(-0.5f, p.grad, p.value);
+  }
+  EXPECT_LT(last, 0.5f * first) << "first " << first << " last " << last;
+
+  // Without the token flag an [N, T, V] output is refused, and a vocabulary mismatch too.
+  o.sequence_output = false;
+  try {
+    ImportOnnx(kDir + "tiny_gpt.onnx", *be, o);
+    ADD_FAILURE() << "a [N, T, V] output was accepted for image data";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokens"), std::string::npos) << e.what();
+  }
+  o.sequence_output = true;
+  o.num_classes = 300;
+  try {
+    ImportOnnx(kDir + "tiny_gpt.onnx", *be, o);
+    ADD_FAILURE() << "vocab 256 accepted for vocab_size 300";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab_size is 300"), std::string::npos) << e.what();
+  }
+}
+
 // The whole graph's backward against central differences (dropout made an identity, so
 // every pass draws the same function).
 TEST(OnnxModel, GradientsMatchFiniteDifferences) {

@@ -24,6 +24,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   SHOAL_CHECK(opt_.build_threads >= 0, where + "build_threads must be >= 0");
   SHOAL_CHECK(opt_.crop_fraction > 0 && opt_.crop_fraction <= 1, where + "crop_fraction must be in (0, 1]");
   SHOAL_CHECK(opt_.shuffle_buffer >= 1, where + "shuffle_buffer must be >= 1");
+  SHOAL_CHECK(!(opt_.augment && dataset_->is_tokens()), where + "token windows have no augmentation");
   if (opt_.augment && !dataset_->is_encoded())
     SHOAL_CHECK(dataset_->sample_shape()[1] > 8 && dataset_->sample_shape()[2] > 8,
                 where + "augmentation (4-pixel crop) needs images larger than 8x8");
@@ -261,7 +262,8 @@ void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64
   b->epoch = epoch;
   b->index = index;
   b->images.resize(size_t(n * numel));
-  b->labels.resize(size_t(n));
+  const int64_t per = dataset_->labels_per_sample();
+  b->labels.resize(size_t(n * per));
   // Samples are claimed one at a time: decode times differ from image to image.
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
@@ -270,7 +272,7 @@ void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64
     try {
       for (int64_t j; (j = next.fetch_add(1)) < n;) {
         const int64_t i = indices[size_t(start + j)];
-        b->labels[size_t(j)] = dataset_->label(i);
+        dataset_->WriteLabels(i, b->labels.data() + j * per);
         WriteSample(i, epoch, b->images.data() + j * numel);
       }
     } catch (...) {
@@ -400,6 +402,7 @@ void DataLoader::WriteEncoded(int64_t i, int64_t epoch, float* out) const {
 
 void DataLoader::WriteSample(int64_t i, int64_t epoch, float* out) const {
   if (dataset_->is_encoded()) return WriteEncoded(i, epoch, out);
+  if (dataset_->is_tokens()) return dataset_->WriteNormalized(i, out);  // the ids, as floats
   const Dataset& d = *dataset_;
   const int64_t C = d.channels(), H = d.sample_shape()[1], W = d.sample_shape()[2], hw = H * W;
   const bool u8 = d.is_u8();

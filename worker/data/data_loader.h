@@ -51,8 +51,8 @@ namespace shoal {
 namespace data {
 
 struct Batch {
-  std::vector<float> images;    // n x C x H x W, normalized with the data set's mean/std
-  std::vector<int32_t> labels;  // n
+  std::vector<float> images;    // n x C x H x W, normalized with the data set's mean/std (tokens: n x T ids)
+  std::vector<int32_t> labels;  // n x labels_per_sample() (tokens: n x T, the next token at each position)
   int64_t n = 0;
   int64_t epoch = 0;  // where it came from
   int64_t index = 0;  // batch index within the epoch

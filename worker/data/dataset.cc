@@ -8,6 +8,7 @@
 #include "worker/data/idx_reader.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/synthetic.h"
+#include "worker/data/tokens_reader.h"
 #include "worker/data/webdataset.h"
 
 namespace shoal {
@@ -87,6 +88,34 @@ std::shared_ptr<Dataset> Dataset::FromEncoded(std::string source, std::vector<in
   d->Init({}, d->size());  // statistics of undecoded images are not known: set below
   d->SetNormalization(std::move(mean), std::move(stddev));
   return d;
+}
+
+std::shared_ptr<Dataset> Dataset::FromTokens(std::string source, std::vector<uint16_t> tokens, int64_t seq_len,
+                                             int64_t vocab_size) {
+  SHOAL_CHECK(seq_len > 0, source + ": seq_len must be positive");
+  SHOAL_CHECK(vocab_size > 0, source + ": vocab_size must be positive");
+  std::shared_ptr<Dataset> d(new Dataset());
+  d->source_ = std::move(source);
+  d->shape_ = {seq_len};
+  d->numel_ = seq_len;
+  d->is_u8_ = false;
+  d->num_classes_ = vocab_size;
+  d->seq_len_ = seq_len;
+  d->token_samples_ = tokens.empty() ? 0 : int64_t(tokens.size() - 1) / seq_len;
+  d->tokens_ = std::move(tokens);
+  // Ids go to the model as they are (an embedding looks them up): no normalization.
+  d->mean_ = {0.0f};
+  d->std_ = {1.0f};
+  return d;
+}
+
+void Dataset::WriteLabels(int64_t i, int32_t* out) const {
+  if (!is_tokens()) {
+    out[0] = labels_[size_t(i)];
+    return;
+  }
+  const uint16_t* t = tokens_.data() + i * seq_len_ + 1;
+  for (int64_t k = 0; k < seq_len_; ++k) out[k] = int32_t(t[k]);
 }
 
 void Dataset::Init(std::vector<int64_t> rows, int64_t stored_rows) {
@@ -172,14 +201,20 @@ void Dataset::SetNormalization(std::vector<float> mean, std::vector<float> stdde
 }
 
 void Dataset::UseNormalizationOf(const Dataset& train) {
-  if (train.sample_shape() != shape_) {
+  if (is_tokens() != train.is_tokens())
+    throw Error(source_ + ": the test set and the training set (" + train.source() + ") are of different formats");
+  if (train.sample_shape() != shape_ || train.is_tokens()) {
     auto str = [](const std::vector<int64_t>& s) {
       std::string o;
       for (size_t i = 0; i < s.size(); ++i) o += (i ? "x" : "") + std::to_string(s[i]);
       return o;
     };
-    throw Error(source_ + ": samples are " + str(shape_) + " but the training set's (" + train.source() + ") are " +
-                str(train.sample_shape()));
+    if (train.sample_shape() != shape_)
+      throw Error(source_ + ": samples are " + str(shape_) + " but the training set's (" + train.source() + ") are " +
+                  str(train.sample_shape()));
+    // Token windows: both were read with the same vocab_size, which checked every id.
+    SHOAL_CHECK(num_classes_ == train.num_classes(), source_ + ": vocab_size differs from the training set's");
+    return;
   }
   int32_t top = -1;
   for (int32_t l : labels_) top = std::max(top, l);
@@ -205,6 +240,11 @@ void Dataset::NormalizationAffine(std::vector<float>* scale, std::vector<float>*
 
 void Dataset::WriteNormalized(int64_t i, float* out) const {
   SHOAL_CHECK(!encoded_, source_ + ": encoded images are decoded by the DataLoader");
+  if (is_tokens()) {
+    const uint16_t* t = tokens_.data() + i * seq_len_;
+    for (int64_t k = 0; k < seq_len_; ++k) out[k] = float(t[k]);
+    return;
+  }
   const int64_t C = channels(), hw = numel_ / C;
   std::vector<float> scale, shift;
   NormalizationAffine(&scale, &shift);
@@ -230,8 +270,9 @@ std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::strin
   if (format == "synthetic") return MakeSynthetic(path, options);
   if (format == "imagefolder") return ReadImageFolder(path, options);
   if (format == "webdataset") return ReadWebDataset(path, options);
+  if (format == "tokens") return ReadTokens(path, options);
   throw Error("[data] format: unknown \"" + format +
-              "\" (expected idx, cifar, cifar100, synthetic, imagefolder or webdataset)");
+              "\" (expected idx, cifar, cifar100, synthetic, imagefolder, webdataset or tokens)");
 }
 
 }  // namespace data

@@ -1,5 +1,7 @@
 // An in-memory image classification data set: uint8 or float32 images of one shape
-// (C,H,W), int32 labels, and the per-channel mean/std used to normalize them.
+// (C,H,W), int32 labels, and the per-channel mean/std used to normalize them. Or a token
+// sequence (format "tokens"): samples are windows of seq_len ids (shape {T}), each with T
+// labels, the next token at every position.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -28,6 +30,7 @@ struct DatasetOptions {
   std::vector<float> mean, stddev;
   bool skip_bad = false;             // bad files, members, shards, class folders: skipped and counted
   std::vector<std::string> classes;  // imagefolder test set: the training set's class names
+  int64_t seq_len = 0;               // tokens: tokens per window (num_classes is the vocabulary size)
 };
 
 // ImageNet's per-channel statistics (RGB, [0,1] scale), and for one channel their ITU-R 601
@@ -68,8 +71,20 @@ class Dataset {
                                               std::vector<float> stddev, int64_t skipped,
                                               std::vector<std::string> classes = {});
 
+  // Token windows: sample i is tokens[i*seq_len, (i+1)*seq_len) as floats (the ids: an
+  // embedding's Gather takes float indices), its labels tokens[i*seq_len + 1, ... + seq_len]
+  // (the next token at each position). Non-overlapping; a last partial window is dropped, so
+  // the size is (tokens - 1) / seq_len. Every id must be below vocab_size (the caller checks).
+  static std::shared_ptr<Dataset> FromTokens(std::string source, std::vector<uint16_t> tokens, int64_t seq_len,
+                                             int64_t vocab_size);
+
   const std::string& source() const { return source_; }  // where it came from, for messages
-  int64_t size() const { return int64_t(labels_.size()); }
+  int64_t size() const { return is_tokens() ? token_samples_ : int64_t(labels_.size()); }
+  bool is_tokens() const { return seq_len_ > 0; }
+  // Labels each sample carries: 1, or seq_len for token windows (one per position).
+  int64_t labels_per_sample() const { return is_tokens() ? seq_len_ : 1; }
+  // Sample i's labels_per_sample() labels into out.
+  void WriteLabels(int64_t i, int32_t* out) const;
   const std::vector<int64_t>& sample_shape() const { return shape_; }  // {C, H, W}
   int64_t channels() const { return shape_[0]; }
   int64_t sample_numel() const { return numel_; }
@@ -79,7 +94,7 @@ class Dataset {
   const EncodedImages& encoded() const { return *encoded_; }
   int64_t load_skipped() const { return load_skipped_; }                        // bad inputs left out at load
   const std::vector<std::string>& class_names() const { return class_names_; }  // imagefolder
-  int32_t label(int64_t i) const { return labels_[size_t(i)]; }
+  int32_t label(int64_t i) const { return labels_[size_t(i)]; }                 // one-label sets only
   const std::vector<int32_t>& labels() const { return labels_; }
   const uint8_t* u8_sample(int64_t i) const { return u8_.data() + Row(i) * numel_; }
   const float* f32_sample(int64_t i) const { return f32_.data() + Row(i) * numel_; }
@@ -117,10 +132,14 @@ class Dataset {
   std::shared_ptr<const EncodedImages> encoded_;
   int64_t load_skipped_ = 0;
   std::vector<std::string> class_names_;
+  int64_t seq_len_ = 0;  // tokens only
+  int64_t token_samples_ = 0;
+  std::vector<uint16_t> tokens_;
 };
 
-// format: "idx" | "cifar" | "cifar100" | "synthetic" | "imagefolder" | "webdataset". path: see
-// the reader of each format (idx_reader.h, cifar_reader.h, image_folder.h, webdataset.h;
+// format: "idx" | "cifar" | "cifar100" | "synthetic" | "imagefolder" | "webdataset" | "tokens".
+// path: see the reader of each format (idx_reader.h, cifar_reader.h, image_folder.h,
+// webdataset.h, tokens_reader.h;
 // synthetic uses the path only to tell train from test).
 std::shared_ptr<Dataset> LoadDataset(const std::string& format, const std::string& path, const DatasetOptions& options);
 

@@ -1,6 +1,8 @@
 """Exports the ONNX models the engine tests import, with PyTorch (Debian's python3-torch),
 and PyTorch's own outputs for a fixed input, so the tests compare Shoal against PyTorch
-without needing it installed. Run from this folder: /usr/bin/python3 make_models.py"""
+without needing it installed. Run from this folder: /usr/bin/python3 make_models.py [gpt]"""
+import sys
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -57,7 +59,47 @@ class TinyTransformer(nn.Module):
         return self.head(h.mean(dim=1))
 
 
+class TinyGpt(nn.Module):
+    """A GPT: byte-token embedding (Gather), learned positions, nn.TransformerEncoder with a
+    causal mask (each position attends to itself and the ones before it), a final LayerNorm
+    and a per-position head: logits [N, T, vocab], a next-token prediction at every position."""
+
+    def __init__(self, vocab=256, seq=32, d=48, heads=4, layers=2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, num_layers=layers)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+        # -inf above the diagonal: exported as an initializer, which Shoal keeps constant
+        # (an initializer holding inf is never trained).
+        self.register_buffer("causal_mask", nn.Transformer.generate_square_subsequent_mask(seq))
+
+    def forward(self, tokens):
+        h = self.enc(self.emb(tokens) + self.pos, mask=self.causal_mask)
+        return self.head(self.norm(h))
+
+
+def make_gpt():
+    torch.manual_seed(2)
+    gpt = TinyGpt()
+    gpt.eval()
+    tokens = torch.randint(0, 256, (3, 32))
+    export(gpt, tokens, "tiny_gpt.onnx")
+    with torch.no_grad():
+        y = gpt(tokens)
+    tokens.numpy().astype(np.float32).tofile("tiny_gpt_input.bin")
+    y.numpy().astype(np.float32).tofile("tiny_gpt_logits.bin")
+    print("tiny_gpt", tuple(tokens.shape), "->", tuple(y.shape))
+
+
 def main():
+    if sys.argv[1:] == ["gpt"]:  # only the GPT (the others' files stay as committed)
+        make_gpt()
+        return
+    make_gpt()
     torch.manual_seed(0)
     cnn = SmallCnn()
     # Non-trivial running statistics, so evaluation reads them.

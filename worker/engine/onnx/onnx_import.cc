@@ -352,8 +352,21 @@ class Importer {
     }
     if (o_.any_output) return;
     const Shape s = model_out_->OutputShape(1);
+    if (o_.sequence_output) {
+      // One label per input position: the logits must line up with the tokens.
+      const int64_t T = o_.input_shape.empty() ? -1 : o_.input_shape[0];
+      if (s.size() != 3 || (T > 0 && s[1] != T))
+        Fail("output '" + out + "' is " + ShapeString(s) +
+             " for one sample; a model of token sequences must output [N, T, vocab] with T = [data] seq_len" +
+             (T > 0 ? " = " + std::to_string(T) : std::string()));
+      if (o_.num_classes > 0 && s[2] != o_.num_classes)
+        Fail("output '" + out + "' has " + std::to_string(s[2]) + " logits per position but [data] vocab_size is " +
+             std::to_string(o_.num_classes));
+      return;
+    }
     if (s.size() != 2)
-      Fail("output '" + out + "' is " + ShapeString(s) + " for one sample; the logits must be [N, classes]");
+      Fail("output '" + out + "' is " + ShapeString(s) + " for one sample; the logits must be [N, classes]" +
+           (s.size() == 3 ? " ([N, T, vocab] only for [data] format = \"tokens\")" : ""));
     if (o_.num_classes > 0 && s[1] != o_.num_classes)
       Fail("output '" + out + "' has " + std::to_string(s[1]) + " classes but the data has " +
            std::to_string(o_.num_classes));

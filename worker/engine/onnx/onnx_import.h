@@ -43,6 +43,9 @@ struct OnnxOptions {
   int64_t batch = 1;
   // Accept any output shape (tests of single operators, inference): no [N, classes] check.
   bool any_output = false;
+  // The data is a token sequence (input [N, T]): the output must be [N, T, num_classes],
+  // logits per position, each with its own label (the loss is the mean over positions).
+  bool sequence_output = false;
   // Inference runs of a graph as written (shoal onnx run): batch norm and dropout follow
   // their node's training_mode in evaluation too. Training ignores it: the model's mode rules.
   bool node_training_modes = false;

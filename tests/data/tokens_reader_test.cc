@@ -1,0 +1,182 @@
+// Token files (format "tokens"): windows and next-token labels, sharding and resume through
+// the DataLoader, and the bad files a user meets (odd length, too short, an id past the vocabulary).
+#include "worker/data/tokens_reader.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "tests/data/test_files.h"
+#include "worker/data/data_loader.h"
+
+namespace shoal {
+namespace {
+
+using testdata::TempDir;
+
+// n tokens, little-endian uint16, token k = k % mod (so a window's ids say where it started).
+std::string WriteTokens(const TempDir& dir, const std::string& name, int64_t n, int mod = 1000) {
+  std::vector<uint8_t> bytes;
+  for (int64_t k = 0; k < n; ++k) {
+    const uint16_t t = uint16_t(k % mod);
+    bytes.push_back(uint8_t(t & 0xff));
+    bytes.push_back(uint8_t(t >> 8));
+  }
+  testdata::WriteBytes(dir / name, bytes);
+  return dir / name;
+}
+
+DatasetOptions Opts(int64_t seq_len, int64_t vocab) {
+  DatasetOptions o;
+  o.seq_len = seq_len;
+  o.num_classes = vocab;
+  return o;
+}
+
+std::string ErrorOf(const std::string& path, const DatasetOptions& o) {
+  try {
+    LoadDataset("tokens", path, o);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+TEST(TokensReader, WindowsAndNextTokenTargets) {
+  TempDir dir;
+  // 4 windows of 8 need 33 tokens; 40 tokens still give 4 (the partial fifth is dropped).
+  const std::string path = WriteTokens(dir, "train.bin", 40);
+  auto d = LoadDataset("tokens", path, Opts(8, 1000));
+  ASSERT_TRUE(d->is_tokens());
+  EXPECT_EQ(d->size(), 4);
+  EXPECT_EQ(d->sample_shape(), std::vector<int64_t>({8}));
+  EXPECT_EQ(d->labels_per_sample(), 8);
+  EXPECT_EQ(d->num_classes(), 1000);
+  for (int64_t i = 0; i < 4; ++i) {
+    std::vector<float> x(8);
+    std::vector<int32_t> y(8);
+    d->WriteNormalized(i, x.data());
+    d->WriteLabels(i, y.data());
+    for (int64_t k = 0; k < 8; ++k) {
+      EXPECT_EQ(x[size_t(k)], float(i * 8 + k));        // the ids themselves, unnormalized
+      EXPECT_EQ(y[size_t(k)], int32_t(i * 8 + k + 1));  // the next token
+    }
+  }
+  // Exactly seq_len + 1 tokens: one window. max_samples keeps the first windows.
+  EXPECT_EQ(LoadDataset("tokens", WriteTokens(dir, "one.bin", 9), Opts(8, 1000))->size(), 1);
+  DatasetOptions o = Opts(8, 1000);
+  o.max_samples = 2;
+  EXPECT_EQ(LoadDataset("tokens", path, o)->size(), 2);
+  // Ids up to 65535 (the whole uint16 range) with vocab_size 65536.
+  std::vector<uint8_t> hi = {0xff, 0xff, 0x00, 0x01, 0x34, 0x12};
+  testdata::WriteBytes(dir / "hi.bin", hi);
+  auto h = LoadDataset("tokens", dir / "hi.bin", Opts(2, 65536));
+  std::vector<float> x(2);
+  std::vector<int32_t> y(2);
+  h->WriteNormalized(0, x.data());
+  h->WriteLabels(0, y.data());
+  EXPECT_EQ(x, std::vector<float>({65535.0f, 256.0f}));
+  EXPECT_EQ(y, std::vector<int32_t>({256, 0x1234}));
+}
+
+TEST(TokensReader, LoaderShardsEveryWindowOnceAndResumes) {
+  TempDir dir;
+  // 100 windows of 4 tokens; window i starts with token 4i.
+  const std::string path = WriteTokens(dir, "train.bin", 401, 60000);
+  auto d = LoadDataset("tokens", path, Opts(4, 60000));
+  ASSERT_EQ(d->size(), 100);
+  std::multiset<int64_t> seen;
+  for (int r = 0; r < 2; ++r) {
+    DataLoaderOptions lo;
+    lo.batch_size = 5;
+    lo.rank = r;
+    lo.world_size = 2;
+    lo.seed = 7;
+    DataLoader l(d, lo);
+    EXPECT_EQ(l.batches_per_epoch(), 10);
+    l.StartEpoch(1);
+    Batch b;
+    while (l.Next(&b)) {
+      ASSERT_EQ(int64_t(b.images.size()), b.n * 4);
+      ASSERT_EQ(int64_t(b.labels.size()), b.n * 4);
+      for (int64_t j = 0; j < b.n; ++j) {
+        const int64_t start = int64_t(b.images[size_t(j * 4)]);
+        EXPECT_EQ(start % 4, 0);
+        for (int64_t k = 0; k < 4; ++k) {
+          EXPECT_EQ(b.images[size_t(j * 4 + k)], float(start + k));
+          EXPECT_EQ(b.labels[size_t(j * 4 + k)], int32_t(start + k + 1));
+        }
+        seen.insert(start / 4);
+      }
+    }
+  }
+  // Both ranks together: every window once, in a shuffled order.
+  ASSERT_EQ(seen.size(), 100u);
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 100u);
+
+  // Resume: a fresh loader seeked to a position gives the same batches from there on.
+  DataLoaderOptions lo;
+  lo.batch_size = 3;
+  lo.seed = 11;
+  DataLoader a(d, lo);
+  a.StartEpoch(2);
+  Batch b;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(a.Next(&b));
+  const data::Position p = a.position();
+  ASSERT_TRUE(a.Next(&b));
+  DataLoader c(d, lo);
+  c.Seek(p);
+  Batch b2;
+  ASSERT_TRUE(c.Next(&b2));
+  EXPECT_EQ(b.images, b2.images);
+  EXPECT_EQ(b.labels, b2.labels);
+
+  // Balanced splits slice each step's global batch: shares of the same T-token windows.
+  DataLoaderOptions g;
+  g.batch_size = 4;
+  g.world_size = 2;
+  g.global_slices = true;
+  DataLoader s(d, g);
+  s.SetShare(0, 6);
+  ASSERT_TRUE(s.Next(&b));
+  EXPECT_EQ(b.n, 6);
+  EXPECT_EQ(b.labels.size(), 24u);
+}
+
+TEST(TokensReader, BadFilesNameTheFile) {
+  TempDir dir;
+  testdata::WriteBytes(dir / "odd.bin", std::vector<uint8_t>(21, 1));
+  std::string e = ErrorOf(dir / "odd.bin", Opts(4, 300));
+  EXPECT_NE(e.find(dir / "odd.bin"), std::string::npos) << e;
+  EXPECT_NE(e.find("odd length"), std::string::npos) << e;
+
+  e = ErrorOf(WriteTokens(dir, "short.bin", 8), Opts(8, 300));
+  EXPECT_NE(e.find(dir / "short.bin"), std::string::npos) << e;
+  EXPECT_NE(e.find("8 tokens, fewer than seq_len + 1 = 9"), std::string::npos) << e;
+
+  e = ErrorOf(WriteTokens(dir, "empty.bin", 0), Opts(8, 300));
+  EXPECT_NE(e.find("0 tokens"), std::string::npos) << e;
+
+  // Token 300 is the 301st: byte offset 600.
+  e = ErrorOf(WriteTokens(dir, "big.bin", 1000), Opts(8, 300));
+  EXPECT_NE(e.find(dir / "big.bin"), std::string::npos) << e;
+  EXPECT_NE(e.find("token 300 at byte offset 600"), std::string::npos) << e;
+  EXPECT_NE(e.find("vocab_size = 300"), std::string::npos) << e;
+
+  e = ErrorOf(dir / "missing.bin", Opts(8, 300));
+  EXPECT_NE(e.find(dir / "missing.bin"), std::string::npos) << e;
+  e = ErrorOf(dir.path(), Opts(8, 300));
+  EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
+
+  // A test set must match the training set's windows.
+  auto train = LoadDataset("tokens", WriteTokens(dir, "a.bin", 100), Opts(8, 1000));
+  auto test = LoadDataset("tokens", WriteTokens(dir, "b.bin", 100), Opts(4, 1000));
+  EXPECT_THROW(test->UseNormalizationOf(*train), Error);
+  auto ok = LoadDataset("tokens", WriteTokens(dir, "c.bin", 100), Opts(8, 1000));
+  ok->UseNormalizationOf(*train);
+  EXPECT_EQ(ok->num_classes(), 1000);
+}
+
+}  // namespace
+}  // namespace shoal
