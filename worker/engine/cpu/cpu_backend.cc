@@ -9,27 +9,12 @@
 
 #include "common/error.h"
 #include "worker/engine/cpu/conv_plan.h"
+#include "worker/engine/cpu/cpu_checks.h"
 #include "worker/engine/cpu/dnnl_util.h"
 #include "worker/engine/cpu/matmul_plan.h"
 
 namespace shoal {
 namespace {
-
-// Below this many elements an OpenMP fork costs more than the loop.
-constexpr int64_t kParallelMin = 1 << 15;
-
-void CheckF32(const Tensor& t, const char* op, const char* arg) {
-  SHOAL_CHECK(t.defined(), std::string("CpuBackend::") + op + ": " + arg + " is undefined");
-  SHOAL_CHECK(t.dtype() == DType::kF32, std::string("CpuBackend::") + op + ": " + arg + " is " + DTypeName(t.dtype()) +
-                                            ", the CPU backend computes in fp32 only");
-  SHOAL_CHECK(t.device().is_cpu(),
-              std::string("CpuBackend::") + op + ": " + arg + " lives on " + t.device().ToString() + ", not the CPU");
-}
-
-void CheckSameShape(const Tensor& a, const Tensor& b, const char* op) {
-  SHOAL_CHECK(a.shape() == b.shape(), std::string("CpuBackend::") + op + ": shapes " + ShapeString(a.shape()) +
-                                          " and " + ShapeString(b.shape()) + " differ");
-}
 
 // [N,C,H,W] or [N,C] -> (N, C, H*W)
 void NCS(const Tensor& x, const char* op, int64_t* n, int64_t* c, int64_t* s) {

@@ -8,17 +8,10 @@
 
 #include "common/error.h"
 #include "worker/engine/cpu/cpu_backend.h"
+#include "worker/engine/cpu/cpu_checks.h"
 
 namespace shoal {
 namespace {
-
-constexpr int64_t kParallelMin = 1 << 15;
-
-void Check(const Tensor& t, const char* op, const char* arg) {
-  SHOAL_CHECK(t.defined(), std::string("CpuBackend::") + op + ": " + arg + " is undefined");
-  SHOAL_CHECK(t.dtype() == DType::kF32 && t.device().is_cpu(),
-              std::string("CpuBackend::") + op + ": " + arg + " must be an fp32 CPU tensor");
-}
 
 // Strides of `in` walked along `out`'s dimensions: right-aligned, 0 where `in` broadcasts.
 std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out, const char* op) {
@@ -174,7 +167,7 @@ void SplitAt(const Shape& s, int axis, int64_t* outer, int64_t* dim, int64_t* in
 
 void CpuBackend::Unary(UnaryOp op, const Tensor& x, Tensor& y, float a, float b) {
   PinThreads();
-  Check(x, "Unary", "x");
+  CheckF32(x, "Unary", "x");
   SHOAL_CHECK(x.numel() == y.numel(),
               "CpuBackend::Unary: " + ShapeString(x.shape()) + " into " + ShapeString(y.shape()));
   const float* xp = x.data<float>();
@@ -187,7 +180,7 @@ void CpuBackend::Unary(UnaryOp op, const Tensor& x, Tensor& y, float a, float b)
 void CpuBackend::UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, float a,
                                float b) {
   PinThreads();
-  Check(x, "UnaryBackward", "x");
+  CheckF32(x, "UnaryBackward", "x");
   SHOAL_CHECK(x.numel() == y.numel() && x.numel() == dy.numel() && x.numel() == dx.numel(),
               "CpuBackend::UnaryBackward: sizes of x, y, dy, dx differ");
   const float *xp = x.data<float>(), *yp = y.data<float>(), *g = dy.data<float>();
@@ -199,9 +192,9 @@ void CpuBackend::UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& y, con
 
 void CpuBackend::Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
   PinThreads();
-  Check(a, "Binary", "a");
-  Check(b, "Binary", "b");
-  Check(y, "Binary", "y");
+  CheckF32(a, "Binary", "a");
+  CheckF32(b, "Binary", "b");
+  CheckF32(y, "Binary", "y");
   const float *ap = a.data<float>(), *bp = b.data<float>();
   float* yp = y.data<float>();
   if (a.shape() == y.shape() && b.shape() == y.shape()) {
@@ -222,9 +215,9 @@ void CpuBackend::Binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y
 
 void CpuBackend::Where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y) {
   PinThreads();
-  Check(cond, "Where", "cond");
-  Check(a, "Where", "a");
-  Check(b, "Where", "b");
+  CheckF32(cond, "Where", "cond");
+  CheckF32(a, "Where", "a");
+  CheckF32(b, "Where", "b");
   const std::vector<int64_t> st[4] = {ContiguousStrides(y.shape()), BroadcastStrides(cond.shape(), y.shape(), "Where"),
                                       BroadcastStrides(a.shape(), y.shape(), "Where"),
                                       BroadcastStrides(b.shape(), y.shape(), "Where")};
@@ -240,8 +233,8 @@ void CpuBackend::Where(const Tensor& cond, const Tensor& a, const Tensor& b, Ten
 
 void CpuBackend::ReduceSum(const Tensor& x, Tensor& y, float alpha, bool accumulate) {
   PinThreads();
-  Check(x, "ReduceSum", "x");
-  Check(y, "ReduceSum", "y");
+  CheckF32(x, "ReduceSum", "x");
+  CheckF32(y, "ReduceSum", "y");
   const Shape& xs = x.shape();
   // y's strides along x's dimensions (0 where reduced): a broadcast of y to x, walked once.
   const std::vector<int64_t> ys = BroadcastStrides(y.shape(), xs, "ReduceSum");
@@ -286,8 +279,8 @@ void CpuBackend::ReduceSum(const Tensor& x, Tensor& y, float alpha, bool accumul
 void CpuBackend::StridedCopy(const Tensor& src, const StridedView& sv, Tensor& dst, const StridedView& dv,
                              const Shape& shape, bool accumulate) {
   PinThreads();
-  Check(src, "StridedCopy", "src");
-  Check(dst, "StridedCopy", "dst");
+  CheckF32(src, "StridedCopy", "src");
+  CheckF32(dst, "StridedCopy", "dst");
   SHOAL_CHECK(sv.strides.size() == shape.size() && dv.strides.size() == shape.size(),
               "CpuBackend::StridedCopy: strides do not match the walked shape " + ShapeString(shape));
   if (NumElements(shape) == 0) return;
@@ -323,9 +316,9 @@ void CpuBackend::StridedCopy(const Tensor& src, const StridedView& sv, Tensor& d
 
 void CpuBackend::MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
   PinThreads();
-  Check(a, "MatMul", "a");
-  Check(b, "MatMul", "b");
-  Check(c, "MatMul", "c");
+  CheckF32(a, "MatMul", "a");
+  CheckF32(b, "MatMul", "b");
+  CheckF32(c, "MatMul", "c");
   SHOAL_CHECK(a.ndim() == 3 && b.ndim() == 3 && c.ndim() == 3,
               "CpuBackend::MatMul: a, b, c must be 3-D [batch, rows, cols], got " + ShapeString(a.shape()) + ", " +
                   ShapeString(b.shape()) + ", " + ShapeString(c.shape()));
@@ -337,10 +330,11 @@ void CpuBackend::MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tens
                   (tb ? "^T" : "") + " does not give " + ShapeString(c.shape()));
   const int64_t as = a.dim(0) == 1 ? 0 : a.dim(1) * a.dim(2), bs = b.dim(0) == 1 ? 0 : b.dim(1) * b.dim(2);
   float* cp = c.data<float>();
-  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) {
-    // Gemm takes beta 0 or 1 and no alpha: scale c first and the product after.
-    SHOAL_CHECK(beta == 0.0f, "CpuBackend::MatMul: alpha != 1 needs beta 0");
-  }
+  // Gemm overwrites or adds (beta 0 or 1) and has no alpha: alpha scales the product after,
+  // which is only right when nothing was added to it.
+  SHOAL_CHECK(beta == 0.0f || (beta == 1.0f && alpha == 1.0f),
+              "CpuBackend::MatMul: beta must be 0, or 1 with alpha 1, got alpha " + std::to_string(alpha) + " beta " +
+                  std::to_string(beta));
   // One matrix shared by every batch on the left, none on the right: one tall product.
   if (as != 0 && bs == 0 && !ta) {
     Gemm('N', tb ? 'T' : 'N', B * M, N, K, a.data<float>(), K, b.data<float>(), tb ? K : N, beta, cp, N);
@@ -358,7 +352,7 @@ void CpuBackend::MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tens
 
 void CpuBackend::Softmax(const Tensor& x, int axis, bool log, Tensor& y) {
   PinThreads();
-  Check(x, "Softmax", "x");
+  CheckF32(x, "Softmax", "x");
   SHOAL_CHECK(x.shape() == y.shape(), "CpuBackend::Softmax: x and y shapes differ");
   int64_t outer, dim, inner;
   SplitAt(x.shape(), NormAxis(axis, x.ndim(), "Softmax"), &outer, &dim, &inner);
@@ -381,7 +375,7 @@ void CpuBackend::Softmax(const Tensor& x, int axis, bool log, Tensor& y) {
 
 void CpuBackend::SoftmaxBackward(const Tensor& y, const Tensor& dy, int axis, bool log, Tensor& dx) {
   PinThreads();
-  Check(y, "SoftmaxBackward", "y");
+  CheckF32(y, "SoftmaxBackward", "y");
   SHOAL_CHECK(y.shape() == dy.shape() && y.shape() == dx.shape(), "CpuBackend::SoftmaxBackward: shapes differ");
   int64_t outer, dim, inner;
   SplitAt(y.shape(), NormAxis(axis, y.ndim(), "SoftmaxBackward"), &outer, &dim, &inner);
@@ -402,7 +396,7 @@ void CpuBackend::SoftmaxBackward(const Tensor& y, const Tensor& dy, int axis, bo
 void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& gamma, const Tensor& beta, int64_t cols, float eps,
                                   Tensor& y, Tensor& mean, Tensor& invstd) {
   PinThreads();
-  Check(x, "LayerNormForward", "x");
+  CheckF32(x, "LayerNormForward", "x");
   SHOAL_CHECK(cols > 0 && x.numel() % cols == 0 && gamma.numel() == cols && (!beta.defined() || beta.numel() == cols),
               "CpuBackend::LayerNormForward: " + std::to_string(cols) + " columns do not fit x " +
                   ShapeString(x.shape()) + " / gamma " + ShapeString(gamma.shape()));
@@ -428,7 +422,7 @@ void CpuBackend::LayerNormForward(const Tensor& x, const Tensor& gamma, const Te
 void CpuBackend::LayerNormBackward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
                                    const Tensor& invstd, int64_t cols, Tensor& dx, Tensor* dgamma, Tensor* dbeta) {
   PinThreads();
-  Check(x, "LayerNormBackward", "x");
+  CheckF32(x, "LayerNormBackward", "x");
   SHOAL_CHECK(cols > 0 && x.numel() % cols == 0 && dy.numel() == x.numel() && dx.numel() == x.numel(),
               "CpuBackend::LayerNormBackward: shapes do not fit");
   const int64_t rows = x.numel() / cols;
@@ -468,8 +462,8 @@ void CpuBackend::LayerNormBackward(const Tensor& x, const Tensor& dy, const Tens
 
 void CpuBackend::IndexSelect(const Tensor& x, const Tensor& indices, int axis, Tensor& y) {
   PinThreads();
-  Check(x, "IndexSelect", "x");
-  Check(indices, "IndexSelect", "indices");
+  CheckF32(x, "IndexSelect", "x");
+  CheckF32(indices, "IndexSelect", "indices");
   const int ax = NormAxis(axis, x.ndim(), "IndexSelect");
   int64_t outer, dim, inner;
   SplitAt(x.shape(), ax, &outer, &dim, &inner);
@@ -493,7 +487,7 @@ void CpuBackend::IndexSelect(const Tensor& x, const Tensor& indices, int axis, T
 
 void CpuBackend::IndexSelectBackward(const Tensor& dy, const Tensor& indices, int axis, Tensor& dx) {
   PinThreads();
-  Check(dy, "IndexSelectBackward", "dy");
+  CheckF32(dy, "IndexSelectBackward", "dy");
   const int ax = NormAxis(axis, dx.ndim(), "IndexSelectBackward");
   int64_t outer, dim, inner;
   SplitAt(dx.shape(), ax, &outer, &dim, &inner);
@@ -522,7 +516,7 @@ int64_t PoolOutSize(int64_t in, int k, int s, int p) { return (in + 2 * p - k) /
 
 void CpuBackend::AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor& y) {
   PinThreads();
-  Check(x, "AvgPoolForward", "x");
+  CheckF32(x, "AvgPoolForward", "x");
   SHOAL_CHECK(x.ndim() == 4 && p.kh() > 0 && p.kw() > 0 && p.sh() > 0 && p.sw() > 0 && p.ph() >= 0 && p.pw() >= 0,
               "CpuBackend::AvgPoolForward: bad input " + ShapeString(x.shape()) + " or window");
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
@@ -548,7 +542,7 @@ void CpuBackend::AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor& y)
 
 void CpuBackend::AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor& dx) {
   PinThreads();
-  Check(dy, "AvgPoolBackward", "dy");
+  CheckF32(dy, "AvgPoolBackward", "dy");
   SHOAL_CHECK(dx.ndim() == 4 && dy.ndim() == 4, "CpuBackend::AvgPoolBackward: expected [N,C,H,W]");
   const int64_t NC = dx.dim(0) * dx.dim(1), H = dx.dim(2), W = dx.dim(3), Ho = dy.dim(2), Wo = dy.dim(3);
   const float* g = dy.data<float>();
@@ -570,7 +564,7 @@ void CpuBackend::AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor& 
 
 void CpuBackend::DropoutMask(uint64_t seed, float ratio, Tensor& mask) {
   PinThreads();
-  Check(mask, "DropoutMask", "mask");
+  CheckF32(mask, "DropoutMask", "mask");
   SHOAL_CHECK(ratio >= 0.0f && ratio < 1.0f, "Dropout: ratio " + std::to_string(ratio) + " is not in [0, 1)");
   float* m = mask.data<float>();
   const float keep = 1.0f / (1.0f - ratio);
