@@ -245,6 +245,54 @@ Shape ViewShape(const onnx::NodeProto& node, int opset, const Shape& in_shape,
   return s;
 }
 
+SliceWindow SliceWindowOf(const onnx::NodeProto& node, int opset, const Shape& shape,
+                          const std::vector<const HostValue*>& in) {
+  const std::string where = NodeWhere(node);
+  const int64_t rank = int64_t(shape.size());
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (opset >= 10) {
+    starts = In(in, 1, where).Ints(where + " starts");
+    ends = In(in, 2, where).Ints(where + " ends");
+    if (HasInput(node, 3)) axes = In(in, 3, where).Ints(where + " axes");
+    if (HasInput(node, 4)) steps = In(in, 4, where).Ints(where + " steps");
+  } else {
+    starts = AttrInts(node, "starts");
+    ends = AttrInts(node, "ends");
+    axes = AttrInts(node, "axes");
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  SHOAL_CHECK(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(),
+              where + ": starts, ends, axes and steps differ in length");
+  SliceWindow w{std::vector<int64_t>(size_t(rank), 0), std::vector<int64_t>(size_t(rank), 1), shape};
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t a = size_t(NormAxis(axes[i], rank, where));
+    SHOAL_CHECK(steps[i] != 0, where + ": step 0");
+    int64_t lo = starts[i], hi = ends[i];
+    SliceBounds(shape[a], steps[i], &lo, &hi);
+    w.begin[a] = lo;
+    w.step[a] = steps[i];
+    w.out[a] = std::max<int64_t>(0, (hi - lo + steps[i] + (steps[i] > 0 ? -1 : 1)) / steps[i]);
+  }
+  return w;
+}
+
+std::vector<int64_t> TransposePerm(const onnx::NodeProto& node, int64_t rank) {
+  const std::string where = NodeWhere(node);
+  std::vector<int64_t> perm = AttrInts(node, "perm");
+  if (perm.empty())
+    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  SHOAL_CHECK(int64_t(perm.size()) == rank, where + ": perm has " + std::to_string(perm.size()) +
+                                                " entries for an input of rank " + std::to_string(rank));
+  std::vector<int64_t> seen(size_t(rank), 0);
+  for (int64_t& d : perm) {
+    d = NormAxis(d, rank, where);
+    SHOAL_CHECK(!seen[size_t(d)]++, where + ": perm repeats dimension " + std::to_string(d));
+  }
+  return perm;
+}
+
 std::vector<HostValue> EvalHost(const onnx::NodeProto& node, int opset, const std::vector<const HostValue*>& in,
                                 const std::vector<Shape>& in_shapes) {
   const std::string where = NodeWhere(node);
@@ -469,33 +517,9 @@ std::vector<HostValue> EvalHost(const onnx::NodeProto& node, int opset, const st
   if (op == "Slice") {
     const HostValue& x = In(in, 0, where);
     const int64_t rank = int64_t(x.shape.size());
-    std::vector<int64_t> starts, ends, axes, steps;
-    if (opset >= 10) {
-      starts = In(in, 1, where).Ints(where + " starts");
-      ends = In(in, 2, where).Ints(where + " ends");
-      if (HasInput(node, 3)) axes = In(in, 3, where).Ints(where + " axes");
-      if (HasInput(node, 4)) steps = In(in, 4, where).Ints(where + " steps");
-    } else {
-      starts = AttrInts(node, "starts");
-      ends = AttrInts(node, "ends");
-      axes = AttrInts(node, "axes");
-    }
-    if (axes.empty())
-      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-    if (steps.empty()) steps.assign(starts.size(), 1);
-    SHOAL_CHECK(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(),
-                where + ": starts, ends, axes and steps differ in length");
-    std::vector<int64_t> b(size_t(rank), 0), st(size_t(rank), 1);
-    Shape s = x.shape;
-    for (size_t i = 0; i < starts.size(); ++i) {
-      const int64_t a = NormAxis(axes[i], rank, where);
-      SHOAL_CHECK(steps[i] != 0, where + ": step 0");
-      int64_t lo = starts[i], hi = ends[i];
-      SliceBounds(x.shape[size_t(a)], steps[i], &lo, &hi);
-      b[size_t(a)] = lo;
-      st[size_t(a)] = steps[i];
-      s[size_t(a)] = std::max<int64_t>(0, (hi - lo + steps[i] + (steps[i] > 0 ? -1 : 1)) / steps[i]);
-    }
+    const SliceWindow w = SliceWindowOf(node, opset, x.shape, in);
+    const Shape& s = w.out;
+    const std::vector<int64_t>&b = w.begin, &st = w.step;
     HostValue r{s, x.is_float, {}};
     const std::vector<int64_t> cs = ContiguousStrides(x.shape);
     for (int64_t i = 0; i < NumElements(s); ++i) {
@@ -511,12 +535,9 @@ std::vector<HostValue> EvalHost(const onnx::NodeProto& node, int opset, const st
   if (op == "Transpose") {
     const HostValue& x = In(in, 0, where);
     const int64_t rank = int64_t(x.shape.size());
-    std::vector<int64_t> perm = AttrInts(node, "perm");
-    if (perm.empty())
-      for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
-    SHOAL_CHECK(int64_t(perm.size()) == rank, where + ": perm does not match the rank");
+    const std::vector<int64_t> perm = TransposePerm(node, rank);
     HostValue r{Shape(size_t(rank)), x.is_float, {}};
-    for (int64_t d = 0; d < rank; ++d) r.shape[size_t(d)] = x.shape[size_t(NormAxis(perm[size_t(d)], rank, where))];
+    for (int64_t d = 0; d < rank; ++d) r.shape[size_t(d)] = x.shape[size_t(perm[size_t(d)])];
     const std::vector<int64_t> cs = ContiguousStrides(x.shape);
     for (int64_t i = 0; i < x.numel(); ++i) {
       int64_t rem = i, off = 0;

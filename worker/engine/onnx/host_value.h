@@ -40,6 +40,17 @@ std::vector<HostValue> EvalHost(const onnx::NodeProto& node, int opset, const st
 // shape) for an input of shape `in_shape`; in[i] holds the node's host inputs (in[0] unused).
 Shape ViewShape(const onnx::NodeProto& node, int opset, const Shape& in_shape, const std::vector<const HostValue*>& in);
 
+// What a Slice node takes of an input of `shape`: where it begins and its step in every
+// dimension, and the output shape. in[i]: the node's host inputs (starts, ends, axes, steps).
+struct SliceWindow {
+  std::vector<int64_t> begin, step;
+  Shape out;
+};
+SliceWindow SliceWindowOf(const onnx::NodeProto& node, int opset, const Shape& shape,
+                          const std::vector<const HostValue*>& in);
+// A Transpose node's permutation for an input of `rank`, checked (each dimension once).
+std::vector<int64_t> TransposePerm(const onnx::NodeProto& node, int64_t rank);
+
 // Numpy broadcasting of two shapes; throws naming `where` when they do not broadcast.
 Shape BroadcastShapes(const Shape& a, const Shape& b, const std::string& where);
 

@@ -312,8 +312,8 @@ class Importer {
   // The Model node that outputs `name` as a device tensor: a parameter, or an upload of a
   // host value, made on first use.
   int DeviceId(const std::string& name) {
-    for (const std::string& extra : used_extra_outputs_)
-      if (extra == name) Fail("'" + name + "' is an extra output of an operator; only first outputs are supported");
+    if (used_extra_outputs_.count(name))
+      Fail("'" + name + "' is an extra output of an operator; only first outputs are supported");
     Value& v = values_[name];
     if (v.model_id != kNoNode) return v.model_id;
     if (v.trainable) {

@@ -18,7 +18,7 @@ int64_t Axis(int64_t axis, int64_t rank, const std::string& where) {
 
 class TransposeLayer final : public GraphLayer {
  public:
-  TransposeLayer(Backend& be, const onnx::NodeProto& n) : GraphLayer(be, n, 1), perm_(AttrInts(n, "perm")) {}
+  TransposeLayer(Backend& be, const onnx::NodeProto& n) : GraphLayer(be, n, 1), node_(n) {}
   Shape OutputShape(const std::vector<Shape>& in) const override {
     const std::vector<int64_t> p = Perm(int64_t(in[0].size()));
     Shape s;
@@ -46,31 +46,13 @@ class TransposeLayer final : public GraphLayer {
   }
 
  private:
-  std::vector<int64_t> Perm(int64_t rank) const {
-    std::vector<int64_t> p = perm_;
-    if (p.empty())
-      for (int64_t d = rank - 1; d >= 0; --d) p.push_back(d);
-    SHOAL_CHECK(int64_t(p.size()) == rank, where_ + ": perm has " + std::to_string(p.size()) +
-                                               " entries for an input of rank " + std::to_string(rank));
-    std::vector<int64_t> seen(size_t(rank), 0);
-    for (int64_t& d : p) {
-      d = Axis(d, rank, where_);
-      SHOAL_CHECK(!seen[size_t(d)]++, where_ + ": perm repeats dimension " + std::to_string(d));
-    }
-    return p;
-  }
-  std::vector<int64_t> perm_;
+  std::vector<int64_t> Perm(int64_t rank) const { return TransposePerm(node_, rank); }
+  onnx::NodeProto node_;
   Tensor dx_;
 };
 
-// The part [start, start + size) of `axis`, with a step: Slice, and each output of Split.
-struct SliceSpec {
-  std::vector<int64_t> begin, step;
-  Shape out;
-};
-
 // Copies between x and the slice of it that `s` describes (to the slice, or back into x).
-void SliceCopy(Backend& be, const SliceSpec& s, const Tensor& x, Tensor& y, bool backward, const Tensor* dy) {
+void SliceCopy(Backend& be, const SliceWindow& s, const Tensor& x, Tensor& y, bool backward, const Tensor* dy) {
   const std::vector<int64_t> cs = ContiguousStrides(x.shape());
   StridedView xv{0, {}};
   for (size_t d = 0; d < cs.size(); ++d) {
@@ -93,7 +75,7 @@ class SliceLayer final : public GraphLayer {
       : GraphLayer(be, n, 1), node_(n), opset_(opset), part_(part) {}
   Shape OutputShape(const std::vector<Shape>& in) const override { return Spec(in[0]).out; }
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool) override {
-    const SliceSpec s = Spec(x[0]->shape());
+    const SliceWindow s = Spec(x[0]->shape());
     Ensure(y_, s.out);
     SliceCopy(be_, s, *x[0], y_, false, nullptr);
     return y_;
@@ -106,64 +88,29 @@ class SliceLayer final : public GraphLayer {
   }
 
  private:
-  SliceSpec Spec(const Shape& xs) const {
+  SliceWindow Spec(const Shape& xs) const {
+    if (part_ < 0) return SliceWindowOf(node_, opset_, xs, host_);
+    // Split's output part_: the part [start, start + size) of its axis.
     const int64_t rank = int64_t(xs.size());
-    SliceSpec s{std::vector<int64_t>(size_t(rank), 0), std::vector<int64_t>(size_t(rank), 1), xs};
-    if (part_ >= 0) {  // Split
-      const int64_t axis = Axis(AttrInt(node_, "axis", 0), rank, where_);
-      std::vector<int64_t> sizes =
-          HasInput(node_, 1) && Host(1) ? Host(1)->Ints(where_ + " split") : AttrInts(node_, "split");
-      if (sizes.empty()) {
-        const int64_t parts = node_.output_size(), dim = xs[size_t(axis)];
-        const int64_t each = (dim + parts - 1) / parts;  // the last part may be smaller
-        for (int64_t k = 0; k < parts; ++k) sizes.push_back(std::max<int64_t>(0, std::min(each, dim - k * each)));
-      }
-      SHOAL_CHECK(int64_t(sizes.size()) == node_.output_size(), where_ + ": split sizes do not match the outputs");
-      int64_t start = 0, total = 0;
-      for (int k = 0; k < int(sizes.size()); ++k) {
-        if (k < part_) start += sizes[size_t(k)];
-        total += sizes[size_t(k)];
-      }
-      SHOAL_CHECK(total == xs[size_t(axis)], where_ + ": split sizes sum to " + std::to_string(total) + ", not " +
-                                                 std::to_string(xs[size_t(axis)]));
-      s.begin[size_t(axis)] = start;
-      s.out[size_t(axis)] = sizes[size_t(part_)];
-      return s;
+    SliceWindow s{std::vector<int64_t>(size_t(rank), 0), std::vector<int64_t>(size_t(rank), 1), xs};
+    const int64_t axis = Axis(AttrInt(node_, "axis", 0), rank, where_);
+    std::vector<int64_t> sizes =
+        HasInput(node_, 1) && Host(1) ? Host(1)->Ints(where_ + " split") : AttrInts(node_, "split");
+    if (sizes.empty()) {
+      const int64_t parts = node_.output_size(), dim = xs[size_t(axis)];
+      const int64_t each = (dim + parts - 1) / parts;  // the last part may be smaller
+      for (int64_t k = 0; k < parts; ++k) sizes.push_back(std::max<int64_t>(0, std::min(each, dim - k * each)));
     }
-    std::vector<int64_t> starts, ends, axes, steps;
-    if (opset_ >= 10) {
-      SHOAL_CHECK(Host(1) && Host(2), where_ + ": starts and ends must be known before training");
-      starts = Host(1)->Ints(where_ + " starts");
-      ends = Host(2)->Ints(where_ + " ends");
-      if (Host(3)) axes = Host(3)->Ints(where_ + " axes");
-      if (Host(4)) steps = Host(4)->Ints(where_ + " steps");
-    } else {
-      starts = AttrInts(node_, "starts");
-      ends = AttrInts(node_, "ends");
-      axes = AttrInts(node_, "axes");
+    SHOAL_CHECK(int64_t(sizes.size()) == node_.output_size(), where_ + ": split sizes do not match the outputs");
+    int64_t start = 0, total = 0;
+    for (int k = 0; k < int(sizes.size()); ++k) {
+      if (k < part_) start += sizes[size_t(k)];
+      total += sizes[size_t(k)];
     }
-    if (axes.empty())
-      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-    if (steps.empty()) steps.assign(starts.size(), 1);
-    SHOAL_CHECK(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(),
-                where_ + ": starts, ends, axes and steps differ in length");
-    for (size_t i = 0; i < starts.size(); ++i) {
-      const size_t a = size_t(Axis(axes[i], rank, where_));
-      const int64_t dim = xs[a], st = steps[i];
-      SHOAL_CHECK(st != 0, where_ + ": step 0");
-      int64_t lo = starts[i] < 0 ? starts[i] + dim : starts[i], hi = ends[i] < 0 ? ends[i] + dim : ends[i];
-      if (st > 0) {
-        lo = std::clamp<int64_t>(lo, 0, dim);
-        hi = std::clamp<int64_t>(hi, 0, dim);
-      } else {
-        lo = std::clamp<int64_t>(lo, 0, dim - 1);
-        hi = std::clamp<int64_t>(hi, -1, dim - 1);
-      }
-      s.begin[a] = lo;
-      s.step[a] = st;
-      s.out[a] =
-          st > 0 ? std::max<int64_t>(0, (hi - lo + st - 1) / st) : std::max<int64_t>(0, (lo - hi - st - 1) / -st);
-    }
+    SHOAL_CHECK(total == xs[size_t(axis)],
+                where_ + ": split sizes sum to " + std::to_string(total) + ", not " + std::to_string(xs[size_t(axis)]));
+    s.begin[size_t(axis)] = start;
+    s.out[size_t(axis)] = sizes[size_t(part_)];
     return s;
   }
   onnx::NodeProto node_;
