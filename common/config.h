@@ -107,7 +107,7 @@ struct JobConfig {
   std::vector<std::string> onnx_constants;
   bool zero_gamma_init = true;
   double label_smoothing = 0.0;
-  std::string precision = "fp32";    // of convolutions and fully connected layers: fp32 | bf16 | fp16
+  std::string precision = "fp32";    // of convolutions and fully connected layers: fp32 | tf32 | bf16 | fp16
   std::string weight_init = "auto";  // auto (the model's default) | he_normal | uniform
   // Loss scaling (worker/loss_scaler.h): "none" | "dynamic" | "fixed" (the file's number).
   // Default: "dynamic" with precision = "fp16", else "none". loss_scale_init is the

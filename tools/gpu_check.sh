@@ -5,7 +5,7 @@
 #   2. each CUDA test in checks/tests/ with a time limit, its log in OUT_DIR/<test>.log and
 #      one line: passed | partial (some cases skipped) | skipped (with gtest's reason) |
 #      failed | timeout | not run;
-#   3. engine_bench on cuda:0, resnet50, batch 256, fp32 and bf16, and PyTorch the same
+#   3. engine_bench on cuda:0, resnet50, batch 256, fp32 (TF32 off), tf32 and bf16, and PyTorch the same
 #      (bench/engine/torch_engine.py --device cuda) when `import torch` works, with the ratio;
 #   4. OUT_DIR/summary.json (one object), printed last.
 # The bundle's `shoal` entry has already put the machine's CUDA libraries on LD_LIBRARY_PATH.
@@ -21,9 +21,9 @@ OUT="$(cd "$OUT" && pwd)"
 TOTAL="${SHOAL_GPU_CHECK_SECONDS:-470}"
 BENCH_S="${SHOAL_GPU_CHECK_BENCH_SECONDS:-10}"
 BENCH_LIMIT=$((BENCH_S + 50))  # per bench process: model setup + warm-up + the timed seconds
-# What the tests leave to the four bench runs (their usual need; slow benches are cut by
+# What the tests leave to the six bench runs (their usual need; slow benches are cut by
 # the run's own deadline, never the run).
-BENCH_RESERVE=$((4 * (BENCH_S + 25)))
+BENCH_RESERVE=$((6 * (BENCH_S + 25)))
 START=$SECONDS
 left() { echo $((TOTAL - (SECONDS - START))); }
 
@@ -50,6 +50,20 @@ echo "gpu-check: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 # The first test that needs the CUDA libraries tells whether they load; say which are missing.
 missing="$(ldd "$HERE/tests/cuda_device_test" 2> /dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')"
 [[ -n "$missing" ]] && echo "gpu-check: CUDA libraries not found on LD_LIBRARY_PATH: $missing(tests needing them fail to load)"
+
+# A GPU the driver shows but the CUDA runtime cannot use (typically a driver older than the
+# runtime this build ships) would make every test skip "green": stop here and fail instead.
+if [[ "$DEVICE" != null ]]; then
+  probe="$(timeout 60 "$HERE/tests/cuda_device_test" --gtest_filter=CudaDevice.MemoryRoundTripWhenPresent 2>&1)"
+  if [[ "$probe" == *"no CUDA device"* ]]; then
+    why="$(printf '%s\n' "$probe" | grep -m1 -o 'no CUDA device.*')"
+    echo "gpu-check: FAILED: nvidia-smi sees a GPU ($smi) but the CUDA runtime reports none: $why"
+    SUMMARY="{\"gpu_check\":\"summary\",\"device\":$DEVICE,\"error\":$(js "nvidia-smi sees a GPU but the CUDA runtime reports none: $why"),\"tests\":{},\"wall_s\":$((SECONDS - START))}"
+    printf '%s\n' "$SUMMARY" > "$OUT/summary.json"
+    printf '%s\n' "$SUMMARY"
+    exit 1
+  fi
+fi
 
 # --- tests ---------------------------------------------------------------------------------
 TESTS_JSON=""
@@ -119,7 +133,7 @@ bench_line() {
   echo "{\"error\":$(js "$(tail -1 "$log")")}"
 }
 BENCH_JSON=""
-for prec in fp32 bf16; do
+for prec in fp32 tf32 bf16; do
   shoal="$(bench_line "$OUT/engine_bench_$prec.log" "$HERE/bench/engine_bench" --device cuda:0 --model resnet50 \
     --batch 256 --precision "$prec" --warmup 5 --seconds "$BENCH_S")"
   torch='{"error":"import torch fails here"}'

@@ -241,7 +241,7 @@ class Trainer {
     const WorkerSpec& spec = cfg_.workers[size_t(rank_)];
     int threads = opts_.threads > 0 ? opts_.threads : int(cfg_.threads);
     try {
-      backend_ = MakeBackend(ParseDevice(spec.device), threads, ParseDType(cfg_.precision));
+      backend_ = MakeBackend(ParseDevice(spec.device), threads, ParsePrecision(cfg_.precision));
     } catch (const Error& e) {
       throw Error(cfg_.path + ": worker " + std::to_string(rank_) + ": " + e.what());
     }

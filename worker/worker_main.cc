@@ -2,6 +2,7 @@
 #include <gflags/gflags.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "algorithms/job_keys.h"
 #include "common/config.h"
@@ -55,6 +56,10 @@ std::string TakeFlag(int* argc, char** argv, const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // CUDA loads kernels lazily by default: a first launch on the compute stream while NCCL's
+  // kernels run on the communication thread can then wait on them (a hang). Loaded at context
+  // creation instead; a user's own CUDA_MODULE_LOADING wins.
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   gflags::SetUsageMessage("shoal-worker --config JOB.toml [--rank R] [--output_dir DIR (overrides [job] output_dir)]");
   const std::string output_dir = TakeFlag(&argc, argv, "output_dir");
   // gflags would exit 1 (a crash, to the launcher) for a malformed value or unknown flag.

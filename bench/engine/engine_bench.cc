@@ -21,7 +21,8 @@ DEFINE_string(device, "cpu", "cpu | cuda:N");
 DEFINE_int32(threads, 2, "CPU threads (0 = all cores)");
 DEFINE_int32(batch, 64, "batch size");
 DEFINE_string(precision, "fp32",
-              "fp32 | bf16 | fp16 (CUDA only): the arithmetic of convolutions and fully connected layers");
+              "fp32 | tf32 (CUDA: TF32 tensor cores; CPU: fp32) | bf16 | fp16 (CUDA only): the arithmetic of convolutions and "
+              "fully connected layers");
 DEFINE_int32(warmup, 5, "untimed steps first");
 DEFINE_double(seconds, 5.0, "time to measure for (at least 5 steps)");
 DEFINE_string(onnx, "",
@@ -38,7 +39,7 @@ Shape InputOf(const std::string& model) {
 }
 
 int Run() {
-  std::unique_ptr<Backend> be = MakeBackend(ParseDevice(FLAGS_device), FLAGS_threads, ParseDType(FLAGS_precision));
+  std::unique_ptr<Backend> be = MakeBackend(ParseDevice(FLAGS_device), FLAGS_threads, ParsePrecision(FLAGS_precision));
   ModelOptions mo;
   mo.input_shape = InputOf(FLAGS_model);
   mo.num_classes = 10;

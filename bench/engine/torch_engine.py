@@ -145,13 +145,17 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = ap.parse_args()
     if a.device == "cuda" and not torch.cuda.is_available():
         print(json.dumps({"bench": "engine_torch", "device": "cuda", "error": "no CUDA device (torch.cuda.is_available() is False)"}))
         sys.exit(2)
     dev = torch.device(a.device)
+    # PyTorch runs fp32 convolutions on TF32 tensor cores by default (Ampere and later): fp32
+    # means true fp32 here, as on Shoal's side, and tf32 turns it on for convolutions and matmuls.
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(1)

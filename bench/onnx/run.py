@@ -4,15 +4,23 @@ same steps: PyTorch exports torchvision's resnet18 and mobilenet_v2 (1-channel s
 28x28) and the small ViT of tests/engine/pytorch/reference.py; Shoal trains each ONNX file on
 Fashion-MNIST with allreduce on `--workers` processes, PyTorch trains the module itself from
 the same initial weights (the file's initializers, loaded by name) with the same global batch,
-optimizer, weight decay rule (none on parameters of rank <= 1, as Shoal) and number of steps.
+optimizer, weight decay rule (none on parameters of rank <= 1, as Shoal), learning-rate
+schedule and number of steps. As in a data-parallel job (PyTorch DDP without SyncBatchNorm),
+PyTorch computes each worker's share of the global batch separately, so batch norm sees the
+same per-worker batches, and averages the running statistics over the shares as Shoal does
+before evaluating. The schedule is cosine to zero by default: a constant learning rate leaves
+the last step's weights, and so one evaluation, at a random point of a noisy walk (resnet18 at
+lr 0.05: 0.70-0.86 between runs that differ only in the data order). Each model runs
+`--seeds` times (data orders), and the diff is of the means.
 Test accuracy on the same test samples. Last line one JSON object:
-{"bench":"onnx_parity","results":{"resnet18":{"shoal":..,"torch":..,"diff":..,"steps":..}, ...}}
+{"bench":"onnx_parity","results":{"resnet18":{"shoal":..,"torch":..,"diff":..,"steps":..,"runs":[..]}, ...}}
 
 usage: bench/onnx/run.py BAZEL_BIN [--models "resnet18 mobilenet_v2 vit"] [--samples 6000]
-       [--epochs 1] [--workers 2] [--batch 32] [--test 2000]"""
+       [--epochs 1] [--workers 2] [--batch 32] [--test 2000] [--seeds 1] [--schedule cosine|constant]"""
 import argparse
 import gzip
 import json
+import math
 import os
 import sys
 import tempfile
@@ -39,13 +47,24 @@ def read_idx(prefix, kind, limit):
     return x[:limit], y[:limit].astype(np.int64)
 
 
-def torch_train(name, onnx_path, a, steps):
+def cosine_lr(peak, step, total):
+    """Shoal's LrSchedule "cosine" without warm-up (algorithms/optimizers/optimizer.cc)."""
+    p = min(1.0, step / max(1, total))
+    return peak * 0.5 * (1 + math.cos(math.pi * p))
+
+
+def batch_norms(model):
+    import torch.nn as nn
+    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+def torch_train(name, onnx_path, a, steps, seed):
     import onnx
     import onnx.numpy_helper
     import torch
     import reference
     torch.set_num_threads(a.threads)
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     model = reference.MODELS[name]()
     init = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(onnx_path).graph.initializer}
     state = model.state_dict()
@@ -63,16 +82,35 @@ def torch_train(name, onnx_path, a, steps):
     groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
     opt = torch.optim.SGD(groups, lr=lr, momentum=0.9) if kind == "sgd" else torch.optim.AdamW(groups, lr=lr)
     gb = a.batch * a.workers
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(7 + seed)
+    bns = batch_norms(model)
     done = 0
     model.train()
     while done < steps:
         order = rng.permutation(len(xtr))
         for i in range(0, len(order) - gb + 1, gb):
             idx = order[i:i + gb]
+            if a.schedule == "cosine":
+                for g in opt.param_groups:
+                    g["lr"] = cosine_lr(lr, done, steps)
             opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(norm(xtr[idx])), torch.from_numpy(ytr[idx]))
-            loss.backward()
+            # Worker w's share: every workers-th sample, as Shoal's loader deals them. Each share
+            # runs from the same running statistics; their mean is what the job keeps.
+            start = [(m.running_mean.clone(), m.running_var.clone()) for m in bns]
+            sums = [(torch.zeros_like(m.running_mean), torch.zeros_like(m.running_var)) for m in bns]
+            for w in range(a.workers):
+                share = idx[w::a.workers]
+                for m, (mean0, var0) in zip(bns, start):
+                    m.running_mean.copy_(mean0)
+                    m.running_var.copy_(var0)
+                loss = torch.nn.functional.cross_entropy(model(norm(xtr[share])), torch.from_numpy(ytr[share]))
+                (loss / a.workers).backward()
+                for m, (sm, sv) in zip(bns, sums):
+                    sm += m.running_mean
+                    sv += m.running_var
+            for m, (sm, sv) in zip(bns, sums):
+                m.running_mean.copy_(sm / a.workers)
+                m.running_var.copy_(sv / a.workers)
             opt.step()
             done += 1
             if done >= steps:
@@ -95,6 +133,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32, help="per worker")
     ap.add_argument("--test", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seeds", type=int, default=1, help="runs per model, each with its own data order")
+    ap.add_argument("--schedule", default="cosine", choices=["cosine", "constant"])
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="onnx_parity_")
     names = a.models.split()
@@ -102,28 +142,39 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tests", "engine", "pytorch", "reference.py"), tmp]
                    + names, check=True, capture_output=True)
     results = {}
-    print("%-14s %8s %10s %10s %8s" % ("model", "steps", "shoal acc", "torch acc", "diff"))
+    print("%-14s %4s %8s %10s %10s %8s" % ("model", "seed", "steps", "shoal acc", "torch acc", "diff"))
     for name in names:
         path = os.path.join(tmp, name + ".onnx")
-        job = lambda out: (f'[job]\nname = "parity-{name}"\nseed = 1\noutput_dir = "{out}"\n\n'
-                           f'[cluster]\nworkers = {a.workers}\n\n[model]\nonnx = "{path}"\n\n'
-                           f'[data]\n{jobs.FASHION_MNIST}\nbatch_size = {a.batch}\n'
-                           f'max_train_samples = {a.samples}\nmax_test_samples = {a.test}\n\n'
-                           f'[algorithm]\nname = "allreduce"\n\n[optimizer]\n{RECIPES[name][0]}\n\n'
-                           f'[train]\nepochs = {a.epochs}\nthreads = {max(1, a.threads // a.workers)}\n')
-        run = jobs.run_job(a.bin_dir, tmp, name, job, 7200)
-        if run.error:
-            print(name, "shoal failed:", run.error)
-            results[name] = {"shoal": None, "torch": None, "diff": None, "error": run.error}
+        runs = []
+        for seed in range(1, a.seeds + 1):
+            job = lambda out: (f'[job]\nname = "parity-{name}"\nseed = {seed}\noutput_dir = "{out}"\n\n'
+                               f'[cluster]\nworkers = {a.workers}\n\n[model]\nonnx = "{path}"\n\n'
+                               f'[data]\n{jobs.FASHION_MNIST}\nbatch_size = {a.batch}\n'
+                               f'max_train_samples = {a.samples}\nmax_test_samples = {a.test}\n\n'
+                               f'[algorithm]\nname = "allreduce"\n\n[optimizer]\n{RECIPES[name][0]}\n'
+                               f'schedule = "{a.schedule}"\n\n'
+                               f'[train]\nepochs = {a.epochs}\nthreads = {max(1, a.threads // a.workers)}\n')
+            run = jobs.run_job(a.bin_dir, tmp, f"{name}-{seed}", job, 7200)
+            if run.error or run.done.get("test_accuracy") is None:
+                print(name, "seed", seed, "shoal failed:", run.error)
+                runs = None
+                break
+            steps = int(run.done.get("steps", 0))
+            shoal = float(run.done["test_accuracy"])
+            torch_acc = torch_train(name, path, a, steps, seed)
+            runs.append({"seed": seed, "shoal": shoal, "torch": round(torch_acc, 4), "steps": steps})
+            print("%-14s %4d %8d %10.4f %10.4f %8.4f" % (name, seed, steps, shoal, torch_acc, shoal - torch_acc))
+        if runs is None:
+            results[name] = {"shoal": None, "torch": None, "diff": None, "error": "shoal failed"}
             continue
-        steps = int(run.done.get("steps", 0))
-        shoal = run.done.get("test_accuracy")
-        torch_acc = torch_train(name, path, a, steps)
-        diff = round(shoal - torch_acc, 4) if shoal is not None else None
-        results[name] = {"shoal": shoal, "torch": round(torch_acc, 4), "diff": diff, "steps": steps}
-        print("%-14s %8d %10.4f %10.4f %8.4f" % (name, steps, shoal, torch_acc, diff))
+        ms = sum(r["shoal"] for r in runs) / len(runs)
+        mt = sum(r["torch"] for r in runs) / len(runs)
+        results[name] = {"shoal": round(ms, 4), "torch": round(mt, 4), "diff": round(ms - mt, 4),
+                         "steps": runs[0]["steps"], "runs": runs}
+        if len(runs) > 1:
+            print("%-14s mean %8d %10.4f %10.4f %8.4f" % (name, runs[0]["steps"], ms, mt, ms - mt))
     print(json.dumps({"bench": "onnx_parity", "samples": a.samples, "epochs": a.epochs, "workers": a.workers,
-                      "results": results}, separators=(",", ":")))
+                      "schedule": a.schedule, "seeds": a.seeds, "results": results}, separators=(",", ":")))
 
 
 if __name__ == "__main__":

@@ -19,16 +19,33 @@ bool CudaErrorIsPermanent(cudaError_t e) {
   }
 }
 
+namespace {
+
+// "driver supports CUDA 12.4, runtime 13.0": a driver older than the runtime is the usual
+// reason nvidia-smi shows a GPU that CUDA cannot use.
+std::string CudaVersions() {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  auto v = [](int x) { return std::to_string(x / 1000) + "." + std::to_string((x % 1000) / 10); };
+  return (driver == 0 ? std::string("no NVIDIA driver loaded") : "driver supports CUDA " + v(driver)) + ", runtime " +
+         v(runtime);
+}
+
+}  // namespace
+
 int CudaDeviceCount(std::string* why, bool* transient) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (transient) *transient = e != cudaSuccess && !CudaErrorIsPermanent(e);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    if (why) *why = cudaGetErrorString(e);
+    if (why) *why = std::string(cudaGetErrorString(e)) + " (" + CudaVersions() + ")";
     return 0;
   }
-  if (why) *why = n > 0 ? std::to_string(n) + " CUDA device(s)" : "cudaGetDeviceCount found 0 devices";
+  if (why)
+    *why =
+        n > 0 ? std::to_string(n) + " CUDA device(s)" : "cudaGetDeviceCount found 0 devices (" + CudaVersions() + ")";
   return n;
 }
 

@@ -63,16 +63,33 @@ for name, t in s["tests"].items():
 if not has_device:
     for name in ("cuda_backend_test", "cuda_vs_reference_test", "gpu_train_test"):
         assert s["tests"][name]["status"] == "skipped", (name, s["tests"][name])
-    for prec in ("fp32", "bf16"):
+    for prec in ("fp32", "tf32", "bf16"):
         b = s["bench"][prec]
         assert b["shoal_samples_per_s"] is None and b["ratio"] is None, b
         assert "error" in b["shoal"] and "error" in b["torch"], b
     # bf16 too: the CUDA backend builds its mixed mode, so only the missing device stops it.
-    for prec in ("fp32", "bf16"):
+    for prec in ("fp32", "tf32", "bf16"):
         assert "no CUDA device" in s["bench"][prec]["shoal"]["error"], s["bench"]
 assert rc == 0, rc
 PY
 grep -q "^nvidia-smi: " check.out || fail "no nvidia-smi line"
+
+# A driver that shows a GPU the CUDA runtime cannot use (here: a stub nvidia-smi on a machine
+# without one) fails at once, naming driver and runtime, instead of skipping every test green.
+if ! command -v nvidia-smi > /dev/null; then
+  mkdir -p "$TEST_TMPDIR/stub"
+  printf '#!/bin/sh\necho "NVIDIA H100 80GB HBM3, 535.104.05, 81559 MiB"\n' > "$TEST_TMPDIR/stub/nvidia-smi"
+  chmod +x "$TEST_TMPDIR/stub/nvidia-smi"
+  set +e
+  env -i PATH="$TEST_TMPDIR/stub:/usr/bin:/bin" HOME="$TEST_TMPDIR" timeout -s KILL 120 "$B/shoal" gpu-check \
+    "$TEST_TMPDIR/stubcheck" > stub.out 2> stub.err
+  rc=$?
+  set -e
+  ((rc == 1)) || fail "a GPU the runtime cannot use gave exit $rc, not 1: $(tail -3 stub.out)"
+  grep -q "FAILED: nvidia-smi sees a GPU .* but the CUDA runtime reports none: no CUDA device.*runtime [0-9]" stub.out ||
+    fail "no failure line naming driver and runtime: $(tail -3 stub.out)"
+  grep -q '"error":"nvidia-smi sees a GPU' "$TEST_TMPDIR/stubcheck/summary.json" || fail "the summary lacks the error"
+fi
 # nothing of the bundle still running
 pgrep -f "$NODE/" > /dev/null && fail "processes of the bundle were left behind: $(pgrep -af "$NODE/")"
-echo "4 passed, 0 failed"
+echo "5 passed, 0 failed"

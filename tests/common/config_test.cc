@@ -230,7 +230,7 @@ TEST(Config, ErrorsNameFileKeyAndExpectation) {
             std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "workers = 4", "workers = 0")).find("[cluster] workers"), std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"lenet\"\nprecision = \"fp8\""))
-                .find("[model] precision: expected \"fp32\", \"bf16\" or \"fp16\", got \"fp8\""),
+                .find("[model] precision: expected \"fp32\", \"tf32\", \"bf16\" or \"fp16\", got \"fp8\""),
             std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "name = \"lenet\"", "name = \"lenet\"\ninit = \"xavier\""))
                 .find("[model] init: expected \"auto\", \"he_normal\" or \"uniform\", got \"xavier\""),

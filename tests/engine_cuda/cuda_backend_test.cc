@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -238,6 +239,53 @@ TEST_F(CudaVsReference, ConvolutionBackwardWithoutInputGradient) {
   ExpectClose(dw, "first-layer dw");
 }
 
+// Synchronous algorithms promise bit-identical weights on every worker and after --resume:
+// convolution backward (where cuDNN has atomics-based algorithms) must give the same bits on
+// every run, in every compute type. Shapes large enough that cuDNN's heuristics rank
+// non-deterministic algorithms first for some of them.
+TEST_F(CudaVsReference, ConvolutionBackwardGivesTheSameBitsEveryRun) {
+  std::vector<DType> types = {DType::kF32};
+  if (cuda_) types = {DType::kF32, DType::kF16, DType::kBF16};
+  const ConvCase cases[] = {{32, 64, 28, 28, 64, 3, 1, 1, true}, {64, 128, 14, 14, 256, 1, 2, 0, false}};
+  for (DType dt : types) {
+    std::unique_ptr<Backend> owned = cuda_ ? MakeCudaBackend(0, dt) : nullptr;
+    Backend* be = cuda_ ? owned.get() : gpu_.get();
+    for (const ConvCase& cc : cases) {
+      const std::string tag = std::string(DTypeName(dt)) + " conv k" + std::to_string(cc.k) + " c" +
+                              std::to_string(cc.c) + " o" + std::to_string(cc.o);
+      const int64_t ho = (cc.h + 2 * cc.pad - cc.k) / cc.stride + 1;
+      const int64_t wo = (cc.w + 2 * cc.pad - cc.k) / cc.stride + 1;
+      ConvParams p;
+      p.stride = cc.stride;
+      p.pad = cc.pad;
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      auto filled = [&](const Shape& s) {
+        std::vector<float> v(size_t(NumElements(s)));
+        for (float& e : v) e = u(rng_);
+        Tensor t = be->Empty(s);
+        be->CopyFromHost(t, v.data());
+        return t;
+      };
+      Tensor x = filled({cc.n, cc.c, cc.h, cc.w}), w = filled({cc.o, cc.c, cc.k, cc.k}),
+             dy = filled({cc.n, cc.o, ho, wo});
+      std::vector<float> first_dx, first_dw, first_db;
+      for (int run = 0; run < 3; ++run) {
+        Tensor dx = be->Empty(x.shape()), dw = be->Empty(w.shape()), db = be->Empty({cc.o});
+        be->Fill(dw, 0.f);
+        be->Fill(db, 0.f);
+        be->ConvBackward(x, w, dy, p, &dx, dw, cc.bias ? &db : nullptr);
+        std::vector<float> hdx = Host(*be, dx), hdw = Host(*be, dw), hdb = Host(*be, db);
+        if (run == 0) {
+          first_dx = hdx, first_dw = hdw, first_db = hdb;
+          continue;
+        }
+        EXPECT_EQ(0, memcmp(hdx.data(), first_dx.data(), hdx.size() * 4)) << tag << " dx differs on run " << run;
+        EXPECT_EQ(0, memcmp(hdw.data(), first_dw.data(), hdw.size() * 4)) << tag << " dw differs on run " << run;
+        EXPECT_EQ(0, memcmp(hdb.data(), first_db.data(), hdb.size() * 4)) << tag << " db differs on run " << run;
+      }
+    }
+  }
+}
 TEST_F(CudaVsReference, BatchNormSpatial) {
   const int64_t c = 5;
   Pair x = Random({4, c, 6, 6}, -1.f, 3.f);

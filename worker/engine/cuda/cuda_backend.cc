@@ -413,7 +413,7 @@ double CudaBackend::SumSquares(const Tensor& x) {
 
 // ---- factories declared in backend.h
 
-std::unique_ptr<Backend> MakeCudaBackend(int index, DType compute) {
+std::unique_ptr<Backend> MakeCudaBackend(int index, DType compute, bool allow_tf32) {
   std::string why;
   bool transient = false;
   const int n = CudaDeviceCount(&why, &transient);
@@ -424,6 +424,7 @@ std::unique_ptr<Backend> MakeCudaBackend(int index, DType compute) {
               "cuda:" + std::to_string(index) + " does not exist: " + std::to_string(n) + " CUDA device(s) present");
   CudaBackend::Options options;
   options.compute = compute;
+  options.allow_tf32 = allow_tf32;
   return std::make_unique<CudaBackend>(index, options);
 }
 

@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
  public:
   struct Options {
     bool allow_tf32 = false;
+    bool deterministic = true;                     // convolution algorithms that give the same bits on every run only
     size_t max_workspace_bytes = size_t(1) << 30;  // per convolution algorithm
     DType compute = DType::kF32;                   // kBF16 / kF16: the mixed mode above
   };

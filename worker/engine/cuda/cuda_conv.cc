@@ -26,12 +26,16 @@ std::string Dims(const Shape& s) {
 // math mode within the workspace limit. `workspace(algo, &bytes)` asks cuDNN for its size.
 // exact_fp32: fp32 data without TF32, so only FMA kernels qualify; otherwise the algorithm's
 // own math type (tensor cores for fp16/bf16, TF32 when allowed) is used.
+// deterministic: only algorithms cuDNN reports as giving the same bits on every run (some
+// backward ones sum with atomics): the synchronous algorithms promise bit-identical weights on
+// every worker and after --resume, which one non-deterministic gradient breaks.
 template <typename Perf, typename Algo, typename SizeFn>
-bool PickAlgo(const std::vector<Perf>& ranked, int count, bool exact_fp32, size_t max_bytes,
+bool PickAlgo(const std::vector<Perf>& ranked, int count, bool exact_fp32, bool deterministic, size_t max_bytes,
               cudnnConvolutionDescriptor_t conv, SizeFn workspace, Algo* algo, cudnnMathType_t* math, size_t* bytes) {
   for (int i = 0; i < count; ++i) {
     const Perf& r = ranked[i];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
+    if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
     if (exact_fp32 && TensorOpMath(r.mathType)) continue;
     const cudnnMathType_t m = exact_fp32 ? CUDNN_FMA_MATH : r.mathType;
     if (cudnnSetConvolutionMathType(conv, m) != CUDNN_STATUS_SUCCESS) continue;
@@ -123,8 +127,8 @@ void CudaBackend::ChooseForwardAlgo(CudaConvPlan& pl) {
   auto size = [&](cudnnConvolutionFwdAlgo_t a, size_t* b) {
     return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, pl.x.get(), pl.w.get(), pl.conv.get(), pl.y.get(), a, b);
   };
-  SHOAL_CHECK(PickAlgo(ranked, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(), size, &pl.fwd,
-                       &pl.fwd_math, &pl.fwd_bytes),
+  SHOAL_CHECK(PickAlgo(ranked, got, ExactFp32(pl.dtype), options_.deterministic, options_.max_workspace_bytes,
+                       pl.conv.get(), size, &pl.fwd, &pl.fwd_math, &pl.fwd_bytes),
               Where("ConvForward") + ": cuDNN offers no usable forward algorithm for this shape");
   pl.has_fwd = true;
 }
@@ -141,8 +145,8 @@ void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, pl.w.get(), pl.y.get(), pl.conv.get(), pl.x.get(), a,
                                                         b);
   };
-  SHOAL_CHECK(PickAlgo(data, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(), data_size,
-                       &pl.bwd_data, &pl.bwd_data_math, &pl.bwd_data_bytes),
+  SHOAL_CHECK(PickAlgo(data, got, ExactFp32(pl.dtype), options_.deterministic, options_.max_workspace_bytes,
+                       pl.conv.get(), data_size, &pl.bwd_data, &pl.bwd_data_math, &pl.bwd_data_bytes),
               Where("ConvBackward") + ": cuDNN offers no usable backward-data algorithm");
 
   Check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &max_n), Where("ConvBackward"));
@@ -154,8 +158,8 @@ void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, pl.x.get(), pl.y.get(), pl.conv.get(), pl.w.get(), a,
                                                           b);
   };
-  SHOAL_CHECK(PickAlgo(filt, got, ExactFp32(pl.dtype), options_.max_workspace_bytes, pl.conv.get(), filt_size,
-                       &pl.bwd_filter, &pl.bwd_filter_math, &pl.bwd_filter_bytes),
+  SHOAL_CHECK(PickAlgo(filt, got, ExactFp32(pl.dtype), options_.deterministic, options_.max_workspace_bytes,
+                       pl.conv.get(), filt_size, &pl.bwd_filter, &pl.bwd_filter_math, &pl.bwd_filter_bytes),
               Where("ConvBackward") + ": cuDNN offers no usable backward-filter algorithm");
   pl.has_bwd = true;
 }
