@@ -16,7 +16,7 @@ namespace {
 
 const char* kText = "/usr/share/common-licenses/GPL-3";
 
-// Bytes [begin, end) of the text as little-endian uint16 tokens (the README's one-liner).
+// Bytes [begin, end) of the text as little-endian uint16 tokens (docs/data.md's one-liner).
 void WriteByteTokens(const std::string& path, const std::string& text, size_t begin, size_t end) {
   std::ofstream f(path, std::ios::binary);
   for (size_t i = begin; i < end && i < text.size(); ++i) {

@@ -68,7 +68,7 @@ class StatusTracker {
   // evaluating there; -1 when there is none.
   int64_t SettledStep() const;
 
-  // The status page's data (see README "Status page"); `state` is running | restarting |
+  // The status page's data (see docs/cluster-security.md, "Status page"); `state` is running | restarting |
   // done | failed | stopped.
   std::string Json(double now_s, const std::string& state, int restarts) const;
 
