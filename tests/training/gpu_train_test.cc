@@ -35,8 +35,9 @@ std::string GpuJob(const std::string& name, const std::string& dir, const std::s
          "/ckpt\"\ncheckpoint_every_steps = 40\n\n[cluster]\nworkers = [{device = \"cuda:0\"}]\n\n"
          "[model]\nname = \"mlp\"\n\n[data]\nformat = \"synthetic\"\nsynthetic_samples = 1024\nimage_size = 8\n"
          "classes = 10\nbatch_size = 32\nmax_test_samples = 256\n\n[algorithm]\n" +
-         algorithm + "\n\n[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4\n\n"
-                     "[train]\nepochs = 3\nthreads = 1\nlog_every_steps = 8\n";
+         algorithm +
+         "\n\n[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4\n\n"
+         "[train]\nepochs = 3\nthreads = 1\nlog_every_steps = 8\n";
 }
 
 TEST(GpuTraining, AllReduceKeepsParamsOnTheDeviceAndLearns) {
@@ -56,8 +57,8 @@ TEST(GpuTraining, AllReduceKeepsParamsOnTheDeviceAndLearns) {
 
   // Resumed from its step-40 checkpoint (device weights and optimizer states saved through
   // host copies): the same final weights as the uninterrupted run.
-  JobRun again = RunJob(dir, GpuJob("gpu-allreduce", dir, "name = \"allreduce\"\ncollective = \"nccl\""), 300,
-                        {"--resume"});
+  JobRun again =
+      RunJob(dir, GpuJob("gpu-allreduce", dir, "name = \"allreduce\"\ncollective = \"nccl\""), 300, {"--resume"});
   ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
   auto resumes = Events(again, "resume");
   ASSERT_FALSE(resumes.empty()) << again.stderr_text;
@@ -120,6 +121,33 @@ TEST(GpuTraining, Bf16Resnet20Learns) {
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   auto train = Events(r, "train");
   ASSERT_GE(train.size(), 4u) << r.stdout_text;
+  double first = JsonNumber(train.front(), "loss").value_or(0), last = JsonNumber(train.back(), "loss").value_or(1e9);
+  EXPECT_TRUE(std::isfinite(last)) << train.back();
+  EXPECT_LT(last, 0.7 * first) << train.front() << "\n" << train.back();
+}
+
+// precision = "fp16" with dynamic loss scaling and overlapped NCCL buckets, end to end: the
+// scale starts far above fp16's range, so the first steps overflow; each such step must be
+// skipped on every path (the buckets already sent during that backward pass included) and
+// the scale halved until it fits, after which resnet20 learns as in fp32.
+TEST(GpuTraining, Fp16DynamicLossScalingWithOverlapSkipsOverflowsAndLearns) {
+  if (CudaDevices() < 1) GTEST_SKIP() << "no CUDA device on this machine";
+  std::string dir = FreshDir("gpu_fp16_overlap");
+  std::string job =
+      GpuJob("gpu-fp16", dir, "name = \"allreduce\"\ncollective = \"nccl\"\nbucket_bytes = 65536\noverlap = true");
+  job.replace(job.find("name = \"mlp\""), 12,
+              "name = \"resnet20\"\nprecision = \"fp16\"\nloss_scale_init = 1e30\nloss_scale_growth_interval = 20");
+  job.replace(job.find("image_size = 8"), 14, "image_size = 32");
+  JobRun r = RunJob(dir, job, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  auto train = Events(r, "train");
+  ASSERT_GE(train.size(), 4u) << r.stdout_text;
+  const std::string end = Events(r, "end").at(0);
+  EXPECT_GE(JsonNumber(end, "skipped_steps").value_or(0), 1) << end;
+  const double scale = JsonNumber(end, "loss_scale").value_or(1e30);
+  EXPECT_LT(scale, 65504.0 * 1024) << end;  // halved from 1e30 to where fp16 gradients fit
+  EXPECT_GE(scale, 1.0) << end;
+  EXPECT_GT(JsonNumber(train.back(), "overlapped_buckets").value_or(0), 0) << train.back();
   double first = JsonNumber(train.front(), "loss").value_or(0), last = JsonNumber(train.back(), "loss").value_or(1e9);
   EXPECT_TRUE(std::isfinite(last)) << train.back();
   EXPECT_LT(last, 0.7 * first) << train.front() << "\n" << train.back();
