@@ -46,11 +46,14 @@ void ScaleGradients(const std::vector<ParamView>& params, double weight, DeviceO
   for (auto& p : params) ScaleGradient(p, float(weight), device);
 }
 
-void ScaleGradient(const ParamView& p, float f, DeviceOps* device) {
+void ScaleGradient(const ParamView& p, float f, DeviceOps* device, bool queued) {
   if (p.on_device) {
     SHOAL_CHECK(device, "scaling the gradient of \"" + p.name + "\": it is in device memory, and no DeviceOps");
     device->After(p.ready.get());  // the backward kernels that wrote g may still be queued
-    device->Scale(p.g, p.n, f);
+    if (queued)
+      device->ScaleQueued(p.g, p.n, f);
+    else
+      device->Scale(p.g, p.n, f);
     return;
   }
   for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;

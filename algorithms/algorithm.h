@@ -72,6 +72,13 @@ class DeviceOps {
   // Orders every later call after the work `fence` marks, device-side (a stream wait, not
   // a host wait); a null fence is a no-op.
   virtual void After(const DeviceFence* fence) = 0;
+  // Copy and Scale queued instead: in call order with every call here, but maybe unfinished
+  // on return, so the caller's thread never waits (the backward pass keeps the device fed).
+  // Record marks what was queued so far, for whoever reads the result (Wait on the host, or
+  // a stream wait); null where every call finishes on return.
+  virtual void CopyQueued(float* dst, const float* src, int64_t n) { Copy(dst, src, n); }
+  virtual void ScaleQueued(float* p, int64_t n, float f) { Scale(p, n, f); }
+  virtual std::shared_ptr<const DeviceFence> Record() { return nullptr; }
 };
 
 struct StepInfo {
@@ -240,8 +247,9 @@ double GradientWeight(const StepInfo& info, int world);
 // Multiplies every gradient by `weight` (nothing for 1); on-device views through `device`.
 void ScaleGradients(const std::vector<ParamView>& params, double weight, DeviceOps* device = nullptr);
 // One gradient times f (the float product); an on-device one through `device`, after the
-// kernels that wrote it (its `ready` fence).
-void ScaleGradient(const ParamView& p, float f, DeviceOps* device);
+// kernels that wrote it (its `ready` fence); queued: DeviceOps::ScaleQueued, for a caller
+// whose readers order themselves after a later Record (the overlapped buckets).
+void ScaleGradient(const ParamView& p, float f, DeviceOps* device, bool queued = false);
 // Whether every gradient of `params` is finite (no NaN, no inf); on-device views through
 // `device`.
 bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device = nullptr);

@@ -71,7 +71,8 @@ class CudaDeviceOps : public DeviceOps {
     SetDevice(device_);
     float* p = nullptr;
     const size_t bytes = sizeof(float) * size_t(n > 0 ? n : 1);
-    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&p), bytes), "device ops: cudaMalloc of " + std::to_string(bytes) + " bytes");
+    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&p), bytes),
+              "device ops: cudaMalloc of " + std::to_string(bytes) + " bytes");
     CheckCuda(cudaMemset(p, 0, bytes), "device ops: cudaMemset");
     // cudaMemset of device memory is asynchronous to the host (on the default stream), and
     // the buffer may next be touched from a non-blocking stream (NCCL's, a test's), which
@@ -95,6 +96,20 @@ class CudaDeviceOps : public DeviceOps {
     CheckCuda(ScaleFloatsDevice(p, n, f, nullptr), "device ops: scale");
     CheckCuda(cudaStreamSynchronize(nullptr), "device ops: scale");
   }
+  void CopyQueued(float* dst, const float* src, int64_t n) override {
+    if (n <= 0) return;
+    SetDevice(device_);
+    CheckCuda(cudaMemcpyAsync(dst, src, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice, nullptr),
+              "device ops: queued copy");
+  }
+  void ScaleQueued(float* p, int64_t n, float f) override {
+    SetDevice(device_);
+    CheckCuda(ScaleFloatsDevice(p, n, f, nullptr), "device ops: queued scale");
+  }
+  std::shared_ptr<const DeviceFence> Record() override {
+    SetDevice(device_);
+    return RecordCudaFence(nullptr, "device ops: Record");
+  }
   bool AllFinite(const std::vector<std::pair<const float*, int64_t>>& spans) override {
     SetDevice(device_);
     std::lock_guard<std::mutex> lock(flag_mu_);  // one flag; calls may come from any thread
@@ -110,7 +125,8 @@ class CudaDeviceOps : public DeviceOps {
   void After(const DeviceFence* fence) override {
     if (!fence) return;
     SetDevice(device_);
-    CheckCuda(cudaStreamWaitEvent(nullptr, static_cast<cudaEvent_t>(fence->native()), 0), "device ops: wait on a fence");
+    CheckCuda(cudaStreamWaitEvent(nullptr, static_cast<cudaEvent_t>(fence->native()), 0),
+              "device ops: wait on a fence");
   }
   ~CudaDeviceOps() override {
     if (flag_) {

@@ -9,10 +9,10 @@ namespace shoal {
 
 LossScaler::LossScaler(Mode mode, double init, int64_t growth_interval)
     : mode_(mode), scale_(mode == Mode::kNone ? 1.0 : init), growth_interval_(growth_interval) {
-  SHOAL_CHECK(scale_ > 0 && scale_ <= (mode == Mode::kDynamic ? kMaxLossScaleInit : kMaxLossScale) &&
-                  growth_interval_ > 0,
-              "loss scaler: scale " + std::to_string(init) + " or growth interval " + std::to_string(growth_interval) +
-                  " out of range");
+  SHOAL_CHECK(
+      scale_ > 0 && scale_ <= (mode == Mode::kDynamic ? kMaxLossScaleInit : kMaxLossScale) && growth_interval_ > 0,
+      "loss scaler: scale " + std::to_string(init) + " or growth interval " + std::to_string(growth_interval) +
+          " out of range");
 }
 
 LossScaler LossScaler::FromConfig(const JobConfig& cfg) {
@@ -25,14 +25,14 @@ float LossScaler::scale() const {
   return scale_ <= std::numeric_limits<float>::max() ? float(scale_) : std::numeric_limits<float>::infinity();
 }
 
-void LossScaler::Unscale(const ParamView& p, DeviceOps* device) const {
+void LossScaler::Unscale(const ParamView& p, DeviceOps* device, bool queued) const {
   if (scale_ == 1.0) return;
   // Products by normal floats only (a subnormal factor could be flushed to 0): 1/S when
   // S <= 2^126, else 2^-126 and then 2^126/S. Exact for powers of two absent underflow;
   // a scale beyond fp32 made the gradients inf or NaN, and they stay so.
-  if (scale_ <= kMaxLossScale) return ScaleGradient(p, float(1.0 / scale_), device);
-  ScaleGradient(p, float(1.0 / kMaxLossScale), device);
-  ScaleGradient(p, float(kMaxLossScale / scale_), device);
+  if (scale_ <= kMaxLossScale) return ScaleGradient(p, float(1.0 / scale_), device, queued);
+  ScaleGradient(p, float(1.0 / kMaxLossScale), device, queued);
+  ScaleGradient(p, float(kMaxLossScale / scale_), device, queued);
 }
 
 void LossScaler::Update(bool skipped) {

@@ -25,8 +25,9 @@ class LossScaler {
   // S as the factor of dlogits: inf while S is beyond fp32 (a dynamic start that high).
   float scale() const;
   double scale_double() const { return scale_; }
-  // Divides one final gradient by S (nothing when S = 1); on-device views through `device`.
-  void Unscale(const ParamView& p, DeviceOps* device) const;
+  // Divides one final gradient by S (nothing when S = 1); on-device views through `device`
+  // (queued: see ScaleGradient).
+  void Unscale(const ParamView& p, DeviceOps* device, bool queued = false) const;
   // After each step: whether the algorithm skipped it.
   void Update(bool skipped);
 

@@ -69,7 +69,7 @@ class ParamViews {
     }
   }
   const std::vector<ParamView>& views() const { return views_; }
-  // Device -> host before the algorithm runs (the gradients too unless GradToHost already
+  // Device -> host before the algorithm runs (the gradients too unless GradsToHost already
   // brought each of them over during the backward pass). Device params: the backward
   // kernels finish, nothing is copied.
   void PullWeightsAndGrads(bool grads = true) {
@@ -82,14 +82,16 @@ class ParamViews {
     }
     backend_.Synchronize();
   }
-  // One final gradient, device -> host (waits for the backward kernels that produce it).
-  // Device params: no host wait; the view's `ready` marks the kernels queued so far, and
-  // the algorithm's device ops wait on it device-side (common/device_fence.h).
-  void GradToHost(size_t i) {
-    if (device_)
-      views_[i].ready = backend_.RecordFence();
-    else if (!host_) {
-      Down(model_.parameters()[i].grad, views_[i].g);
+  // Final gradients [first, last) (one node's), device -> host (waits for the backward
+  // kernels that produce them). Device params: no host wait; one marker of the kernels
+  // queued so far becomes every view's `ready`, and the algorithm's device ops wait on it
+  // device-side (common/device_fence.h).
+  void GradsToHost(size_t first, size_t last) {
+    if (device_) {
+      auto fence = backend_.RecordFence();
+      for (size_t i = first; i < last; ++i) views_[i].ready = fence;
+    } else if (!host_) {
+      for (size_t i = first; i < last; ++i) Down(model_.parameters()[i].grad, views_[i].g);
       backend_.Synchronize();
     }
   }
@@ -398,10 +400,12 @@ class Trainer {
     // finished them (the engine only calls back; it knows nothing of algorithms).
     // Asked again every step: auto wants them only once it has chosen an algorithm that does.
     model_->set_grad_ready_hook([this](size_t first, size_t last) {
-      if (!overlap_) return;
+      if (!overlap_ || first >= last) return;
+      params_->GradsToHost(first, last);
       for (size_t i = first; i < last; ++i) {
-        params_->GradToHost(i);
-        scaler_.Unscale(params_->views()[i], env_.device.get());  // the exchange carries true gradients
+        // The exchange carries true gradients. Queued on the device: the buckets that read
+        // them are ordered after it (BucketScheduler), and the backward pass goes on.
+        scaler_.Unscale(params_->views()[i], env_.device.get(), /*queued=*/true);
         algo_->GradReady(params_->views(), i);
       }
     });

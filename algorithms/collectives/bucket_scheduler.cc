@@ -25,8 +25,7 @@ std::vector<GradBucket> PlanGradBuckets(const std::vector<int64_t>& sizes, int64
   return out;
 }
 
-BucketScheduler::BucketScheduler(Communicator& comm, int64_t bucket_bytes, DType wire, bool overlap,
-                                 DeviceOps* device)
+BucketScheduler::BucketScheduler(Communicator& comm, int64_t bucket_bytes, DType wire, bool overlap, DeviceOps* device)
     : comm_(comm),
       bucket_elems_(std::max<int64_t>(1, bucket_bytes / 4)),
       wire_(wire),
@@ -104,6 +103,7 @@ void BucketScheduler::Begin(const std::vector<ParamView>& params) {
   missing_.clear();
   for (auto& b : buckets_) missing_.push_back(b.tensors.size());
   launches_.clear();
+  packed_at_.assign(buckets_.size(), nullptr);
   ready_calls_ = 0;
   next_launch_ = 0;
   {
@@ -116,11 +116,20 @@ void BucketScheduler::Begin(const std::vector<ParamView>& params) {
 void BucketScheduler::Pack(const std::vector<ParamView>& params, size_t index) {
   if (packed_[index]) return;
   const ParamView& p = params[index];
-  // The copy's stream waits, device-side, for the kernels that wrote g (common/device_fence.h);
-  // the copy itself is finished when it returns, so the communication thread's stream
-  // reads a complete bucket.
-  if (on_device_) device_->After(p.ready.get());
-  CopyFloats(Buf() + offset_of_[index], p.g, p.n);
+  // The copy's stream waits, device-side, for the kernels that wrote g (common/device_fence.h).
+  // Overlapped: the copy is queued (the backward pass never waits on the host) and the
+  // communication thread waits for its bucket's marker (LaunchCompleted) before reducing it;
+  // otherwise the copy is finished when it returns.
+  if (on_device_) {
+    device_->After(p.ready.get());
+    if (overlap_ && p.n > 0) {
+      device_->CopyQueued(Buf() + offset_of_[index], p.g, p.n);
+    } else {
+      CopyFloats(Buf() + offset_of_[index], p.g, p.n);
+    }
+  } else {
+    CopyFloats(Buf() + offset_of_[index], p.g, p.n);
+  }
   packed_[index] = 1;
   --missing_[bucket_of_[index]];
 }
@@ -143,6 +152,11 @@ void BucketScheduler::LaunchCompleted(int64_t after) {
     ++next_launch_;
   }
   if (next_launch_ == from) return;
+  // One marker for the queued copies of every bucket launched here (the last is the latest).
+  if (on_device_) {
+    auto packed = device_->Record();
+    for (size_t b = from; b < next_launch_; ++b) packed_at_[b] = packed;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     launched_ = next_launch_;
@@ -153,6 +167,8 @@ void BucketScheduler::LaunchCompleted(int64_t after) {
 
 void BucketScheduler::Reduce(size_t b) {
   const GradBucket& g = buckets_[b];
+  // The bucket's queued copies (the communication thread waits, never the backward pass).
+  if (b < packed_at_.size() && packed_at_[b]) packed_at_[b]->Wait();
   comm_.AllReduce(Buf() + g.offset, g.n, ReduceOp::kMean, wire_);
 }
 

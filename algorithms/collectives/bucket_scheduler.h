@@ -25,12 +25,14 @@
 // On-device views (ParamView::on_device, an algorithm that TakesDeviceParams): the fusion
 // buffer lives on the device, packing and unpacking are device-to-device copies through
 // DeviceOps, and the communicator (one that HandlesDeviceBuffers) reduces it in place. The
-// caller hands over gradients whose backward kernels have finished (the trainer
-// synchronizes its backend first).
+// caller hands over gradients with their `ready` markers; with overlap the copies into a
+// bucket are queued, one marker is recorded per launch, and the communication thread waits
+// for it before reducing: no host wait during the backward pass.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -96,6 +98,9 @@ class BucketScheduler {
   std::vector<char> packed_;     // per tensor, this step
   std::vector<size_t> missing_;  // per bucket: tensors not yet packed
   std::vector<Launch> launches_;
+  // Per bucket, on-device views: the marker of its queued copies, set at launch (trainer's
+  // thread, before the hand-over through the mutex) and read by the communication thread.
+  std::vector<std::shared_ptr<const DeviceFence>> packed_at_;
   int64_t ready_calls_ = 0;
   size_t next_launch_ = 0;  // the next bucket to hand over (trainer's thread)
   bool in_step_ = false;

@@ -56,4 +56,27 @@ void CheckCuda(cudaError_t e, const std::string& where) {
   throw Error(where + ": " + cudaGetErrorString(e));
 }
 
+namespace {
+
+class CudaFence : public DeviceFence {
+ public:
+  explicit CudaFence(cudaEvent_t e) : event_(e) {}
+  ~CudaFence() override { cudaEventDestroy(event_); }
+  void Wait() const override { CheckCuda(cudaEventSynchronize(event_), "CudaFence::Wait"); }
+  void* native() const override { return event_; }
+
+ private:
+  cudaEvent_t event_;
+};
+
+}  // namespace
+
+std::shared_ptr<const DeviceFence> RecordCudaFence(cudaStream_t stream, const std::string& where) {
+  cudaEvent_t e = nullptr;
+  CheckCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), where + ": cudaEventCreate");
+  auto fence = std::make_shared<CudaFence>(e);
+  CheckCuda(cudaEventRecord(e, stream), where + ": cudaEventRecord");
+  return fence;
+}
+
 }  // namespace shoal

@@ -4,7 +4,10 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <string>
+
+#include "common/device_fence.h"
 
 namespace shoal {
 
@@ -20,5 +23,9 @@ bool CudaErrorIsPermanent(cudaError_t e);
 // Throws shoal::Error("<where>: <CUDA message>") when e is not cudaSuccess (TransientError
 // unless CudaErrorIsPermanent), clearing the sticky error first so the next call starts clean.
 void CheckCuda(cudaError_t e, const std::string& where);
+
+// A marker of the work queued on `stream` so far (a cudaEvent recorded there, destroyed with
+// the fence); `where` names the caller in errors.
+std::shared_ptr<const DeviceFence> RecordCudaFence(cudaStream_t stream, const std::string& where);
 
 }  // namespace shoal

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/cuda/platform.h"
 #include "common/error.h"
 #include "worker/engine/cuda/blas.h"
 #include "worker/engine/cuda/kernels.h"
@@ -174,28 +175,10 @@ void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
   }
 }
 
-namespace {
-// One event per marker, destroyed with its last reference (a few microseconds to create;
-// a pool can come once measurements ask for it).
-class CudaFence : public DeviceFence {
- public:
-  explicit CudaFence(cudaEvent_t e) : event_(e) {}
-  ~CudaFence() override { cudaEventDestroy(event_); }
-  void Wait() const override { Check(cudaEventSynchronize(event_), "CudaFence::Wait"); }
-  void* native() const override { return event_; }
-
- private:
-  cudaEvent_t event_;
-};
-}  // namespace
-
+// One event per marker, destroyed with its last reference (a few microseconds to create).
 std::shared_ptr<const DeviceFence> CudaBackend::RecordFence() {
   Activate();
-  cudaEvent_t e = nullptr;
-  Check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), Where("RecordFence: cudaEventCreate"));
-  auto fence = std::make_shared<CudaFence>(e);
-  Check(cudaEventRecord(e, stream_), Where("RecordFence: cudaEventRecord"));
-  return fence;
+  return RecordCudaFence(stream_, Where("RecordFence"));
 }
 
 void CudaBackend::Synchronize() {
