@@ -2,6 +2,7 @@
 // the DataLoader, and the bad files a user meets (odd length, too short, an id past the vocabulary).
 #include "worker/data/tokens_reader.h"
 
+#include <fstream>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -80,6 +81,43 @@ TEST(TokensReader, WindowsAndNextTokenTargets) {
   EXPECT_EQ(y, std::vector<int32_t>({256, 0x1234}));
 }
 
+// The lines of /proc/self/maps that map `path`.
+int MapsOf(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);)
+    if (line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0) ++n;
+  return n;
+}
+
+// A GPT's token file is many GB: the data set maps it (the page cache holds it, shared among
+// the host's workers) instead of copying it into the heap, and unmaps it when it goes.
+TEST(TokensReader, TheFileIsMappedNotCopied) {
+  TempDir dir;
+  const std::string path = WriteTokens(dir, "train.bin", 1 << 20, 50000);
+  EXPECT_EQ(MapsOf(path), 0);
+  {
+    auto d = LoadDataset("tokens", path, Opts(64, 50000));
+    EXPECT_EQ(MapsOf(path), 1);
+    EXPECT_EQ(d->size(), ((1 << 20) - 1) / 64);
+    EXPECT_EQ(d->token_count(), 1 << 20);
+    std::vector<float> x(64);
+    std::vector<int32_t> y(64);
+    const int64_t last = d->size() - 1;
+    d->WriteNormalized(last, x.data());
+    d->WriteLabels(last, y.data());
+    EXPECT_EQ(x[0], float((last * 64) % 50000));
+    EXPECT_EQ(y[63], int32_t((last * 64 + 64) % 50000));
+    // max_samples: that many windows, the rest of the file never touched.
+    DatasetOptions o = Opts(64, 50000);
+    o.max_samples = 10;
+    auto few = LoadDataset("tokens", path, o);
+    EXPECT_EQ(few->size(), 10);
+    EXPECT_EQ(few->token_count(), 11 * 64);
+  }
+  EXPECT_EQ(MapsOf(path), 0);
+}
+
 TEST(TokensReader, LoaderShardsEveryWindowOnceAndResumes) {
   TempDir dir;
   // 100 windows of 4 tokens; window i starts with token 4i.
@@ -156,13 +194,24 @@ TEST(TokensReader, BadFilesNameTheFile) {
   EXPECT_NE(e.find("8 tokens, fewer than seq_len + 1 = 9"), std::string::npos) << e;
 
   e = ErrorOf(WriteTokens(dir, "empty.bin", 0), Opts(8, 300));
-  EXPECT_NE(e.find("0 tokens"), std::string::npos) << e;
+  EXPECT_NE(e.find(dir / "empty.bin"), std::string::npos) << e;
+  EXPECT_NE(e.find("empty (0 bytes, 0 tokens)"), std::string::npos) << e;
 
   // Token 300 is the 301st: byte offset 600.
   e = ErrorOf(WriteTokens(dir, "big.bin", 1000), Opts(8, 300));
   EXPECT_NE(e.find(dir / "big.bin"), std::string::npos) << e;
   EXPECT_NE(e.find("token 300 at byte offset 600"), std::string::npos) << e;
   EXPECT_NE(e.find("vocab_size = 300"), std::string::npos) << e;
+
+  // A bad id far into a large file (past the scan's first chunks) is still named by its offset.
+  {
+    std::vector<uint8_t> bytes(2 * 300000, 0);
+    bytes[2 * 250001] = 0x2c;  // 300 = 0x012c
+    bytes[2 * 250001 + 1] = 0x01;
+    testdata::WriteBytes(dir / "late.bin", bytes);
+  }
+  e = ErrorOf(dir / "late.bin", Opts(8, 300));
+  EXPECT_NE(e.find(dir / "late.bin: token 300 at byte offset 500002 (token 250001)"), std::string::npos) << e;
 
   e = ErrorOf(dir / "missing.bin", Opts(8, 300));
   EXPECT_NE(e.find(dir / "missing.bin"), std::string::npos) << e;
