@@ -297,6 +297,7 @@ class Trainer {
     lo.crop_fraction = cfg_.crop_fraction;
     lo.skip_bad = cfg_.skip_bad;
     lo.shuffle_buffer = cfg_.shuffle_buffer;
+    lo.token_offsets = true;  // tokens only: each epoch cuts the text at other places
     lo.build_threads = int(cfg_.loader_threads);
     if (lo.build_threads == 0 && train_set_->is_encoded()) {
       // Decoding is the work here: the cores of this host, shared with the workers on it.
@@ -316,6 +317,7 @@ class Trainer {
     to.drop_last = false;
     to.augment = false;
     to.global_slices = false;
+    to.token_offsets = false;  // every evaluation scores the same windows
     to.batch_size = std::max<int64_t>(cfg_.batch_size, 256);
     test_ = std::make_unique<DataLoader>(test_set, to);
   }

@@ -2,6 +2,7 @@
 // the DataLoader, and the bad files a user meets (odd length, too short, an id past the vocabulary).
 #include "worker/data/tokens_reader.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -180,6 +181,105 @@ TEST(TokensReader, LoaderShardsEveryWindowOnceAndResumes) {
   ASSERT_TRUE(s.Next(&b));
   EXPECT_EQ(b.n, 6);
   EXPECT_EQ(b.labels.size(), 24u);
+}
+
+// Every window of a batch: where it starts in the file (token k of the test files is k).
+std::vector<int64_t> Starts(DataLoader& l, int64_t T) {
+  std::vector<int64_t> out;
+  Batch b;
+  while (l.Next(&b))
+    for (int64_t j = 0; j < b.n; ++j) {
+      const int64_t s = int64_t(b.images[size_t(j * T)]);
+      for (int64_t k = 0; k < T; ++k) {
+        EXPECT_EQ(b.images[size_t(j * T + k)], float(s + k));
+        EXPECT_EQ(b.labels[size_t(j * T + k)], int32_t(s + k + 1));
+      }
+      out.push_back(s);
+    }
+  return out;
+}
+
+// Training windows (token_offsets) start at a phase drawn per epoch from the seed: the same
+// for the seed on every run and after a seek, different from epoch to epoch, each epoch a
+// tiling of disjoint windows split across the workers; test windows stay at i*seq_len.
+TEST(TokensReader, TrainingWindowsShiftPerEpochFromTheSeed) {
+  TempDir dir;
+  const int64_t T = 8, n = 1001;  // 124 shifted windows (one fewer than fixed: room to shift)
+  const std::string path = WriteTokens(dir, "train.bin", n, 60000);
+  auto d = LoadDataset("tokens", path, Opts(T, 60000));
+  ASSERT_EQ(d->size(), 125);
+  ASSERT_EQ(d->shifted_windows(), 124);
+  ASSERT_EQ(d->token_phase_room(), 8);
+  DataLoaderOptions lo;
+  lo.batch_size = 5;
+  lo.world_size = 2;
+  lo.seed = 42;
+  lo.token_offsets = true;
+  std::set<int64_t> phases;
+  for (int64_t e = 0; e < 8; ++e) {
+    std::vector<int64_t> all;
+    for (int r = 0; r < 2; ++r) {
+      DataLoaderOptions o = lo;
+      o.rank = r;
+      DataLoader l(d, o);
+      EXPECT_EQ(l.batches_per_epoch(), 12);  // 124 / 2 = 62 per worker
+      l.StartEpoch(e);
+      std::vector<int64_t> s = Starts(l, T);
+      EXPECT_EQ(s.size(), 60u);
+      // The same seed gives the same windows again.
+      DataLoader again(d, o);
+      again.StartEpoch(e);
+      EXPECT_EQ(Starts(again, T), s);
+      all.insert(all.end(), s.begin(), s.end());
+    }
+    // One phase per epoch; the windows of both workers never share a token (the last
+    // target of one window is the first input of the next, as in any tiling).
+    std::sort(all.begin(), all.end());
+    for (size_t k = 0; k < all.size(); ++k) {
+      EXPECT_EQ(all[k] % T, all[0] % T);
+      if (k > 0) {
+        EXPECT_GE(all[k] - all[k - 1], T) << "overlapping windows in epoch " << e;
+      }
+      EXPECT_LE(all[k] + T, n - 1);  // the last target exists
+    }
+    phases.insert(all[0] % T);
+  }
+  EXPECT_GE(phases.size(), 3u) << "the phase is not drawn per epoch";
+
+  // Another seed cuts the text elsewhere.
+  std::vector<int64_t> p42, p43;
+  for (int64_t e = 0; e < 8; ++e)
+    for (auto [seed, out] : {std::make_pair(uint64_t(42), &p42), std::make_pair(uint64_t(43), &p43)}) {
+      DataLoaderOptions o = lo;
+      o.world_size = 1;
+      o.seed = seed;
+      DataLoader l(d, o);
+      l.StartEpoch(e);
+      out->push_back(Starts(l, T)[0] % T);
+    }
+  EXPECT_NE(p42, p43);
+
+  // Resume: a fresh loader seeked to the position gives the rest of the epoch exactly.
+  DataLoader a(d, lo);
+  a.StartEpoch(5);
+  Batch b;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(a.Next(&b));
+  const data::Position p = a.position();
+  std::vector<int64_t> rest = Starts(a, T);
+  DataLoader c(d, lo);
+  c.Seek(p);
+  EXPECT_EQ(Starts(c, T), rest);
+  EXPECT_EQ(rest.size(), 8u * 5u);
+
+  // Evaluation windows (no token_offsets): at multiples of seq_len, every window of the file.
+  DataLoaderOptions t;
+  t.batch_size = 16;
+  t.shuffle = false;
+  t.drop_last = false;
+  DataLoader test(d, t);
+  std::vector<int64_t> fixed = Starts(test, T);
+  ASSERT_EQ(fixed.size(), 125u);
+  for (size_t k = 0; k < fixed.size(); ++k) EXPECT_EQ(fixed[k], int64_t(k) * T);
 }
 
 TEST(TokensReader, BadFilesNameTheFile) {

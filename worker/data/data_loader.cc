@@ -29,7 +29,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     SHOAL_CHECK(dataset_->sample_shape()[1] > 8 && dataset_->sample_shape()[2] > 8,
                 where + "augmentation (4-pixel crop) needs images larger than 8x8");
 
-  total_ = dataset_->size();
+  total_ = dataset_->is_tokens() && opt_.token_offsets ? dataset_->shifted_windows() : dataset_->size();
   if (opt_.max_samples > 0) total_ = std::min(total_, opt_.max_samples);
   const int64_t W = opt_.world_size, r = opt_.rank;
   if (opt_.global_slices) {
@@ -272,6 +272,10 @@ void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64
     try {
       for (int64_t j; (j = next.fetch_add(1)) < n;) {
         const int64_t i = indices[size_t(start + j)];
+        if (dataset_->is_tokens()) {
+          WriteWindow(i, epoch, b->images.data() + j * numel, b->labels.data() + j * per);
+          continue;
+        }
         dataset_->WriteLabels(i, b->labels.data() + j * per);
         WriteSample(i, epoch, b->images.data() + j * numel);
       }
@@ -400,9 +404,19 @@ void DataLoader::WriteEncoded(int64_t i, int64_t epoch, float* out) const {
   throw InputError(d.source() + ": no image of the data set decodes");
 }
 
+int64_t DataLoader::TokenPhase(int64_t epoch) const {
+  if (!opt_.token_offsets) return 0;
+  Rng rng(MixSeed(opt_.seed ^ 0x70ce5u, uint64_t(epoch)));
+  return int64_t(rng.Below(uint64_t(dataset_->token_phase_room()) + 1));
+}
+
+void DataLoader::WriteWindow(int64_t i, int64_t epoch, float* x, int32_t* y) const {
+  const Dataset& d = *dataset_;
+  d.WriteTokenWindow(TokenPhase(epoch) + i * d.seq_len(), x, y);
+}
+
 void DataLoader::WriteSample(int64_t i, int64_t epoch, float* out) const {
   if (dataset_->is_encoded()) return WriteEncoded(i, epoch, out);
-  if (dataset_->is_tokens()) return dataset_->WriteNormalized(i, out);  // the ids, as floats
   const Dataset& d = *dataset_;
   const int64_t C = d.channels(), H = d.sample_shape()[1], W = d.sample_shape()[2], hw = H * W;
   const bool u8 = d.is_u8();

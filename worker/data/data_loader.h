@@ -29,6 +29,15 @@
 // shuffle_buffer samples; without global_slices rank r takes the r-th contiguous run of
 // that stream, so it reads its own shards (mostly) front to back.
 //
+// Token windows (token_offsets, training): epoch e tiles the file with shifted_windows()
+// windows starting at phase p_e + k*seq_len, p_e drawn from (seed, e) in [0, room]
+// (Dataset::token_phase_room, at least seq_len - 1 when the file allows), and shuffles and
+// shards them like any samples. nanoGPT draws every window at its own random offset, with
+// replacement: windows overlap and an epoch misses tokens. A shifted tiling keeps what every
+// other format promises (every window once per epoch, disjoint across workers, balanced
+// shares, the same batches after --resume) while each epoch cuts the text at other places.
+// Without token_offsets (evaluation) window i starts at i*seq_len, every time.
+//
 // Resume: position() is the next batch Next() will return; Seek(position) on a fresh
 // loader with the same options reproduces the exact batches from there on (augmentation
 // is drawn per (seed, epoch, sample), not from a running stream).
@@ -76,6 +85,9 @@ struct DataLoaderOptions {
   double crop_fraction = 0.875;   // without augment: resize the shorter side to size / this, center-crop
   bool skip_bad = false;          // an image that does not decode is replaced by the next good sample, counted
   int64_t shuffle_buffer = 1000;  // sharded (webdataset) sets: the stream's shuffle buffer, in samples
+  // Tokens: the epoch's windows start at a phase drawn from (seed, epoch), not at multiples of
+  // seq_len (training; see the header comment).
+  bool token_offsets = false;
 };
 
 struct Position {
@@ -126,6 +138,8 @@ class DataLoader {
   int64_t StartOf(int64_t index) const;
   void WriteSample(int64_t i, int64_t epoch, float* out) const;
   void WriteEncoded(int64_t i, int64_t epoch, float* out) const;
+  void WriteWindow(int64_t i, int64_t epoch, float* x, int32_t* y) const;
+  int64_t TokenPhase(int64_t epoch) const;
   std::vector<int64_t> StreamOrder(int64_t epoch) const;
   int BuildThreads(int64_t n) const;
 
