@@ -713,9 +713,12 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   }
   const bool encoded = c.data_format == "imagefolder" || c.data_format == "webdataset";
   // Keys of the encoded-image formats only: elsewhere they would be silently ignored.
-  for (const char* k : {"channels", "crop_fraction", "skip_bad"})
+  for (const char* k : {"channels", "crop_fraction"})
     if (data.Get(k) && !encoded)
       data.Fail(k, "only format = \"imagefolder\" or \"webdataset\" takes it (format is \"" + c.data_format + "\")");
+  if (data.Get("skip_bad") && !encoded && !tokens)
+    data.Fail("skip_bad", "only format = \"imagefolder\", \"webdataset\" or \"tokens\" takes it (format is \"" +
+                              c.data_format + "\")");
   if (data.Get("shuffle_buffer") && c.data_format != "webdataset")
     data.Fail("shuffle_buffer", "only format = \"webdataset\" takes it (format is \"" + c.data_format + "\")");
   c.data_label = data.String("label", "fine");

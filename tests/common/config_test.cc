@@ -92,8 +92,10 @@ TEST(Config, ImageDataKeys) {
   EXPECT_EQ(error(folder, "std = [1, 0, 1]"), "job.toml: [data] std: expected positive finite numbers");
   EXPECT_EQ(error(folder, "mean = \"imagenet\""),
             "job.toml: [data] mean: expected an array of numbers, one per channel, got string \"imagenet\"");
-  EXPECT_EQ(error(kGood, "skip_bad = true"),
-            "job.toml: [data] skip_bad: only format = \"imagefolder\" or \"webdataset\" takes it (format is \"idx\")");
+  EXPECT_EQ(
+      error(kGood, "skip_bad = true"),
+      "job.toml: [data] skip_bad: only format = \"imagefolder\", \"webdataset\" or \"tokens\" takes it (format is "
+      "\"idx\")");
   EXPECT_EQ(error(folder, "shuffle_buffer = 10"),
             "job.toml: [data] shuffle_buffer: only format = \"webdataset\" takes it (format is \"imagefolder\")");
   EXPECT_NE(error(folder, "crop_fraction = 1.5").find("job.toml: [data] crop_fraction: expected a number in"),

@@ -282,6 +282,76 @@ TEST(TokensReader, TrainingWindowsShiftPerEpochFromTheSeed) {
   for (size_t k = 0; k < fixed.size(); ++k) EXPECT_EQ(fixed[k], int64_t(k) * T);
 }
 
+// skip_bad: a window holding an id >= vocab_size (as input or as its last target) is
+// replaced by the next clean window, counted each time, and each bad id named once by file
+// and byte offset; the same windows for the seed on every run. Without it the file is refused
+// at load; a file mostly of bad ids is refused even with it.
+TEST(TokensReader, SkipBadReplacesWindowsHoldingBadIds) {
+  TempDir dir;
+  const int64_t T = 8, n = 1001;
+  std::vector<uint8_t> bytes;
+  for (int64_t k = 0; k < n; ++k) {
+    // Token k is k, but for 5000 (past vocab_size 1001) at tokens 100 and 523.
+    const uint16_t t = (k == 100 || k == 523) ? 5000 : uint16_t(k);
+    bytes.push_back(uint8_t(t & 0xff));
+    bytes.push_back(uint8_t(t >> 8));
+  }
+  const std::string path = dir / "bad.bin";
+  testdata::WriteBytes(path, bytes);
+  std::string e = ErrorOf(path, Opts(T, 1001));
+  EXPECT_NE(e.find(path + ": token 5000 at byte offset 200 (token 100)"), std::string::npos) << e;
+  EXPECT_NE(e.find("skip_bad"), std::string::npos) << e;
+
+  DatasetOptions o = Opts(T, 1001);
+  o.skip_bad = true;
+  auto d = LoadDataset("tokens", path, o);
+  EXPECT_EQ(d->bad_tokens(), 2);
+  DataLoaderOptions lo;
+  lo.batch_size = 4;
+  lo.seed = 5;
+  lo.skip_bad = true;
+  lo.token_offsets = true;
+  for (int64_t e = 0; e < 3; ++e) {
+    std::vector<std::vector<int64_t>> runs;
+    std::vector<int64_t> skips;
+    std::vector<std::vector<std::string>> notes;
+    for (int run = 0; run < 2; ++run) {
+      DataLoader l(d, lo);
+      l.StartEpoch(e);
+      // Starts() checks every window's ids and labels are the file's clean k, k+1, ...
+      std::vector<int64_t> s = Starts(l, T);
+      EXPECT_EQ(s.size(), size_t(l.batches_per_epoch() * 4));
+      for (int64_t st : s) {
+        EXPECT_FALSE(st <= 100 && 100 <= st + T) << st;
+        EXPECT_FALSE(st <= 523 && 523 <= st + T) << st;
+      }
+      runs.push_back(s);
+      skips.push_back(l.skipped());
+      notes.push_back(l.TakeSkipNotes());
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+    EXPECT_EQ(skips[0], skips[1]);
+    // Each bad id lies in one window of the tiling (two when it is a window's last target,
+    // which is the next one's first input); 124 shifted windows, 31 batches of 4 use all of them.
+    EXPECT_GE(skips[0], 2);
+    EXPECT_LE(skips[0], 4);
+    ASSERT_EQ(notes[0].size(), 2u);
+    std::sort(notes[0].begin(), notes[0].end());
+    EXPECT_EQ(notes[0][0], path +
+                               ": token 5000 at byte offset 1046 is not below [data] vocab_size = 1001: the "
+                               "windows holding it are skipped");
+    EXPECT_NE(notes[0][1].find(path + ": token 5000 at byte offset 200 "), std::string::npos) << notes[0][1];
+  }
+
+  // Mostly bad ids: a wrong vocab_size, refused even with skip_bad.
+  e = ErrorOf(WriteTokens(dir, "wide.bin", 1000), [] {
+    DatasetOptions w = Opts(8, 300);
+    w.skip_bad = true;
+    return w;
+  }());
+  EXPECT_NE(e.find("is [data] vocab_size right?"), std::string::npos) << e;
+}
+
 TEST(TokensReader, BadFilesNameTheFile) {
   TempDir dir;
   testdata::WriteBytes(dir / "odd.bin", std::vector<uint8_t>(21, 1));

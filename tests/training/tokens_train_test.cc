@@ -139,6 +139,52 @@ TEST(TokensTraining, ResumedMidEpochEndsWithTheSameWeights) {
       << whole.done_line;
 }
 
+// Ids past vocab_size (a damaged record, say): the job stops at load naming the file and the
+// byte offset; with skip_bad the windows holding them are skipped, counted in the done line
+// and named in data_skip events, and the job trains to its end.
+TEST(TokensTraining, BadIdsStopTheJobOrAreSkipped) {
+  std::ifstream in(kText, std::ios::binary);
+  ASSERT_TRUE(in);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string dir = FreshDir("tokens_bad_ids");
+  WriteByteTokens(dir + "/train.bin", text, 0, text.size() * 9 / 10);
+  WriteByteTokens(dir + "/val.bin", text, text.size() * 9 / 10, text.size());
+  {
+    std::fstream f(dir + "/train.bin", std::ios::binary | std::ios::in | std::ios::out);
+    for (long offset : {20000L, 40002L}) {  // token 10000 and 20001: id 999 (0x03e7)
+      f.seekp(offset);
+      f.write("\xe7\x03", 2);
+    }
+  }
+  auto job = [&](const std::string& out, bool skip) {
+    std::string t = GptJob(out, dir + "/train.bin", dir + "/val.bin");
+    t.replace(t.find("epochs = 3"), 10, "epochs = 1");
+    if (skip) t.replace(t.find("vocab_size = 256\n"), 17, "vocab_size = 256\nskip_bad = true\n");
+    return t;
+  };
+  const std::string a = FreshDir("tokens_bad_refused");
+  JobRun refused = RunJob(a, job(a, false), 120);
+  EXPECT_EQ(refused.exit_code, 2) << refused.stderr_text;
+  const std::string all = refused.stdout_text + refused.stderr_text;
+  EXPECT_NE(
+      all.find(dir + "/train.bin: token 999 at byte offset 20000 (token 10000) is not below [data] vocab_size = 256"),
+      std::string::npos)
+      << all.substr(0, 3000);
+
+  const std::string b = FreshDir("tokens_bad_skipped");
+  JobRun run = RunJob(b, job(b, true), 240);
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  // Each bad id lies in one or two windows of an epoch's tiling; both ranks' batches cover it.
+  const double skipped = JsonNumber(run.done_line, "data_skipped").value_or(-1);
+  EXPECT_GE(skipped, 2) << run.done_line;
+  EXPECT_LE(skipped, 4) << run.done_line;
+  std::string named;
+  for (const std::string& e : Events(run, "data_skip")) named += JsonField(e, "what").value_or("") + "\n";
+  EXPECT_NE(named.find(dir + "/train.bin: token 999 at byte offset 20000 "), std::string::npos) << named;
+  EXPECT_NE(named.find(dir + "/train.bin: token 999 at byte offset 40002 "), std::string::npos) << named;
+  EXPECT_GT(JsonNumber(run.done_line, "test_accuracy").value_or(0), 0.1) << run.done_line;
+}
+
 TEST(TokensTraining, AZooModelIsRefusedForTokens) {
   const std::string dir = FreshDir("tokens_zoo");
   WriteByteTokens(dir + "/train.bin", std::string(5000, 'a'), 0, 5000);

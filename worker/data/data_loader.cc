@@ -412,7 +412,25 @@ int64_t DataLoader::TokenPhase(int64_t epoch) const {
 
 void DataLoader::WriteWindow(int64_t i, int64_t epoch, float* x, int32_t* y) const {
   const Dataset& d = *dataset_;
-  d.WriteTokenWindow(TokenPhase(epoch) + i * d.seq_len(), x, y);
+  const int64_t T = d.seq_len(), phase = TokenPhase(epoch);
+  // skip_bad (the reader refused bad ids otherwise): a window holding an id >= vocab_size,
+  // as input or target, is replaced by the next clean one of this epoch's tiling, counted
+  // as a bad image is, and each bad id is noted once by its byte offset.
+  for (int64_t tries = 0, j = i; tries < total_; ++tries, j = (j + 1) % total_) {
+    const int64_t start = phase + j * T, bad = d.FirstBadToken(start);
+    if (bad < 0) {
+      d.WriteTokenWindow(start, x, y);
+      return;
+    }
+    std::lock_guard<std::mutex> lk(skip_mu_);
+    if (tries == 0) ++skipped_;
+    if (bad_.insert(bad).second)
+      skip_notes_.push_back(d.source() + ": token " + std::to_string(d.token(bad)) + " at byte offset " +
+                            std::to_string(2 * bad) + " is not below [data] vocab_size = " +
+                            std::to_string(d.num_classes()) + ": the windows holding it are skipped");
+  }
+  throw InputError(d.source() +
+                   ": every window holds a token id >= [data] vocab_size = " + std::to_string(d.num_classes()));
 }
 
 void DataLoader::WriteSample(int64_t i, int64_t epoch, float* out) const {

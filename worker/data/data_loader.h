@@ -83,7 +83,8 @@ struct DataLoaderOptions {
   bool global_slices = false;  // per-step slices of the global batch (balanced splits; drop_last only)
   // Encoded images only:
   double crop_fraction = 0.875;   // without augment: resize the shorter side to size / this, center-crop
-  bool skip_bad = false;          // an image that does not decode is replaced by the next good sample, counted
+  bool skip_bad = false;          // an image that does not decode (a token window holding an id >= vocab_size)
+                                  // is replaced by the next good sample, counted
   int64_t shuffle_buffer = 1000;  // sharded (webdataset) sets: the stream's shuffle buffer, in samples
   // Tokens: the epoch's windows start at a phase drawn from (seed, epoch), not at multiples of
   // seq_len (training; see the header comment).
@@ -124,8 +125,9 @@ class DataLoader {
   // global_slices: the whole epoch's permutation, which the shares slice).
   std::vector<int64_t> EpochIndices(int64_t epoch) const;
 
-  // skip_bad: samples replaced because they did not decode, so far (every occurrence), and
-  // the one-line reasons of those not yet taken, each bad sample once.
+  // skip_bad: samples replaced because they did not decode (token windows: held a bad id),
+  // so far (every occurrence), and the one-line reasons of those not yet taken, each bad
+  // sample (bad id) once.
   int64_t skipped() const;
   std::vector<std::string> TakeSkipNotes();
 
@@ -190,7 +192,7 @@ class DataLoader {
 
   mutable std::mutex skip_mu_;  // decode threads record bad samples here
   mutable int64_t skipped_ = 0;
-  mutable std::set<int64_t> bad_;
+  mutable std::set<int64_t> bad_;  // sample indices; tokens: positions of bad ids
   mutable std::vector<std::string> skip_notes_;
 };
 

@@ -28,7 +28,7 @@ struct DatasetOptions {
   int64_t image_size = 224;
   int64_t channels = 3;
   std::vector<float> mean, stddev;
-  bool skip_bad = false;             // bad files, members, shards, class folders: skipped and counted
+  bool skip_bad = false;             // bad files, members, shards, class folders, token ids: skipped and counted
   std::vector<std::string> classes;  // imagefolder test set: the training set's class names
   int64_t seq_len = 0;               // tokens: tokens per window (num_classes is the vocabulary size)
 };

@@ -96,7 +96,9 @@ std::shared_ptr<Dataset> ReadTokens(const std::string& path, const DatasetOption
 #endif
 
   // One pass over the ids before any training: a bad id found at load costs no compute, and
-  // without it every window would need checking as it is read.
+  // without it every window would need checking as it is read. With skip_bad the windows
+  // holding one are replaced where they are read (DataLoader), as a bad image is; a file
+  // without bad ids costs those windows no check.
   madvise(p, size_t(bytes), MADV_SEQUENTIAL);
   int64_t bad = 0, first_bad = -1;
   constexpr int64_t kChunk = 1 << 16;
@@ -110,10 +112,19 @@ std::shared_ptr<Dataset> ReadTokens(const std::string& path, const DatasetOption
         if (first_bad < 0) first_bad = k;
         ++bad;
       }
-    break;
+    if (!options.skip_bad) break;
   }
   madvise(p, size_t(bytes), MADV_NORMAL);
-  if (bad > 0) throw InputError(BadTokenLine(path, tokens, first_bad, vocab));
+  if (bad > 0 && !options.skip_bad)
+    throw InputError(BadTokenLine(path, tokens, first_bad, vocab) +
+                     " ([data] skip_bad = true skips the windows that hold such ids)");
+  // Mostly bad ids mean a wrong vocab_size or not a token file, not a few damaged records:
+  // skipping would train on what is left of it.
+  if (bad > 0 && bad * 2 > keep)
+    throw InputError(BadTokenLine(path, tokens, first_bad, vocab) + ", and so are " + std::to_string(bad) + " of its " +
+                     std::to_string(keep) +
+                     " ids: is [data] vocab_size right? (skip_bad skips a few bad windows, "
+                     "not most of the file)");
   return Dataset::FromTokens(path, std::move(owner), tokens, keep, T, vocab, bad);
 }
 
