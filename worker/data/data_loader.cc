@@ -24,6 +24,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   SHOAL_CHECK(opt_.build_threads >= 0, where + "build_threads must be >= 0");
   SHOAL_CHECK(opt_.crop_fraction > 0 && opt_.crop_fraction <= 1, where + "crop_fraction must be in (0, 1]");
   SHOAL_CHECK(opt_.shuffle_buffer >= 1, where + "shuffle_buffer must be >= 1");
+  SHOAL_CHECK(opt_.cache_bytes >= 0, where + "cache_bytes must be >= 0");
   SHOAL_CHECK(!(opt_.augment && dataset_->is_tokens()), where + "token windows have no augmentation");
   if (opt_.augment && !dataset_->is_encoded())
     SHOAL_CHECK(dataset_->sample_shape()[1] > 8 && dataset_->sample_shape()[2] > 8,
@@ -47,6 +48,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     batches_ = (shard_size_ + opt_.batch_size - 1) / opt_.batch_size;
   }
 
+  // In-memory and token samples are built from memory at about the speed of a copy: only
+  // decoding is worth the memory.
+  cacheable_ = opt_.cache_bytes > 0 && dataset_->is_encoded() && !opt_.shuffle && !opt_.augment && !opt_.global_slices;
+  if (cacheable_) cache_.resize(size_t(batches_));
   dataset_->NormalizationAffine(&scale_, &shift_);
   if (dataset_->is_u8()) {
     lut_.resize(scale_.size() * 256);
@@ -256,6 +261,43 @@ void DataLoader::ProducerLoop() {
 
 void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t count,
                        Batch* b) const {
+  if (cacheable_) {
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    if (const Batch* kept = cache_[size_t(index)].get()) {
+      b->images.assign(kept->images.begin(), kept->images.end());
+      b->labels.assign(kept->labels.begin(), kept->labels.end());
+      b->n = kept->n;
+      b->epoch = epoch;
+      b->index = index;
+      return;
+    }
+  }
+  BuildNew(indices, epoch, index, start, count, b);
+  if (cacheable_) {
+    const int64_t bytes = int64_t((b->images.size() + b->labels.size()) * sizeof(float));
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    // Batches past the bound are built every epoch; those before it are kept.
+    if (!cache_[size_t(index)] && cache_used_ + bytes <= opt_.cache_bytes) {
+      cache_[size_t(index)] = std::make_unique<const Batch>(*b);
+      cache_used_ += bytes;
+    }
+  }
+}
+
+int64_t DataLoader::cached_batches() const {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  int64_t n = 0;
+  for (const auto& b : cache_) n += b != nullptr;
+  return n;
+}
+
+int64_t DataLoader::cached_bytes() const {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  return cache_used_;
+}
+
+void DataLoader::BuildNew(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start,
+                          int64_t count, Batch* b) const {
   const int64_t n = std::min(count, int64_t(indices.size()) - start);
   const int64_t numel = dataset_->sample_numel();
   b->n = n;

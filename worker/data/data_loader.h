@@ -89,6 +89,10 @@ struct DataLoaderOptions {
   // Tokens: the epoch's windows start at a phase drawn from (seed, epoch), not at multiples of
   // seq_len (training; see the header comment).
   bool token_offsets = false;
+  // Encoded images read in a fixed order without augmentation (evaluation): the batches
+  // built are kept, up to this many bytes of them, and later epochs copy them instead of
+  // decoding again (each is the same every epoch). 0: nothing kept.
+  int64_t cache_bytes = 0;
 };
 
 struct Position {
@@ -130,12 +134,17 @@ class DataLoader {
   // sample (bad id) once.
   int64_t skipped() const;
   std::vector<std::string> TakeSkipNotes();
+  // cache_bytes: the batches kept so far and their bytes.
+  int64_t cached_batches() const;
+  int64_t cached_bytes() const;
 
  private:
   void Restart(int64_t epoch, int64_t batch);
   void ProducerLoop();
   void Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t n,
-             Batch* b) const;
+             Batch* b) const;  // from the cache, or BuildNew (and kept)
+  void BuildNew(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t n,
+                Batch* b) const;
   // Where batch `index` starts in the epoch's indices and how many it takes (under mu_).
   int64_t StartOf(int64_t index) const;
   void WriteSample(int64_t i, int64_t epoch, float* out) const;
@@ -189,6 +198,11 @@ class DataLoader {
     bool stop_ = false;
   };
   mutable Helpers helpers_;
+
+  bool cacheable_ = false;  // cache_bytes > 0 and every epoch's batches are the same
+  mutable std::mutex cache_mu_;
+  mutable std::vector<std::unique_ptr<const Batch>> cache_;  // by batch index; null: not kept
+  mutable int64_t cache_used_ = 0;
 
   mutable std::mutex skip_mu_;  // decode threads record bad samples here
   mutable int64_t skipped_ = 0;
