@@ -208,6 +208,14 @@ TEST(ImageDecode, BadImagesNameTheFile) {
   const uLong sum = crc32(0, huge.data() + 12, 17);  // IHDR's type and data
   for (int k = 0; k < 4; ++k) huge[size_t(29 + k)] = uint8_t(sum >> (24 - 8 * k));
   fails(huge, "huge.png", "limit");
+  // The thread's decoder is still good after all that (TurboJPEG leaves a handle broken
+  // after a header it could not read).
+  Image ok;
+  DecodeImage(jpg.data(), jpg.size(), "p.jpg", 3, &ok);
+  EXPECT_EQ(ok.w, 64);
+  fails(std::vector<uint8_t>(jpg.begin(), jpg.begin() + 30), "head.jpg", "head.jpg");
+  DecodeImage(jpg.data(), jpg.size(), "p.jpg", 3, &ok);
+  EXPECT_EQ(ok.h, 48);
 }
 
 TEST(WebDatasetShards, BraceExpansion) {

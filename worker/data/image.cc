@@ -34,10 +34,27 @@ struct TjHandle {
     if (h) tjDestroy(h);
   }
 };
-tjhandle Decompressor() {
+TjHandle& ThreadHandle() {
   thread_local TjHandle t;
+  return t;
+}
+tjhandle Decompressor() {
+  TjHandle& t = ThreadHandle();
+  if (!t.h) t.h = tjInitDecompress();
   if (!t.h) throw Error("TurboJPEG: cannot create a decompressor");
   return t.h;
+}
+// TurboJPEG 2.1 leaves a handle mid-header after tjDecompressHeader3 fails (it does not
+// abort the decompressor), and the next file read with it fails too ("Unsupported marker
+// type"): the error message is taken, then the handle replaced.
+std::string FailedWith(tjhandle tj) {
+  std::string msg = tjGetErrorStr2(tj);
+  TjHandle& t = ThreadHandle();
+  if (t.h == tj) {
+    tjDestroy(t.h);
+    t.h = nullptr;
+  }
+  return msg;
 }
 
 uint32_t BE32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
@@ -49,7 +66,7 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
   tjhandle tj = Decompressor();
   int w = 0, h = 0, subsamp = 0, cs = 0;
   if (tjDecompressHeader3(tj, data, (unsigned long)size, &w, &h, &subsamp, &cs) != 0)
-    throw InputError(name + ": not a readable JPEG: " + tjGetErrorStr2(tj));
+    throw InputError(name + ": not a readable JPEG: " + FailedWith(tj));
   tjscalingfactor sf = {num, den};
   const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
   CheckPixels(name, sw, sh);
@@ -68,10 +85,11 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
   const size_t bytes = size_t(sw) * size_t(sh) * size_t(ps);
   if (buf.size() < bytes) buf.resize(bytes);
   if (tjDecompress2(tj, data, (unsigned long)size, buf.data(), sw, sw * ps, sh, pf, 0) != 0) {
-    const std::string msg = tjGetErrorStr2(tj);
+    const bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
+    const std::string msg = FailedWith(tj);
     // Warnings (extraneous bytes before a marker, common in real photo collections) leave
     // a whole image, as PIL accepts them; a file that ends early leaves a gray tail, an error.
-    if (tjGetErrorCode(tj) != TJERR_WARNING || msg.find("Premature end") != std::string::npos)
+    if (!warning || msg.find("Premature end") != std::string::npos)
       throw InputError(name + ": corrupt or truncated JPEG: " + msg);
   }
   out->w = sw;
@@ -293,7 +311,7 @@ void ImageSize(const uint8_t* data, size_t size, const std::string& name, int* w
       int subsamp = 0, cs = 0;
       tjhandle tj = Decompressor();
       if (tjDecompressHeader3(tj, data, (unsigned long)size, w, h, &subsamp, &cs) != 0)
-        throw InputError(name + ": not a readable JPEG: " + tjGetErrorStr2(tj));
+        throw InputError(name + ": not a readable JPEG: " + FailedWith(tj));
       break;
     }
     case ImageFormat::kPng:
