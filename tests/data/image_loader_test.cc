@@ -202,6 +202,41 @@ TEST(ImageFolder, EvaluationBatchesAreKeptUpToTheBound) {
   EXPECT_EQ(train.cached_batches(), 0);
 }
 
+// JPEGs decoded only where the crop's resize reads give the batches of whole decodes, bit
+// for bit, with RandomResizedCrop and flips, RGB and grayscale, and in the evaluation transform.
+TEST(ImageFolder, CropDecodingGivesTheWholeDecodesBatches) {
+  TempDir dir;
+  for (int k = 0; k < 12; ++k) {
+    const std::string cls = dir / ("p/c" + std::to_string(k % 2));
+    ASSERT_EQ(system(("mkdir -p '" + cls + "'").c_str()), 0);
+    MakeImages("photo '" + cls + "/" + std::to_string(k) + ".jpg' " + std::to_string(300 + 17 * k) + " " +
+               std::to_string(200 + 11 * k) + " 90");
+  }
+  for (int channels : {3, 1}) {
+    DatasetOptions o;
+    o.image_size = 64;
+    o.channels = channels;
+    auto ds = LoadDataset("imagefolder", dir / "p", o);
+    ASSERT_EQ(ds->size(), 12);
+    for (bool augment : {true, false}) {
+      DataLoaderOptions lo;
+      lo.batch_size = 4;
+      lo.seed = 3;
+      lo.augment = augment;
+      lo.shuffle = augment;
+      lo.build_threads = 2;
+      DataLoader crop(ds, lo);
+      lo.crop_decode = false;
+      DataLoader whole(ds, lo);
+      for (int64_t e = 0; e < 3; ++e) {
+        std::vector<Batch> a = Epoch(crop, e), b = Epoch(whole, e);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].images, b[k].images) << channels << " " << augment;
+      }
+    }
+  }
+}
+
 TEST(WebDataset, StreamReadsShardsFrontToBackThroughTheBuffer) {
   TempDir dir;
   MakeImages("shards '" + dir / "w" + "' 120 10 4");

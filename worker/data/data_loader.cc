@@ -428,12 +428,22 @@ void DataLoader::WriteEncoded(int64_t i, int64_t epoch, float* out) const {
       const Box box = opt_.augment ? RandomResizedCropBox(w, h, &rng) : CenterCropBox(w, h, size, opt_.crop_fraction);
       const bool flip = opt_.augment && rng.Below(2) == 1;
       int num = 1, den = 1;
-      if (DetectImageFormat(bytes.data(), bytes.size()) == ImageFormat::kJpeg)
-        JpegScaleFor(box.x1 - box.x0, box.y1 - box.y0, size, size, &num, &den);
-      DecodeImage(bytes.data(), bytes.size(), name, C, &img, num, den);
-      // The box in the decoded (maybe DCT-downscaled) image's pixels.
-      const double sx = double(img.w) / w, sy = double(img.h) / h;
+      const bool jpeg = DetectImageFormat(bytes.data(), bytes.size()) == ImageFormat::kJpeg;
+      if (jpeg) JpegScaleFor(box.x1 - box.x0, box.y1 - box.y0, size, size, &num, &den);
+      // The box in the decoded (maybe DCT-downscaled) image's pixels (libjpeg rounds the
+      // scaled size up).
+      const int fw = jpeg ? (w * num + den - 1) / den : w, fh = jpeg ? (h * num + den - 1) / den : h;
+      const double sx = double(fw) / w, sy = double(fh) / h;
       const Box scaled = {box.x0 * sx, box.y0 * sy, box.x1 * sx, box.y1 * sy};
+      if (jpeg && opt_.crop_decode) {
+        // Only the rows and columns the resize reads: a RandomResizedCrop box is on average
+        // about half the image.
+        int x0, y0, x1, y1;
+        ResizeFootprint(fw, fh, scaled, size, size, &x0, &y0, &x1, &y1);
+        DecodeJpegRegion(bytes.data(), bytes.size(), name, C, num, den, x0, y0, x1, y1, &img);
+      } else {
+        DecodeImage(bytes.data(), bytes.size(), name, C, &img, num, den);
+      }
       ResizeBoxToCHW(img, scaled, size, size, flip, scale_.data(), shift_.data(), out);
       return;
     } catch (const InputError& e) {

@@ -86,6 +86,7 @@ struct DataLoaderOptions {
   bool skip_bad = false;          // an image that does not decode (a token window holding an id >= vocab_size)
                                   // is replaced by the next good sample, counted
   int64_t shuffle_buffer = 1000;  // sharded (webdataset) sets: the stream's shuffle buffer, in samples
+  bool crop_decode = true;        // JPEGs: decode only the rows and columns the crop's resize reads
   // Tokens: the epoch's windows start at a phase drawn from (seed, epoch), not at multiples of
   // seq_len (training; see the header comment).
   bool token_offsets = false;
