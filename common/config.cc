@@ -687,6 +687,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
                       "skip_bad",
                       "shuffle_buffer",
                       "loader_threads",
+                      "test_cache_mb",
                       "seq_len",
                       "vocab_size"});
   c.data_format = data.String("format", "idx");
@@ -713,9 +714,12 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   }
   const bool encoded = c.data_format == "imagefolder" || c.data_format == "webdataset";
   // Keys of the encoded-image formats only: elsewhere they would be silently ignored.
-  for (const char* k : {"channels", "crop_fraction", "skip_bad"})
+  for (const char* k : {"channels", "crop_fraction", "test_cache_mb"})
     if (data.Get(k) && !encoded)
       data.Fail(k, "only format = \"imagefolder\" or \"webdataset\" takes it (format is \"" + c.data_format + "\")");
+  if (data.Get("skip_bad") && !encoded && !tokens)
+    data.Fail("skip_bad", "only format = \"imagefolder\", \"webdataset\" or \"tokens\" takes it (format is \"" +
+                              c.data_format + "\")");
   if (data.Get("shuffle_buffer") && c.data_format != "webdataset")
     data.Fail("shuffle_buffer", "only format = \"webdataset\" takes it (format is \"" + c.data_format + "\")");
   c.data_label = data.String("label", "fine");
@@ -742,6 +746,7 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.skip_bad = data.Bool("skip_bad", false);
   c.shuffle_buffer = data.Int("shuffle_buffer", 1000, 1, 1 << 24);
   c.loader_threads = data.Int("loader_threads", 0, 0, kMaxThreads);
+  c.test_cache_mb = data.Int("test_cache_mb", 1024, 0, int64_t(1) << 30);
   for (auto [key, out] : {std::make_pair("mean", &c.data_mean), std::make_pair("std", &c.data_std)}) {
     const toml::node* n = data.Get(key);
     if (!n) continue;

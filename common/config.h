@@ -139,6 +139,7 @@ struct JobConfig {
   double crop_fraction = 0.875;   // evaluation (and training without augment): resize to image_size / this, center-crop
   bool skip_bad = false;          // bad images, members, shards, class folders: skipped and counted, not fatal
   int64_t shuffle_buffer = 1000;  // webdataset: samples in the stream's shuffle buffer
+  int64_t test_cache_mb = 1024;   // the decoded test batches each worker keeps after the first evaluation; 0: none
   // Every format: per-channel normalization ([0,1] pixel scale); empty: the data set's own
   // statistics (in-memory formats) or ImageNet's (encoded images; its luma for 1 channel).
   std::vector<double> data_mean, data_std;

@@ -299,6 +299,7 @@ class Trainer {
     lo.crop_fraction = cfg_.crop_fraction;
     lo.skip_bad = cfg_.skip_bad;
     lo.shuffle_buffer = cfg_.shuffle_buffer;
+    lo.token_offsets = true;  // tokens only: each epoch cuts the text at other places
     lo.build_threads = int(cfg_.loader_threads);
     if (lo.build_threads == 0 && train_set_->is_encoded()) {
       // Decoding is the work here: the cores of this host, shared with the workers on it.
@@ -318,6 +319,10 @@ class Trainer {
     to.drop_last = false;
     to.augment = false;
     to.global_slices = false;
+    to.token_offsets = false;  // every evaluation scores the same windows
+    // Evaluation is not split across workers: each decodes the whole test set, so after the
+    // first evaluation each keeps the decoded batches (up to the bound) for the next ones.
+    to.cache_bytes = cfg_.test_cache_mb << 20;
     to.batch_size = std::max<int64_t>(cfg_.batch_size, 256);
     test_ = std::make_unique<DataLoader>(test_set, to);
   }
@@ -492,7 +497,9 @@ class Trainer {
       // Another worker reached the target: the job's final model is evaluated at Finish.
       if (algo_->StopRequested()) break;
       SyncBuffers();
+      const auto t_eval = Clock::now();
       EvalResult ev = Evaluate(*model_, *backend_, *test_);
+      const double eval_s = Since(t_eval);
       if (cfg_.skip_bad) ReportSkips();
       accuracy_ = ev.accuracy;
       evaluated_ = true;
@@ -503,6 +510,7 @@ class Trainer {
                          .Add("epoch", epoch + 1)
                          .Add("test_accuracy", ev.accuracy)
                          .Add("test_loss", ev.loss)
+                         .Add("eval_s", eval_s)
                          .Add("samples_per_s", sps)
                          .Add("bytes_sent", algo_->bytes_sent()));
       printf("worker %d: epoch %lld step %lld test_accuracy %.4f test_loss %.4f samples/s %.0f\n", rank_,

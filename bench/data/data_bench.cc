@@ -16,6 +16,7 @@ DEFINE_int32(threads, 1, "decode threads");
 DEFINE_int32(batch, 64, "batch size");
 DEFINE_int32(size, 224, "output image size");
 DEFINE_double(seconds, 5, "how long to measure");
+DEFINE_bool(crop_decode, true, "decode only the JPEG rows and columns the crop needs (false: whole images)");
 
 // CPU seconds of this process, every thread: on a shared machine a steadier measure of the
 // work per image than wall time.
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     lo.augment = true;
     lo.build_threads = FLAGS_threads;
     lo.seed = 1;
+    lo.crop_decode = FLAGS_crop_decode;
     shoal::DataLoader loader(ds, lo);
     if (loader.batches_per_epoch() < 1)
       throw shoal::Error(FLAGS_dir + ": " + std::to_string(ds->size()) + " images, fewer than one batch of " +

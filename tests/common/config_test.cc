@@ -76,9 +76,12 @@ TEST(Config, ImageDataKeys) {
   EXPECT_EQ(c.synthetic_image_size, 224);
   EXPECT_DOUBLE_EQ(c.crop_fraction, 0.875);
   EXPECT_FALSE(c.skip_bad);
-  c = ParseJobConfig(Replace(folder, "batch_size = 64",
-                             "channels = 1\nmean = [0.5]\nstd = [0.25]\nskip_bad = true\nloader_threads = 3"),
-                     "job.toml");
+  EXPECT_EQ(c.test_cache_mb, 1024);
+  c = ParseJobConfig(
+      Replace(folder, "batch_size = 64",
+              "channels = 1\nmean = [0.5]\nstd = [0.25]\nskip_bad = true\nloader_threads = 3\ntest_cache_mb = 0"),
+      "job.toml");
+  EXPECT_EQ(c.test_cache_mb, 0);
   EXPECT_EQ(c.data_channels, 1);
   EXPECT_EQ(c.data_mean, std::vector<double>{0.5});
   EXPECT_EQ(c.data_std, std::vector<double>{0.25});
@@ -92,8 +95,13 @@ TEST(Config, ImageDataKeys) {
   EXPECT_EQ(error(folder, "std = [1, 0, 1]"), "job.toml: [data] std: expected positive finite numbers");
   EXPECT_EQ(error(folder, "mean = \"imagenet\""),
             "job.toml: [data] mean: expected an array of numbers, one per channel, got string \"imagenet\"");
-  EXPECT_EQ(error(kGood, "skip_bad = true"),
-            "job.toml: [data] skip_bad: only format = \"imagefolder\" or \"webdataset\" takes it (format is \"idx\")");
+  EXPECT_EQ(
+      error(kGood, "skip_bad = true"),
+      "job.toml: [data] skip_bad: only format = \"imagefolder\", \"webdataset\" or \"tokens\" takes it (format is "
+      "\"idx\")");
+  EXPECT_EQ(error(kGood, "test_cache_mb = 10"),
+            "job.toml: [data] test_cache_mb: only format = \"imagefolder\" or \"webdataset\" takes it (format is "
+            "\"idx\")");
   EXPECT_EQ(error(folder, "shuffle_buffer = 10"),
             "job.toml: [data] shuffle_buffer: only format = \"webdataset\" takes it (format is \"imagefolder\")");
   EXPECT_NE(error(folder, "crop_fraction = 1.5").find("job.toml: [data] crop_fraction: expected a number in"),

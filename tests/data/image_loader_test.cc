@@ -152,6 +152,91 @@ TEST(ImageFolder, EverySampleOncePerEpochAcrossRanks) {
   }
 }
 
+// An evaluation loader (fixed order, no augmentation) keeps the batches it built, up to
+// cache_bytes, and later epochs take them from memory: with every image file overwritten
+// after the first epoch, the kept batches still come back as they were, and only those past
+// the bound are decoded again (and now fail, naming the file). Without a cache nothing is kept.
+TEST(ImageFolder, EvaluationBatchesAreKeptUpToTheBound) {
+  TempDir dir;
+  MakeImages("folder '" + dir / "f" + "' 40 100");
+  auto ds = LoadDataset("imagefolder", dir / "f/test", Gray28());
+  ASSERT_EQ(ds->size(), 100);
+  DataLoaderOptions lo;
+  lo.batch_size = 32;  // 4 batches: 32, 32, 32, 4
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.crop_fraction = 1.0;
+  lo.build_threads = 2;
+  const int64_t batch_bytes = 32 * (28 * 28 + 1) * 4;
+  lo.cache_bytes = 2 * batch_bytes + 100;  // the first two batches fit, the third does not
+  DataLoader kept(ds, lo);
+  lo.cache_bytes = 0;
+  DataLoader plain(ds, lo);
+  std::vector<Batch> first = Epoch(kept, 0);
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_EQ(Epoch(plain, 0).size(), 4u);
+  EXPECT_EQ(kept.cached_batches(), 2);
+  EXPECT_EQ(kept.cached_bytes(), 2 * batch_bytes);
+  EXPECT_EQ(plain.cached_batches(), 0);
+
+  for (int64_t j = 0; j < ds->size(); ++j) WriteBytes(ds->encoded().Name(j), {'g', 'o', 'n', 'e'});
+  kept.StartEpoch(1);
+  Batch b;
+  for (size_t k = 0; k < 2; ++k) {
+    ASSERT_TRUE(kept.Next(&b));
+    EXPECT_EQ(b.n, first[k].n);
+    EXPECT_EQ(b.images, first[k].images) << "batch " << k;
+    EXPECT_EQ(b.labels, first[k].labels) << "batch " << k;
+    EXPECT_EQ(b.epoch, 1);
+  }
+  const std::string third = ErrorOf([&] { kept.Next(&b); });
+  EXPECT_NE(third.find(dir / "f/test/"), std::string::npos) << third;
+  const std::string again = ErrorOf([&] { Epoch(plain, 1); });
+  EXPECT_NE(again.find(dir / "f/test/"), std::string::npos) << again;
+
+  // Shuffled or augmented loaders (training) never keep a batch: each epoch's differ.
+  lo.cache_bytes = int64_t(1) << 30;
+  lo.shuffle = true;
+  DataLoader train(LoadDataset("imagefolder", dir / "f/train", Gray28()), lo);
+  Epoch(train, 0);
+  EXPECT_EQ(train.cached_batches(), 0);
+}
+
+// JPEGs decoded only where the crop's resize reads give the batches of whole decodes, bit
+// for bit, with RandomResizedCrop and flips, RGB and grayscale, and in the evaluation transform.
+TEST(ImageFolder, CropDecodingGivesTheWholeDecodesBatches) {
+  TempDir dir;
+  for (int k = 0; k < 12; ++k) {
+    const std::string cls = dir / ("p/c" + std::to_string(k % 2));
+    ASSERT_EQ(system(("mkdir -p '" + cls + "'").c_str()), 0);
+    MakeImages("photo '" + cls + "/" + std::to_string(k) + ".jpg' " + std::to_string(300 + 17 * k) + " " +
+               std::to_string(200 + 11 * k) + " 90");
+  }
+  for (int channels : {3, 1}) {
+    DatasetOptions o;
+    o.image_size = 64;
+    o.channels = channels;
+    auto ds = LoadDataset("imagefolder", dir / "p", o);
+    ASSERT_EQ(ds->size(), 12);
+    for (bool augment : {true, false}) {
+      DataLoaderOptions lo;
+      lo.batch_size = 4;
+      lo.seed = 3;
+      lo.augment = augment;
+      lo.shuffle = augment;
+      lo.build_threads = 2;
+      DataLoader crop(ds, lo);
+      lo.crop_decode = false;
+      DataLoader whole(ds, lo);
+      for (int64_t e = 0; e < 3; ++e) {
+        std::vector<Batch> a = Epoch(crop, e), b = Epoch(whole, e);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].images, b[k].images) << channels << " " << augment;
+      }
+    }
+  }
+}
+
 TEST(WebDataset, StreamReadsShardsFrontToBackThroughTheBuffer) {
   TempDir dir;
   MakeImages("shards '" + dir / "w" + "' 120 10 4");

@@ -208,6 +208,76 @@ TEST(ImageDecode, BadImagesNameTheFile) {
   const uLong sum = crc32(0, huge.data() + 12, 17);  // IHDR's type and data
   for (int k = 0; k < 4; ++k) huge[size_t(29 + k)] = uint8_t(sum >> (24 - 8 * k));
   fails(huge, "huge.png", "limit");
+  // The thread's decoder is still good after all that (TurboJPEG leaves a handle broken
+  // after a header it could not read).
+  Image ok;
+  DecodeImage(jpg.data(), jpg.size(), "p.jpg", 3, &ok);
+  EXPECT_EQ(ok.w, 64);
+  fails(std::vector<uint8_t>(jpg.begin(), jpg.begin() + 30), "head.jpg", "head.jpg");
+  DecodeImage(jpg.data(), jpg.size(), "p.jpg", 3, &ok);
+  EXPECT_EQ(ok.h, 48);
+}
+
+// Decoding only a crop's rows and columns (libjpeg's row skipping and column cropping) gives
+// the whole decode's pixels there, at every DCT scale, in RGB and luma, for 4:2:0 and 4:4:4
+// files and odd sizes; the resize of a region equals the resize of the whole image for
+// RandomResizedCrop boxes; a file cut below the region is still an error.
+TEST(ImageDecode, RegionDecodeEqualsTheWholeDecode) {
+  TempDir dir;
+  MakeImages("photo '" + dir / "a.jpg" + "' 500 375 90");
+  MakeImages("photo '" + dir / "b.jpg" + "' 333 251 95");
+  int checked = 0;
+  for (const std::string name : {"a.jpg", "b.jpg"}) {
+    const std::vector<uint8_t> bytes = ReadAll(dir / name);
+    int w = 0, h = 0;
+    ImageSize(bytes.data(), bytes.size(), name, &w, &h);
+    Rng rng(7);
+    for (int trial = 0; trial < 40; ++trial) {
+      const int channels = trial % 2 ? 1 : 3;
+      const Box box = RandomResizedCropBox(w, h, &rng);
+      const int out = trial % 3 == 0 ? 64 : 224;
+      int num = 1, den = 1;
+      JpegScaleFor(box.x1 - box.x0, box.y1 - box.y0, out, out, &num, &den);
+      Image whole, region;
+      DecodeImage(bytes.data(), bytes.size(), name, channels, &whole, num, den);
+      const double sx = double(whole.w) / w, sy = double(whole.h) / h;
+      const Box scaled = {box.x0 * sx, box.y0 * sy, box.x1 * sx, box.y1 * sy};
+      int x0, y0, x1, y1;
+      ResizeFootprint(whole.w, whole.h, scaled, out, out, &x0, &y0, &x1, &y1);
+      DecodeJpegRegion(bytes.data(), bytes.size(), name, channels, num, den, x0, y0, x1, y1, &region);
+      ASSERT_EQ(region.full_w, whole.w);
+      ASSERT_EQ(region.full_h, whole.h);
+      ASSERT_LE(region.x0, x0);
+      ASSERT_EQ(region.y0, y0);
+      ASSERT_GE(region.x0 + region.w, x1);
+      ASSERT_EQ(region.h, y1 - y0);
+      // The footprint's pixels (the columns just outside it may differ: a cropped row's edge).
+      const size_t C = size_t(channels), span = size_t(x1 - x0) * C;
+      for (int y = 0; y < region.h; ++y)
+        ASSERT_EQ(memcmp(&region.px[(size_t(y) * size_t(region.w) + size_t(x0 - region.x0)) * C],
+                         &whole.px[(size_t(y + y0) * size_t(whole.w) + size_t(x0)) * C], span),
+                  0)
+            << name << " trial " << trial << " scale " << num << "/" << den << " row " << y + y0;
+      const std::vector<float> scale(size_t(channels), 1.0f), shift(size_t(channels), 0.0f);
+      std::vector<float> a(size_t(channels) * out * out), b(a.size());
+      ResizeBoxToCHW(whole, scaled, out, out, trial % 4 == 1, scale.data(), shift.data(), a.data());
+      ResizeBoxToCHW(region, scaled, out, out, trial % 4 == 1, scale.data(), shift.data(), b.data());
+      ASSERT_EQ(a, b) << name << " trial " << trial;
+      checked += region.w * region.h < whole.w * whole.h;
+    }
+  }
+  EXPECT_GT(checked, 40);  // most crops decode less than the whole image
+
+  // Cut: the rows kept decode, but the end-of-image marker is missing, as the whole decode says.
+  std::vector<uint8_t> cut = ReadAll(dir / "a.jpg");
+  cut.resize(cut.size() * 3 / 4);
+  Image img;
+  try {
+    DecodeJpegRegion(cut.data(), cut.size(), "cut.jpg", 3, 1, 1, 0, 0, 100, 50, &img);
+    ADD_FAILURE() << "decoded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.jpg: corrupt or truncated JPEG"), std::string::npos) << e.what();
+  }
 }
 
 TEST(WebDatasetShards, BraceExpansion) {

@@ -25,7 +25,7 @@ mapfile -t SRCS < <(cd "$ROOT" && bazel query --noshow_progress --ui_event_filte
 SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 CXXFLAGS=(-std=c++17 -O1 -g -DTOML_HEADER_ONLY=1 -I"$ROOT" -I"$GEN" "${SAN[@]}"
   -Wno-deprecated-declarations -Wno-unused-command-line-argument)
-LIBS=(-lzmq -lcapnp -lkj -lrocksdb -lglog -lgflags -lz -lsodium -lturbojpeg -lpng16 -pthread)
+LIBS=(-lzmq -lcapnp -lkj -lrocksdb -lglog -lgflags -lz -lsodium -lturbojpeg -ljpeg -lpng16 -pthread)
 
 schema="$ROOT/common/messages/schema.capnp"
 if [[ ! -f "$GEN/common/messages/schema.capnp.cc" || "$schema" -nt "$GEN/common/messages/schema.capnp.cc" ]]; then

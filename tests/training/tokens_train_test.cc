@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <set>
+#include <thread>
 
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
@@ -93,6 +95,94 @@ TEST(TokensTraining, BalancedAllReduceTrainsIt) {
   ASSERT_GE(train.size(), 2u);
   EXPECT_LT(JsonNumber(train.back(), "loss").value_or(99), JsonNumber(train.front(), "loss").value_or(0));
   EXPECT_GT(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.1) << r.done_line;
+}
+
+// Training windows start at a phase drawn per epoch from the seed: a job killed at its first
+// checkpoint (mid-epoch 0) and restarted from it ends with the uninterrupted run's weights,
+// so the resumed epoch cut the text where the whole run did, and so did the next epoch.
+TEST(TokensTraining, ResumedMidEpochEndsWithTheSameWeights) {
+  std::ifstream in(kText, std::ios::binary);
+  ASSERT_TRUE(in);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string data = FreshDir("tokens_resume_data");
+  WriteByteTokens(data + "/train.bin", text, 0, text.size() * 9 / 10);
+  WriteByteTokens(data + "/val.bin", text, text.size() * 9 / 10, text.size());
+  auto job = [&](const std::string& dir) {
+    std::string t = GptJob(dir, data + "/train.bin", data + "/val.bin");
+    t.replace(t.find("[cluster]"), 9,
+              "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 20\nmax_restarts = 1\n\n[cluster]");
+    t.replace(t.find("epochs = 3"), 10, "epochs = 2");
+    return t;
+  };
+  const std::string a = FreshDir("tokens_whole"), b = FreshDir("tokens_killed");
+  JobRun whole = RunJob(a, job(a), 240);
+  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  bool killed = false;
+  std::thread killer([&] { killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1); });
+  JobRun run = RunJob(b, job(b), 240);
+  killer.join();
+  ASSERT_TRUE(killed) << "no checkpoint was logged";
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  ASSERT_EQ(Events(run, "restart").size(), 1u) << run.stderr_text;
+  const std::vector<std::string> resumed = Events(run, "resume");
+  ASSERT_FALSE(resumed.empty()) << run.stdout_text.substr(0, 3000);
+  EXPECT_GT(JsonNumber(resumed.front(), "batch").value_or(0), 0) << resumed.front();  // mid-epoch
+  auto hashes = [](const JobRun& r) {
+    std::set<std::string> h;
+    for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("missing"));
+    return h;
+  };
+  EXPECT_EQ(hashes(whole).size(), 1u);
+  EXPECT_EQ(hashes(run), hashes(whole));
+  EXPECT_EQ(JsonNumber(run.done_line, "test_accuracy"), JsonNumber(whole.done_line, "test_accuracy"))
+      << run.done_line << "\n"
+      << whole.done_line;
+}
+
+// Ids past vocab_size (a damaged record, say): the job stops at load naming the file and the
+// byte offset; with skip_bad the windows holding them are skipped, counted in the done line
+// and named in data_skip events, and the job trains to its end.
+TEST(TokensTraining, BadIdsStopTheJobOrAreSkipped) {
+  std::ifstream in(kText, std::ios::binary);
+  ASSERT_TRUE(in);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string dir = FreshDir("tokens_bad_ids");
+  WriteByteTokens(dir + "/train.bin", text, 0, text.size() * 9 / 10);
+  WriteByteTokens(dir + "/val.bin", text, text.size() * 9 / 10, text.size());
+  {
+    std::fstream f(dir + "/train.bin", std::ios::binary | std::ios::in | std::ios::out);
+    for (long offset : {20000L, 40002L}) {  // token 10000 and 20001: id 999 (0x03e7)
+      f.seekp(offset);
+      f.write("\xe7\x03", 2);
+    }
+  }
+  auto job = [&](const std::string& out, bool skip) {
+    std::string t = GptJob(out, dir + "/train.bin", dir + "/val.bin");
+    t.replace(t.find("epochs = 3"), 10, "epochs = 1");
+    if (skip) t.replace(t.find("vocab_size = 256\n"), 17, "vocab_size = 256\nskip_bad = true\n");
+    return t;
+  };
+  const std::string a = FreshDir("tokens_bad_refused");
+  JobRun refused = RunJob(a, job(a, false), 120);
+  EXPECT_EQ(refused.exit_code, 2) << refused.stderr_text;
+  const std::string all = refused.stdout_text + refused.stderr_text;
+  EXPECT_NE(
+      all.find(dir + "/train.bin: token 999 at byte offset 20000 (token 10000) is not below [data] vocab_size = 256"),
+      std::string::npos)
+      << all.substr(0, 3000);
+
+  const std::string b = FreshDir("tokens_bad_skipped");
+  JobRun run = RunJob(b, job(b, true), 240);
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  // Each bad id lies in one or two windows of an epoch's tiling; both ranks' batches cover it.
+  const double skipped = JsonNumber(run.done_line, "data_skipped").value_or(-1);
+  EXPECT_GE(skipped, 2) << run.done_line;
+  EXPECT_LE(skipped, 4) << run.done_line;
+  std::string named;
+  for (const std::string& e : Events(run, "data_skip")) named += JsonField(e, "what").value_or("") + "\n";
+  EXPECT_NE(named.find(dir + "/train.bin: token 999 at byte offset 20000 "), std::string::npos) << named;
+  EXPECT_NE(named.find(dir + "/train.bin: token 999 at byte offset 40002 "), std::string::npos) << named;
+  EXPECT_GT(JsonNumber(run.done_line, "test_accuracy").value_or(0), 0.1) << run.done_line;
 }
 
 TEST(TokensTraining, AZooModelIsRefusedForTokens) {

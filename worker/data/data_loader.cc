@@ -24,12 +24,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   SHOAL_CHECK(opt_.build_threads >= 0, where + "build_threads must be >= 0");
   SHOAL_CHECK(opt_.crop_fraction > 0 && opt_.crop_fraction <= 1, where + "crop_fraction must be in (0, 1]");
   SHOAL_CHECK(opt_.shuffle_buffer >= 1, where + "shuffle_buffer must be >= 1");
+  SHOAL_CHECK(opt_.cache_bytes >= 0, where + "cache_bytes must be >= 0");
   SHOAL_CHECK(!(opt_.augment && dataset_->is_tokens()), where + "token windows have no augmentation");
   if (opt_.augment && !dataset_->is_encoded())
     SHOAL_CHECK(dataset_->sample_shape()[1] > 8 && dataset_->sample_shape()[2] > 8,
                 where + "augmentation (4-pixel crop) needs images larger than 8x8");
 
-  total_ = dataset_->size();
+  total_ = dataset_->is_tokens() && opt_.token_offsets ? dataset_->shifted_windows() : dataset_->size();
   if (opt_.max_samples > 0) total_ = std::min(total_, opt_.max_samples);
   const int64_t W = opt_.world_size, r = opt_.rank;
   if (opt_.global_slices) {
@@ -47,6 +48,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     batches_ = (shard_size_ + opt_.batch_size - 1) / opt_.batch_size;
   }
 
+  // In-memory and token samples are built from memory at about the speed of a copy: only
+  // decoding is worth the memory.
+  cacheable_ = opt_.cache_bytes > 0 && dataset_->is_encoded() && !opt_.shuffle && !opt_.augment && !opt_.global_slices;
+  if (cacheable_) cache_.resize(size_t(batches_));
   dataset_->NormalizationAffine(&scale_, &shift_);
   if (dataset_->is_u8()) {
     lut_.resize(scale_.size() * 256);
@@ -256,6 +261,43 @@ void DataLoader::ProducerLoop() {
 
 void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t count,
                        Batch* b) const {
+  if (cacheable_) {
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    if (const Batch* kept = cache_[size_t(index)].get()) {
+      b->images.assign(kept->images.begin(), kept->images.end());
+      b->labels.assign(kept->labels.begin(), kept->labels.end());
+      b->n = kept->n;
+      b->epoch = epoch;
+      b->index = index;
+      return;
+    }
+  }
+  BuildNew(indices, epoch, index, start, count, b);
+  if (cacheable_) {
+    const int64_t bytes = int64_t((b->images.size() + b->labels.size()) * sizeof(float));
+    std::lock_guard<std::mutex> lk(cache_mu_);
+    // Batches past the bound are built every epoch; those before it are kept.
+    if (!cache_[size_t(index)] && cache_used_ + bytes <= opt_.cache_bytes) {
+      cache_[size_t(index)] = std::make_unique<const Batch>(*b);
+      cache_used_ += bytes;
+    }
+  }
+}
+
+int64_t DataLoader::cached_batches() const {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  int64_t n = 0;
+  for (const auto& b : cache_) n += b != nullptr;
+  return n;
+}
+
+int64_t DataLoader::cached_bytes() const {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  return cache_used_;
+}
+
+void DataLoader::BuildNew(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start,
+                          int64_t count, Batch* b) const {
   const int64_t n = std::min(count, int64_t(indices.size()) - start);
   const int64_t numel = dataset_->sample_numel();
   b->n = n;
@@ -272,6 +314,10 @@ void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64
     try {
       for (int64_t j; (j = next.fetch_add(1)) < n;) {
         const int64_t i = indices[size_t(start + j)];
+        if (dataset_->is_tokens()) {
+          WriteWindow(i, epoch, b->images.data() + j * numel, b->labels.data() + j * per);
+          continue;
+        }
         dataset_->WriteLabels(i, b->labels.data() + j * per);
         WriteSample(i, epoch, b->images.data() + j * numel);
       }
@@ -382,12 +428,22 @@ void DataLoader::WriteEncoded(int64_t i, int64_t epoch, float* out) const {
       const Box box = opt_.augment ? RandomResizedCropBox(w, h, &rng) : CenterCropBox(w, h, size, opt_.crop_fraction);
       const bool flip = opt_.augment && rng.Below(2) == 1;
       int num = 1, den = 1;
-      if (DetectImageFormat(bytes.data(), bytes.size()) == ImageFormat::kJpeg)
-        JpegScaleFor(box.x1 - box.x0, box.y1 - box.y0, size, size, &num, &den);
-      DecodeImage(bytes.data(), bytes.size(), name, C, &img, num, den);
-      // The box in the decoded (maybe DCT-downscaled) image's pixels.
-      const double sx = double(img.w) / w, sy = double(img.h) / h;
+      const bool jpeg = DetectImageFormat(bytes.data(), bytes.size()) == ImageFormat::kJpeg;
+      if (jpeg) JpegScaleFor(box.x1 - box.x0, box.y1 - box.y0, size, size, &num, &den);
+      // The box in the decoded (maybe DCT-downscaled) image's pixels (libjpeg rounds the
+      // scaled size up).
+      const int fw = jpeg ? (w * num + den - 1) / den : w, fh = jpeg ? (h * num + den - 1) / den : h;
+      const double sx = double(fw) / w, sy = double(fh) / h;
       const Box scaled = {box.x0 * sx, box.y0 * sy, box.x1 * sx, box.y1 * sy};
+      if (jpeg && opt_.crop_decode) {
+        // Only the rows and columns the resize reads: a RandomResizedCrop box is on average
+        // about half the image.
+        int x0, y0, x1, y1;
+        ResizeFootprint(fw, fh, scaled, size, size, &x0, &y0, &x1, &y1);
+        DecodeJpegRegion(bytes.data(), bytes.size(), name, C, num, den, x0, y0, x1, y1, &img);
+      } else {
+        DecodeImage(bytes.data(), bytes.size(), name, C, &img, num, den);
+      }
       ResizeBoxToCHW(img, scaled, size, size, flip, scale_.data(), shift_.data(), out);
       return;
     } catch (const InputError& e) {
@@ -400,9 +456,37 @@ void DataLoader::WriteEncoded(int64_t i, int64_t epoch, float* out) const {
   throw InputError(d.source() + ": no image of the data set decodes");
 }
 
+int64_t DataLoader::TokenPhase(int64_t epoch) const {
+  if (!opt_.token_offsets) return 0;
+  Rng rng(MixSeed(opt_.seed ^ 0x70ce5u, uint64_t(epoch)));
+  return int64_t(rng.Below(uint64_t(dataset_->token_phase_room()) + 1));
+}
+
+void DataLoader::WriteWindow(int64_t i, int64_t epoch, float* x, int32_t* y) const {
+  const Dataset& d = *dataset_;
+  const int64_t T = d.seq_len(), phase = TokenPhase(epoch);
+  // skip_bad (the reader refused bad ids otherwise): a window holding an id >= vocab_size,
+  // as input or target, is replaced by the next clean one of this epoch's tiling, counted
+  // as a bad image is, and each bad id is noted once by its byte offset.
+  for (int64_t tries = 0, j = i; tries < total_; ++tries, j = (j + 1) % total_) {
+    const int64_t start = phase + j * T, bad = d.FirstBadToken(start);
+    if (bad < 0) {
+      d.WriteTokenWindow(start, x, y);
+      return;
+    }
+    std::lock_guard<std::mutex> lk(skip_mu_);
+    if (tries == 0) ++skipped_;
+    if (bad_.insert(bad).second)
+      skip_notes_.push_back(d.source() + ": token " + std::to_string(d.token(bad)) + " at byte offset " +
+                            std::to_string(2 * bad) + " is not below [data] vocab_size = " +
+                            std::to_string(d.num_classes()) + ": the windows holding it are skipped");
+  }
+  throw InputError(d.source() +
+                   ": every window holds a token id >= [data] vocab_size = " + std::to_string(d.num_classes()));
+}
+
 void DataLoader::WriteSample(int64_t i, int64_t epoch, float* out) const {
   if (dataset_->is_encoded()) return WriteEncoded(i, epoch, out);
-  if (dataset_->is_tokens()) return dataset_->WriteNormalized(i, out);  // the ids, as floats
   const Dataset& d = *dataset_;
   const int64_t C = d.channels(), H = d.sample_shape()[1], W = d.sample_shape()[2], hw = H * W;
   const bool u8 = d.is_u8();

@@ -29,6 +29,15 @@
 // shuffle_buffer samples; without global_slices rank r takes the r-th contiguous run of
 // that stream, so it reads its own shards (mostly) front to back.
 //
+// Token windows (token_offsets, training): epoch e tiles the file with shifted_windows()
+// windows starting at phase p_e + k*seq_len, p_e drawn from (seed, e) in [0, room]
+// (Dataset::token_phase_room, at least seq_len - 1 when the file allows), and shuffles and
+// shards them like any samples. nanoGPT draws every window at its own random offset, with
+// replacement: windows overlap and an epoch misses tokens. A shifted tiling keeps what every
+// other format promises (every window once per epoch, disjoint across workers, balanced
+// shares, the same batches after --resume) while each epoch cuts the text at other places.
+// Without token_offsets (evaluation) window i starts at i*seq_len, every time.
+//
 // Resume: position() is the next batch Next() will return; Seek(position) on a fresh
 // loader with the same options reproduces the exact batches from there on (augmentation
 // is drawn per (seed, epoch, sample), not from a running stream).
@@ -74,8 +83,17 @@ struct DataLoaderOptions {
   bool global_slices = false;  // per-step slices of the global batch (balanced splits; drop_last only)
   // Encoded images only:
   double crop_fraction = 0.875;   // without augment: resize the shorter side to size / this, center-crop
-  bool skip_bad = false;          // an image that does not decode is replaced by the next good sample, counted
+  bool skip_bad = false;          // an image that does not decode (a token window holding an id >= vocab_size)
+                                  // is replaced by the next good sample, counted
   int64_t shuffle_buffer = 1000;  // sharded (webdataset) sets: the stream's shuffle buffer, in samples
+  bool crop_decode = true;        // JPEGs: decode only the rows and columns the crop's resize reads
+  // Tokens: the epoch's windows start at a phase drawn from (seed, epoch), not at multiples of
+  // seq_len (training; see the header comment).
+  bool token_offsets = false;
+  // Encoded images read in a fixed order without augmentation (evaluation): the batches
+  // built are kept, up to this many bytes of them, and later epochs copy them instead of
+  // decoding again (each is the same every epoch). 0: nothing kept.
+  int64_t cache_bytes = 0;
 };
 
 struct Position {
@@ -112,20 +130,28 @@ class DataLoader {
   // global_slices: the whole epoch's permutation, which the shares slice).
   std::vector<int64_t> EpochIndices(int64_t epoch) const;
 
-  // skip_bad: samples replaced because they did not decode, so far (every occurrence), and
-  // the one-line reasons of those not yet taken, each bad sample once.
+  // skip_bad: samples replaced because they did not decode (token windows: held a bad id),
+  // so far (every occurrence), and the one-line reasons of those not yet taken, each bad
+  // sample (bad id) once.
   int64_t skipped() const;
   std::vector<std::string> TakeSkipNotes();
+  // cache_bytes: the batches kept so far and their bytes.
+  int64_t cached_batches() const;
+  int64_t cached_bytes() const;
 
  private:
   void Restart(int64_t epoch, int64_t batch);
   void ProducerLoop();
   void Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t n,
-             Batch* b) const;
+             Batch* b) const;  // from the cache, or BuildNew (and kept)
+  void BuildNew(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t n,
+                Batch* b) const;
   // Where batch `index` starts in the epoch's indices and how many it takes (under mu_).
   int64_t StartOf(int64_t index) const;
   void WriteSample(int64_t i, int64_t epoch, float* out) const;
   void WriteEncoded(int64_t i, int64_t epoch, float* out) const;
+  void WriteWindow(int64_t i, int64_t epoch, float* x, int32_t* y) const;
+  int64_t TokenPhase(int64_t epoch) const;
   std::vector<int64_t> StreamOrder(int64_t epoch) const;
   int BuildThreads(int64_t n) const;
 
@@ -174,9 +200,14 @@ class DataLoader {
   };
   mutable Helpers helpers_;
 
+  bool cacheable_ = false;  // cache_bytes > 0 and every epoch's batches are the same
+  mutable std::mutex cache_mu_;
+  mutable std::vector<std::unique_ptr<const Batch>> cache_;  // by batch index; null: not kept
+  mutable int64_t cache_used_ = 0;
+
   mutable std::mutex skip_mu_;  // decode threads record bad samples here
   mutable int64_t skipped_ = 0;
-  mutable std::set<int64_t> bad_;
+  mutable std::set<int64_t> bad_;  // sample indices; tokens: positions of bad ids
   mutable std::vector<std::string> skip_notes_;
 };
 

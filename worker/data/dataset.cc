@@ -90,10 +90,12 @@ std::shared_ptr<Dataset> Dataset::FromEncoded(std::string source, std::vector<in
   return d;
 }
 
-std::shared_ptr<Dataset> Dataset::FromTokens(std::string source, std::vector<uint16_t> tokens, int64_t seq_len,
-                                             int64_t vocab_size) {
+std::shared_ptr<Dataset> Dataset::FromTokens(std::string source, std::shared_ptr<const void> owner,
+                                             const uint16_t* tokens, int64_t count, int64_t seq_len, int64_t vocab_size,
+                                             int64_t bad_tokens) {
   SHOAL_CHECK(seq_len > 0, source + ": seq_len must be positive");
   SHOAL_CHECK(vocab_size > 0, source + ": vocab_size must be positive");
+  SHOAL_CHECK(count >= 0 && (tokens != nullptr || count == 0), source + ": no tokens");
   std::shared_ptr<Dataset> d(new Dataset());
   d->source_ = std::move(source);
   d->shape_ = {seq_len};
@@ -101,12 +103,37 @@ std::shared_ptr<Dataset> Dataset::FromTokens(std::string source, std::vector<uin
   d->is_u8_ = false;
   d->num_classes_ = vocab_size;
   d->seq_len_ = seq_len;
-  d->token_samples_ = tokens.empty() ? 0 : int64_t(tokens.size() - 1) / seq_len;
-  d->tokens_ = std::move(tokens);
+  d->token_samples_ = count == 0 ? 0 : (count - 1) / seq_len;
+  d->token_owner_ = std::move(owner);
+  d->tokens_ = tokens;
+  d->token_count_ = count;
+  d->bad_tokens_ = bad_tokens;
   // Ids go to the model as they are (an embedding looks them up): no normalization.
   d->mean_ = {0.0f};
   d->std_ = {1.0f};
   return d;
+}
+
+int64_t Dataset::shifted_windows() const {
+  // n / T - 1 windows end by token n - 1 - (T - 1) at the latest; a file too short for that
+  // keeps its one window (and whatever room it has).
+  const int64_t shifted = token_count_ / seq_len_ - 1;
+  return shifted >= 1 ? shifted : token_samples_;
+}
+
+void Dataset::WriteTokenWindow(int64_t start, float* x, int32_t* y) const {
+  const uint16_t* t = tokens_ + start;
+  for (int64_t k = 0; k < seq_len_; ++k) {
+    x[k] = float(t[k]);
+    y[k] = int32_t(t[k + 1]);
+  }
+}
+
+int64_t Dataset::FirstBadToken(int64_t start) const {
+  if (bad_tokens_ == 0) return -1;
+  for (int64_t k = start; k <= start + seq_len_; ++k)
+    if (int64_t(tokens_[k]) >= num_classes_) return k;
+  return -1;
 }
 
 void Dataset::WriteLabels(int64_t i, int32_t* out) const {
@@ -114,7 +141,7 @@ void Dataset::WriteLabels(int64_t i, int32_t* out) const {
     out[0] = labels_[size_t(i)];
     return;
   }
-  const uint16_t* t = tokens_.data() + i * seq_len_ + 1;
+  const uint16_t* t = tokens_ + i * seq_len_ + 1;
   for (int64_t k = 0; k < seq_len_; ++k) out[k] = int32_t(t[k]);
 }
 
@@ -241,7 +268,7 @@ void Dataset::NormalizationAffine(std::vector<float>* scale, std::vector<float>*
 void Dataset::WriteNormalized(int64_t i, float* out) const {
   SHOAL_CHECK(!encoded_, source_ + ": encoded images are decoded by the DataLoader");
   if (is_tokens()) {
-    const uint16_t* t = tokens_.data() + i * seq_len_;
+    const uint16_t* t = tokens_ + i * seq_len_;
     for (int64_t k = 0; k < seq_len_; ++k) out[k] = float(t[k]);
     return;
   }

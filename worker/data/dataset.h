@@ -28,7 +28,7 @@ struct DatasetOptions {
   int64_t image_size = 224;
   int64_t channels = 3;
   std::vector<float> mean, stddev;
-  bool skip_bad = false;             // bad files, members, shards, class folders: skipped and counted
+  bool skip_bad = false;             // bad files, members, shards, class folders, token ids: skipped and counted
   std::vector<std::string> classes;  // imagefolder test set: the training set's class names
   int64_t seq_len = 0;               // tokens: tokens per window (num_classes is the vocabulary size)
 };
@@ -71,16 +71,34 @@ class Dataset {
                                               std::vector<float> stddev, int64_t skipped,
                                               std::vector<std::string> classes = {});
 
-  // Token windows: sample i is tokens[i*seq_len, (i+1)*seq_len) as floats (the ids: an
+  // Token windows over `count` ids at `tokens` (host order), kept alive by `owner` (a memory
+  // map, or a vector): sample i is tokens[i*seq_len, (i+1)*seq_len) as floats (the ids: an
   // embedding's Gather takes float indices), its labels tokens[i*seq_len + 1, ... + seq_len]
   // (the next token at each position). Non-overlapping; a last partial window is dropped, so
-  // the size is (tokens - 1) / seq_len. Every id must be below vocab_size (the caller checks).
-  static std::shared_ptr<Dataset> FromTokens(std::string source, std::vector<uint16_t> tokens, int64_t seq_len,
-                                             int64_t vocab_size);
+  // the size is (count - 1) / seq_len. `bad_tokens` counts the ids >= vocab_size the caller
+  // found (skip_bad; 0: every id is below it, and windows are not checked again).
+  static std::shared_ptr<Dataset> FromTokens(std::string source, std::shared_ptr<const void> owner,
+                                             const uint16_t* tokens, int64_t count, int64_t seq_len, int64_t vocab_size,
+                                             int64_t bad_tokens = 0);
 
   const std::string& source() const { return source_; }  // where it came from, for messages
   int64_t size() const { return is_tokens() ? token_samples_ : int64_t(labels_.size()); }
   bool is_tokens() const { return seq_len_ > 0; }
+  // Tokens only. Windows starting anywhere (DataLoaderOptions::token_offsets): one fewer
+  // than size() when that leaves room to shift them by up to seq_len - 1, so a shifted tiling
+  // still fits; `token_phase_room()` is how far the first may start (the ids past the last).
+  int64_t seq_len() const { return seq_len_; }
+  int64_t token_count() const { return token_count_; }
+  int64_t bad_tokens() const { return bad_tokens_; }
+  int64_t shifted_windows() const;
+  int64_t token_phase_room() const { return token_count_ - 1 - shifted_windows() * seq_len_; }
+  // The window of seq_len ids starting at token `start` into x (as floats) and its next-token
+  // labels into y. Without bad ids (bad_tokens() == 0) nothing is checked.
+  void WriteTokenWindow(int64_t start, float* x, int32_t* y) const;
+  // The first token of [start, start + seq_len] (a window and its last target) that is not
+  // below vocab_size, or -1.
+  int64_t FirstBadToken(int64_t start) const;
+  uint16_t token(int64_t k) const { return tokens_[k]; }
   // Labels each sample carries: 1, or seq_len for token windows (one per position).
   int64_t labels_per_sample() const { return is_tokens() ? seq_len_ : 1; }
   // Sample i's labels_per_sample() labels into out.
@@ -134,7 +152,10 @@ class Dataset {
   std::vector<std::string> class_names_;
   int64_t seq_len_ = 0;  // tokens only
   int64_t token_samples_ = 0;
-  std::vector<uint16_t> tokens_;
+  std::shared_ptr<const void> token_owner_;  // what keeps tokens_ valid (a memory map)
+  const uint16_t* tokens_ = nullptr;
+  int64_t token_count_ = 0;
+  int64_t bad_tokens_ = 0;
 };
 
 // format: "idx" | "cifar" | "cifar100" | "synthetic" | "imagefolder" | "webdataset" | "tokens".

@@ -6,7 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <csetjmp>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <tuple>
+// After <cstdio>: jpeglib.h uses FILE.
+#include <jerror.h>
+#include <jpeglib.h>
 
 #include "common/error.h"
 
@@ -34,10 +40,27 @@ struct TjHandle {
     if (h) tjDestroy(h);
   }
 };
-tjhandle Decompressor() {
+TjHandle& ThreadHandle() {
   thread_local TjHandle t;
+  return t;
+}
+tjhandle Decompressor() {
+  TjHandle& t = ThreadHandle();
+  if (!t.h) t.h = tjInitDecompress();
   if (!t.h) throw Error("TurboJPEG: cannot create a decompressor");
   return t.h;
+}
+// TurboJPEG 2.1 leaves a handle mid-header after tjDecompressHeader3 fails (it does not
+// abort the decompressor), and the next file read with it fails too ("Unsupported marker
+// type"): the error message is taken, then the handle replaced.
+std::string FailedWith(tjhandle tj) {
+  std::string msg = tjGetErrorStr2(tj);
+  TjHandle& t = ThreadHandle();
+  if (t.h == tj) {
+    tjDestroy(t.h);
+    t.h = nullptr;
+  }
+  return msg;
 }
 
 uint32_t BE32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
@@ -49,7 +72,7 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
   tjhandle tj = Decompressor();
   int w = 0, h = 0, subsamp = 0, cs = 0;
   if (tjDecompressHeader3(tj, data, (unsigned long)size, &w, &h, &subsamp, &cs) != 0)
-    throw InputError(name + ": not a readable JPEG: " + tjGetErrorStr2(tj));
+    throw InputError(name + ": not a readable JPEG: " + FailedWith(tj));
   tjscalingfactor sf = {num, den};
   const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
   CheckPixels(name, sw, sh);
@@ -68,10 +91,11 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
   const size_t bytes = size_t(sw) * size_t(sh) * size_t(ps);
   if (buf.size() < bytes) buf.resize(bytes);
   if (tjDecompress2(tj, data, (unsigned long)size, buf.data(), sw, sw * ps, sh, pf, 0) != 0) {
-    const std::string msg = tjGetErrorStr2(tj);
+    const bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
+    const std::string msg = FailedWith(tj);
     // Warnings (extraneous bytes before a marker, common in real photo collections) leave
     // a whole image, as PIL accepts them; a file that ends early leaves a gray tail, an error.
-    if (tjGetErrorCode(tj) != TJERR_WARNING || msg.find("Premature end") != std::string::npos)
+    if (!warning || msg.find("Premature end") != std::string::npos)
       throw InputError(name + ": corrupt or truncated JPEG: " + msg);
   }
   out->w = sw;
@@ -99,6 +123,82 @@ void DecodeJpeg(const uint8_t* data, size_t size, const std::string& name, int c
       out->px[i * 3 + 2] = uint8_t(b);
     }
   }
+}
+
+// libjpeg's errors longjmp back to the decode function (its default exits the process).
+struct JpegErr {
+  jpeg_error_mgr mgr;
+  jmp_buf jb;
+  char msg[JMSG_LENGTH_MAX];
+  bool premature;
+};
+void JpegErrorExit(j_common_ptr c) {
+  JpegErr* e = reinterpret_cast<JpegErr*>(c->err);
+  (*c->err->format_message)(c, e->msg);
+  longjmp(e->jb, 1);
+}
+// Warnings (extraneous bytes before a marker) are accepted as TurboJPEG's path accepts them;
+// a file that ends early is not.
+void JpegMessage(j_common_ptr c, int level) {
+  if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) reinterpret_cast<JpegErr*>(c->err)->premature = true;
+}
+
+struct RegionOut {
+  bool cmyk = false, no_eoi = false;
+  int full_w = 0, full_h = 0, x0 = 0, w = 0, comps = 0;
+};
+
+// The setjmp frame holds no object with a destructor: libjpeg's longjmp would skip it.
+bool DecodeRegionRows(jpeg_decompress_struct* ci, JpegErr* err, const uint8_t* data, size_t size, int channels, int num,
+                      int den, int x0, int y0, int x1, int y1, std::vector<uint8_t>* buf, RegionOut* r) {
+  if (setjmp(err->jb)) return false;
+  jpeg_mem_src(ci, data, (unsigned long)size);
+  jpeg_read_header(ci, TRUE);
+  if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK) {
+    r->cmyk = true;
+    return true;
+  }
+  // Rows below the region are never decoded, so a cut there would go unseen: the scan data
+  // must be followed by the end-of-image marker (FF D9 cannot occur inside entropy-coded
+  // data, where FF is always followed by 00 or a restart marker).
+  const uint8_t* scan = ci->src->next_input_byte;
+  const uint8_t* end = data + size;
+  bool eoi = size >= 2 && end[-2] == 0xFF && end[-1] == 0xD9;
+  for (const uint8_t* p = scan; !eoi && p + 1 < end; ++p) {
+    p = static_cast<const uint8_t*>(memchr(p, 0xFF, size_t(end - p) - 1));
+    if (!p) break;
+    eoi = p[1] == 0xD9;
+  }
+  if (!eoi) {
+    r->no_eoi = true;
+    return true;
+  }
+  ci->scale_num = unsigned(num);
+  ci->scale_denom = unsigned(den);
+  ci->out_color_space = channels == 1 && ci->jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(ci);
+  r->full_w = int(ci->output_width);
+  r->full_h = int(ci->output_height);
+  x1 = std::min(x1, r->full_w);
+  y1 = std::min(y1, r->full_h);
+  // Fancy upsampling takes a cropped row's first column as the image's edge (its chroma
+  // without the left neighbour): one column more each side keeps the region's pixels the
+  // whole decode's. libjpeg widens the crop to whole iMCUs from there.
+  const int cx0 = std::max(0, x0 - 1), cx1 = std::min(r->full_w, x1 + 1);
+  JDIMENSION xo = JDIMENSION(cx0), cw = JDIMENSION(cx1 - cx0);
+  if (cx0 > 0 || cx1 < r->full_w) jpeg_crop_scanline(ci, &xo, &cw);
+  r->x0 = int(xo);
+  r->w = int(cw);
+  r->comps = ci->output_components;
+  const size_t stride = size_t(cw) * size_t(r->comps);
+  if (buf->size() < stride * size_t(y1 - y0)) buf->resize(stride * size_t(y1 - y0));
+  if (y0 > 0) jpeg_skip_scanlines(ci, JDIMENSION(y0));
+  while (int(ci->output_scanline) < y1) {
+    JSAMPROW row = buf->data() + size_t(int(ci->output_scanline) - y0) * stride;
+    jpeg_read_scanlines(ci, &row, 1);
+  }
+  jpeg_abort_decompress(ci);
+  return true;
 }
 
 struct PngSource {
@@ -293,7 +393,7 @@ void ImageSize(const uint8_t* data, size_t size, const std::string& name, int* w
       int subsamp = 0, cs = 0;
       tjhandle tj = Decompressor();
       if (tjDecompressHeader3(tj, data, (unsigned long)size, w, h, &subsamp, &cs) != 0)
-        throw InputError(name + ": not a readable JPEG: " + tjGetErrorStr2(tj));
+        throw InputError(name + ": not a readable JPEG: " + FailedWith(tj));
       break;
     }
     case ImageFormat::kPng:
@@ -312,6 +412,7 @@ void DecodeImage(const uint8_t* data, size_t size, const std::string& name, int 
                  int scale_den) {
   if (channels != 1 && channels != 3)
     throw Error(name + ": can decode to 1 or 3 channels, not " + std::to_string(channels));
+  out->x0 = out->y0 = out->full_w = out->full_h = 0;  // a whole image
   switch (DetectImageFormat(data, size)) {
     case ImageFormat::kJpeg:
       DecodeJpeg(data, size, name, channels, out, scale_num, scale_den);
@@ -323,6 +424,77 @@ void DecodeImage(const uint8_t* data, size_t size, const std::string& name, int 
       int w, h;
       ImageSize(data, size, name, &w, &h);  // throws the "not an image" error
     }
+  }
+}
+
+void DecodeJpegRegion(const uint8_t* data, size_t size, const std::string& name, int channels, int scale_num,
+                      int scale_den, int x0, int y0, int x1, int y1, Image* out) {
+  if (channels != 1 && channels != 3)
+    throw Error(name + ": can decode to 1 or 3 channels, not " + std::to_string(channels));
+  if (DetectImageFormat(data, size) != ImageFormat::kJpeg) throw InputError(name + ": not a JPEG");
+  int w = 0, h = 0;
+  ImageSize(data, size, name, &w, &h);
+  const int fw = (w * scale_num + scale_den - 1) / scale_den, fh = (h * scale_num + scale_den - 1) / scale_den;
+  CheckPixels(name, fw, fh);
+  x0 = std::max(0, x0);
+  y0 = std::max(0, y0);
+  x1 = std::min(x1, fw);
+  y1 = std::min(y1, fh);
+  if (x0 >= x1 || y0 >= y1) throw Error(name + ": empty region to decode");
+  jpeg_decompress_struct ci;
+  JpegErr err;
+  ci.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = JpegErrorExit;
+  err.mgr.emit_message = JpegMessage;
+  err.premature = false;
+  err.msg[0] = 0;
+  jpeg_create_decompress(&ci);
+  const bool to_luma = channels == 1;  // from RGB, unless the file is gray (then it is the gray plane)
+  thread_local std::vector<uint8_t> scratch;
+  RegionOut r;
+  const bool ok = DecodeRegionRows(&ci, &err, data, size, channels, scale_num, scale_den, x0, y0, x1, y1,
+                                   to_luma ? &scratch : &out->px, &r);
+  jpeg_destroy_decompress(&ci);
+  if (!ok) throw InputError(name + ": corrupt or truncated JPEG: " + err.msg);
+  if (r.no_eoi) throw InputError(name + ": corrupt or truncated JPEG: no end-of-image marker after the image data");
+  if (err.premature) throw InputError(name + ": corrupt or truncated JPEG: Premature end of JPEG file");
+  if (r.cmyk) {  // TurboJPEG's path converts CMYK; these are rare
+    DecodeJpeg(data, size, name, channels, out, scale_num, scale_den);
+    out->x0 = out->y0 = out->full_w = out->full_h = 0;
+    return;
+  }
+  const size_t n = size_t(r.w) * size_t(y1 - y0);
+  if (to_luma && r.comps == 3) {
+    out->px.resize(n);
+    for (size_t i = 0; i < n; ++i) out->px[i] = Luma(scratch[i * 3], scratch[i * 3 + 1], scratch[i * 3 + 2]);
+  } else if (to_luma) {
+    out->px.assign(scratch.begin(), scratch.begin() + std::ptrdiff_t(n));
+  } else {
+    out->px.resize(n * 3);
+  }
+  out->w = r.w;
+  out->h = y1 - y0;
+  out->c = channels;
+  out->x0 = r.x0;
+  out->y0 = y0;
+  out->full_w = r.full_w;
+  out->full_h = r.full_h;
+}
+
+void ResizeFootprint(int w, int h, const Box& box, int out_w, int out_h, int* x0, int* y0, int* x1, int* y1) {
+  Coeffs c;
+  for (int axis = 0; axis < 2; ++axis) {
+    if (axis == 0)
+      Precompute(w, box.x0, box.x1, out_w, &c);
+    else
+      Precompute(h, box.y0, box.y1, out_h, &c);
+    int lo = INT32_MAX, hi = 0;
+    for (size_t i = 0; i < c.lo.size(); ++i) {
+      lo = std::min(lo, c.lo[i]);
+      hi = std::max(hi, c.lo[i] + c.n[i]);
+    }
+    *(axis == 0 ? x0 : y0) = lo;
+    *(axis == 0 ? x1 : y1) = hi;
   }
 }
 
@@ -387,8 +559,17 @@ void ResizeBoxToCHW(const Image& img, const Box& box, int out_w, int out_h, bool
                     const float* shift, float* out) {
   const int C = img.c;
   thread_local Coeffs cx, cy;
-  Precompute(img.w, box.x0, box.x1, out_w, &cx);
-  Precompute(img.h, box.y0, box.y1, out_h, &cy);
+  // A region: the filter is the full image's (the same taps and weights), its taps moved
+  // into the region's pixels.
+  Precompute(img.full_w > 0 ? img.full_w : img.w, box.x0, box.x1, out_w, &cx);
+  Precompute(img.full_h > 0 ? img.full_h : img.h, box.y0, box.y1, out_h, &cy);
+  if (img.x0 != 0 || img.y0 != 0 || img.full_w > 0) {
+    for (auto [c, o, n] : {std::make_tuple(&cx, img.x0, img.w), std::make_tuple(&cy, img.y0, img.h)})
+      for (size_t i = 0; i < c->lo.size(); ++i) {
+        c->lo[i] -= o;
+        SHOAL_CHECK(c->lo[i] >= 0 && c->lo[i] + c->n[i] <= n, "ResizeBoxToCHW: the region lacks pixels the box needs");
+      }
+  }
   int y_first = img.h, y_last = 0;
   for (int y = 0; y < out_h; ++y) {
     y_first = std::min(y_first, cy.lo[size_t(y)]);

@@ -13,10 +13,13 @@
 namespace shoal {
 namespace data {
 
-// Interleaved 8-bit pixels, h rows of w * c bytes.
+// Interleaved 8-bit pixels, h rows of w * c bytes. A region of a larger image (a JPEG
+// decoded only where a crop needs it) starts at (x0, y0) of a full_w x full_h image; a whole
+// image has x0 = y0 = 0 and full_w = full_h = 0.
 struct Image {
   int w = 0, h = 0, c = 0;
   std::vector<uint8_t> px;
+  int x0 = 0, y0 = 0, full_w = 0, full_h = 0;
 };
 
 enum class ImageFormat { kUnknown, kJpeg, kPng };
@@ -50,7 +53,22 @@ Box RandomResizedCropBox(int w, int h, Rng* rng);
 // size x size (torchvision's Resize + CenterCrop), as one box of the source.
 Box CenterCropBox(int w, int h, int size, double crop_fraction);
 
-// Resamples `box` of `img` to out_w x out_h with PIL's antialiased bilinear filter
+// Decodes only columns [x0, x1) and rows [y0, y1) of the JPEG at scale num/den (in pixels
+// of the scaled image), and what libjpeg needs around them so they equal the whole decode's:
+// rows above the region are entropy-decoded and skipped, rows below are never read, columns
+// outside it are not transformed or converted. `out` is that region (x0/y0/full_w/full_h
+// set). CMYK files are decoded whole. Errors as DecodeImage's: a file that ends early is an
+// error even when the cut lies below the region (the end-of-image marker must be there), so
+// skip_bad counts the same file bad whatever its crops.
+void DecodeJpegRegion(const uint8_t* data, size_t size, const std::string& name, int channels, int scale_num,
+                      int scale_den, int x0, int y0, int x1, int y1, Image* out);
+
+// The columns [x0, x1) and rows [y0, y1) of a w x h image that ResizeBoxToCHW reads for
+// `box` at out_w x out_h: the box and its filter's support, clamped to the image.
+void ResizeFootprint(int w, int h, const Box& box, int out_w, int out_h, int* x0, int* y0, int* x1, int* y1);
+
+// Resamples `box` of `img` (of its full image, when img is a region that holds every pixel
+// ResizeFootprint names) to out_w x out_h with PIL's antialiased bilinear filter
 // (Image.resize(..., BILINEAR, box=...)), mirrored when `flip`, and writes channel k as
 // x * scale[k] + shift[k] (x in [0, 255]) into out[c][out_h][out_w].
 void ResizeBoxToCHW(const Image& img, const Box& box, int out_w, int out_h, bool flip, const float* scale,

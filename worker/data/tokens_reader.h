@@ -10,10 +10,11 @@
 namespace shoal {
 namespace data {
 
-// Reads `path` whole. options.num_classes is the vocabulary size: every id must be below it.
-// Throws InputError naming the file for a file that cannot be read, an odd byte length, fewer
-// than seq_len + 1 tokens (not one window with its targets), or an id >= vocab_size (with
-// its byte offset). options.max_samples keeps the first windows only.
+// Maps `path` (read-only; the Dataset keeps the map) and checks every id once.
+// options.num_classes is the vocabulary size: every id must be below it. Throws InputError
+// naming the file for a file that cannot be opened or mapped, an empty file, an odd byte
+// length, fewer than seq_len + 1 tokens (not one window with its targets), or an id >=
+// vocab_size (with its byte offset). options.max_samples keeps the first windows only.
 std::shared_ptr<Dataset> ReadTokens(const std::string& path, const DatasetOptions& options);
 
 }  // namespace data
