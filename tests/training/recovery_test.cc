@@ -551,6 +551,7 @@ void ResumesOnAnotherWorld(const std::string& name, const std::string& section, 
     const size_t id_at = log.rfind("checkpoint ", at) + 11;
     const int64_t id = std::stoll(log.substr(id_at, at - id_at));
     ASSERT_LT(id, 3200 / (32 * before)) << "not in the first epoch: " << log;
+    ASSERT_GT(id, 0) << log;
     want_step = id * before / after;  // the same samples in batches of the new global batch
   }
   for (size_t p; (p = note.find("{step}")) != std::string::npos;) note.replace(p, 6, std::to_string(want_step));
@@ -566,6 +567,7 @@ void ResumesOnAnotherWorld(const std::string& name, const std::string& section, 
     hashes.insert(JsonField(ends[i], "weights_hash").value_or("?"));
   EXPECT_EQ(hashes.size(), 1u) << "the workers ended with different weights";
   EXPECT_GE(JsonNumber(again.done_line, "test_accuracy").value_or(0), 0.7) << again.done_line;
+  printf("%s: resumed at step %lld: %s\n", name.c_str(), (long long)want_step, again.done_line.c_str());
   EXPECT_EQ(ProcessesOf(d), 0);
   if (section.find("ps_") == std::string::npos) return;
   // Every shard mapped its step count (the optimizer's schedule) to the same step.
@@ -592,6 +594,13 @@ TEST(Recovery, BmufResumesOnFewerWorkersFromTheBlockStart) {
 TEST(Recovery, PsSyncResumesOnMoreWorkers) {
   ResumesOnAnotherWorld("reshape_ps_sync", "[algorithm]\nname = \"ps_sync\"\n\n", 2, 3, 30,
                         "(step 30); the servers keep the model and optimizer state", 45);
+}
+// ps_ssp 2 -> 3: the third worker's clock is not in the checkpoint; the shard holding it
+// seeds it (with the others) at the mapped step, so nobody waits on it or pulls a tensor the
+// shards lack.
+TEST(Recovery, SspResumesOnMoreWorkersWithTheNewClockSeeded) {
+  ResumesOnAnotherWorld("reshape_ps_ssp_up", "[algorithm]\nname = \"ps_ssp\"\n\n", 2, 3, -1,
+                        "every worker's clock starts at step {step}", 45);
 }
 // 3 -> 2: the first run stops at step 25 of 33 (rank 0 at 20 to 25: whoever reaches
 // max_steps first stops everyone), checkpoint 25 (25 x 96 = 2400 samples) becomes batch 37
