@@ -557,7 +557,16 @@ void ResumesOnAnotherWorld(const std::string& name, const std::string& section, 
   for (size_t p; (p = note.find("{step}")) != std::string::npos;) note.replace(p, 6, std::to_string(want_step));
   auto resumes = Events(again, "resume");
   ASSERT_EQ(resumes.size(), size_t(after)) << again.stderr_text;
-  for (auto& e : resumes) EXPECT_EQ(JsonNumber(e, "step").value_or(-1), double(want_step)) << e;
+  // Asynchronous workers resume without meeting: one that asks after rank 0 committed a new
+  // checkpoint resumes there. Rank 0 writes them, so it always resumes at the old one.
+  const bool async = section.find("ps_async") != std::string::npos || section.find("ps_ssp") != std::string::npos;
+  for (auto& e : resumes) {
+    const double step = JsonNumber(e, "step").value_or(-1);
+    if (async && JsonNumber(e, "rank").value_or(-1) != 0)
+      EXPECT_GE(step, double(want_step)) << e;
+    else
+      EXPECT_EQ(step, double(want_step)) << e;
+  }
   EXPECT_NE(log.find(note), std::string::npos) << log;
   EXPECT_EQ(Events(again, "restart").size(), 0u) << again.stderr_text;
   auto ends = Events(again, "end");  // metrics.jsonl holds the first run's too
