@@ -13,6 +13,8 @@ namespace shoal {
 // tensor of one float): so the tensors a checkpoint holds also say how many workers wrote it.
 constexpr const char* kWorkerClockPrefix = "__shoal/clock/";
 inline std::string WorkerClockName(int rank) { return kWorkerClockPrefix + std::to_string(rank); }
+// The asynchronous PS modes' stop decision (the step it was taken at; 0 = none).
+constexpr const char* kStopTensor = "__shoal/stop";
 
 struct TrainingPlan {
   int64_t steps_per_epoch = 1;  // global steps in one epoch

@@ -71,6 +71,17 @@ class OptimizerRule : public UpdateRule {
     t.rule_state = std::move(st);
   }
 
+  // ps_sync counts global steps; the asynchronous modes count pushes, `world_` a step. A
+  // partial sum belongs to a step of the workers before (a checkpoint is taken between
+  // steps, so there is none there) and is dropped.
+  void Restep(StoredTensor& t, int64_t step) const override {
+    auto* st = static_cast<RuleState*>(t.rule_state.get());
+    if (!st) return;
+    st->pushes = contributors_ <= 1 ? step * int64_t(world_) : step;
+    st->count = 0;
+    st->sum.clear();
+  }
+
   void Apply(const std::string& name, StoredTensor& param, const void* grad, size_t bytes) override {
     if (name.rfind("__shoal/", 0) == 0) {  // control values (clocks, flags): assign
       SHOAL_CHECK(bytes == param.buf->size(), "push of '" + name + "': size changed");

@@ -8,6 +8,7 @@
 // write (Write: the disk) may run on another thread, so heartbeats never wait for a disk.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -31,7 +32,9 @@ class Checkpointer {
   uint64_t Write(const CheckpointRecord& rec, uint64_t keep, const KvShard& kv);
   // Replaces what `kv` holds with checkpoint `id`; throws naming what is missing or bad.
   void Load(uint64_t id, KvShard* kv) const;
-  void Commit(const CheckpointRecord& rec) { store_.Commit(rec); }
+  void Commit(const CheckpointRecord& rec, const std::map<std::string, std::string>& notes = {}) {
+    store_.Commit(rec, notes);
+  }
   CheckpointRecord Committed() const { return store_.Committed(); }
   std::vector<uint64_t> Written() const { return store_.Written(); }
   // Shard 0's coordinator keeps its recovery generation here (CheckpointStore::PutNote).

@@ -35,37 +35,120 @@ const char* kGenerationNote = "coordinator/generation";
 const char* kLeftNote = "coordinator/left";        // "0,2": the workers that finished
 const char* kTensorsNote = "coordinator/tensors";  // Coordinator::tensors_
 
-// "name\t[shape]" lines -> name -> "[shape]".
-std::map<std::string, std::string> TensorLines(const std::string& lines) {
-  std::map<std::string, std::string> out;
+struct KeptTensor {
+  std::string shape;  // "[256,784]"
+  int shard = -1;     // -1: a note from before placements were kept (PlaceTensors gave them)
+};
+
+// "name\t[shape]\tshard" lines (older notes: "name\t[shape]") -> name -> KeptTensor.
+std::map<std::string, KeptTensor> TensorLines(const std::string& lines) {
+  std::map<std::string, KeptTensor> out;
   size_t at = 0;
   while (at < lines.size()) {
     size_t end = lines.find('\n', at), tab = lines.find('\t', at);
     if (end == std::string::npos) end = lines.size();
-    if (tab < end) out[lines.substr(at, tab - at)] = lines.substr(tab + 1, end - tab - 1);
+    if (tab < end) {
+      KeptTensor& t = out[lines.substr(at, tab - at)];
+      t.shape = lines.substr(tab + 1, end - tab - 1);
+      size_t second = t.shape.find('\t');
+      if (second != std::string::npos) {
+        const std::string shard = t.shape.substr(second + 1);
+        t.shape.resize(second);
+        t.shard = shard.empty() || shard.size() > 6 || shard.find_first_not_of("0123456789") != std::string::npos
+                      ? -2  // damaged: refused where placement is read
+                      : std::stoi(shard);
+      }
+    }
     at = end + 1;
   }
   return out;
 }
 
+bool IsClock(const std::string& name) { return name.rfind(kWorkerClockPrefix, 0) == 0; }
+
 // Why a job registering `job` cannot continue from checkpoints of `kept` ("" when it can).
-std::string ModelMismatch(const std::map<std::string, std::string>& kept,
+// The workers' clocks are left out: a job resumes on any number of workers.
+std::string ModelMismatch(const std::map<std::string, KeptTensor>& kept,
                           const std::map<std::string, std::string>& job) {
-  for (auto& [name, shape] : kept) {
+  for (auto& [name, t] : kept) {
+    if (IsClock(name)) continue;
     auto it = job.find(name);
-    if (it == job.end()) return "its tensor '" + name + "' " + shape + " is not in this job's model";
-    if (it->second != shape)
-      return "tensor '" + name + "' is " + shape + " in the checkpoint but " + it->second + " in this job";
+    if (it == job.end()) return "its tensor '" + name + "' " + t.shape + " is not in this job's model";
+    if (it->second != t.shape)
+      return "tensor '" + name + "' is " + t.shape + " in the checkpoint but " + it->second + " in this job";
   }
   for (auto& [name, shape] : job)
-    if (!kept.count(name)) return "this job's tensor '" + name + "' " + shape + " is not in the checkpoint";
+    if (!IsClock(name) && !kept.count(name))
+      return "this job's tensor '" + name + "' " + shape + " is not in the checkpoint";
   return "";
 }
 // Workers whose clocks the tensors hold (one each).
-int ClockedWorkers(const std::map<std::string, std::string>& tensors) {
+template <typename Map>
+int ClockedWorkers(const Map& tensors) {
   int n = 0;
-  for (auto& [name, shape] : tensors) n += name.rfind(kWorkerClockPrefix, 0) == 0;
+  for (auto& kv : tensors) n += IsClock(kv.first);
   return n;
+}
+
+// Elements of a "[d0,d1,...]" shape.
+uint64_t Elements(const std::string& shape) {
+  uint64_t n = 1;
+  for (int64_t d : ParseIntList<int64_t>(shape.substr(1, shape.size() - 2), "shape " + shape)) n *= uint64_t(d);
+  return n;
+}
+}  // namespace
+
+std::vector<TensorPlacement> PlaceAround(std::vector<TensorPlacement> tensors, const std::map<std::string, int>& kept,
+                                         int num_shards) {
+  SHOAL_CHECK(num_shards > 0, "cannot place tensors on zero shards");
+  std::vector<uint64_t> load(num_shards, 0);
+  std::vector<TensorPlacement> added;
+  for (auto& t : tensors) {
+    auto it = kept.find(t.name);
+    if (it == kept.end()) {
+      added.push_back(t);
+      continue;
+    }
+    SHOAL_CHECK(it->second >= 0 && it->second < num_shards, "tensor '" + t.name + "' was kept on shard " +
+                                                                std::to_string(it->second) + ", but the job has " +
+                                                                std::to_string(num_shards) + " shards");
+    t.shard = it->second;
+    load[size_t(t.shard)] += t.bytes;
+  }
+  // The new ones, largest first onto the least-loaded shard, as PlaceTensors does.
+  std::stable_sort(added.begin(), added.end(), [](const TensorPlacement& a, const TensorPlacement& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+  });
+  std::map<std::string, int> shard_of;
+  for (auto& t : added) {
+    int best = int(std::min_element(load.begin(), load.end()) - load.begin());
+    shard_of[t.name] = best;
+    load[size_t(best)] += t.bytes;
+  }
+  for (auto& t : tensors)
+    if (shard_of.count(t.name)) t.shard = shard_of[t.name];
+  return tensors;
+}
+
+namespace {
+// The job's placement around what the checkpoints hold (`kept`; empty: a new job).
+std::vector<TensorPlacement> PlaceKept(const std::vector<TensorPlacement>& asked,
+                                       const std::map<std::string, KeptTensor>& kept, int num_shards) {
+  if (kept.empty()) return PlaceTensors(asked, num_shards);
+  std::map<std::string, int> shard_of;
+  std::vector<TensorPlacement> unknown;  // kept before placements were: as PlaceTensors placed them then
+  for (auto& [name, t] : kept) {
+    SHOAL_CHECK(t.shard != -2,
+                "the coordinator's note '" + std::string(kTensorsNote) + "' is damaged at '" + name + "'");
+    SHOAL_CHECK(t.shape.size() >= 2,
+                "the coordinator's note '" + std::string(kTensorsNote) + "': tensor '" + name + "' has no shape");
+    if (t.shard >= 0)
+      shard_of[name] = t.shard;
+    else
+      unknown.push_back({name, Elements(t.shape) * 4, 0});
+  }
+  for (auto& p : PlaceTensors(unknown, num_shards)) shard_of[p.name] = p.shard;
+  return PlaceAround(asked, shard_of, num_shards);
 }
 }  // namespace
 
@@ -100,6 +183,13 @@ void Coordinator::SetCheckpointer(Checkpointer* c, bool rejoin) {
   generation_ = before + 1;
   LOG(WARNING) << "coordinator: " << last_restart_ << "; recovery generation " << generation_ << " (was " << before
                << "), " << left_.size() << " worker(s) had finished";
+}
+
+CheckpointRecord Coordinator::Committed() const {
+  CheckpointRecord rec = checkpointer_->Committed();
+  std::optional<std::string> kept = checkpointer_->Note(kTensorsNote);
+  if (rec.id > 0 && kept) rec.workers = uint32_t(ClockedWorkers(TensorLines(*kept)));
+  return rec;
 }
 
 void Coordinator::Persist(uint32_t generation) const {
@@ -227,15 +317,15 @@ void Coordinator::OnCheckpoint(const InMessage& m) {
                                                         " from before the restart (generation " +
                                                         std::to_string(h.getGeneration()) + ", now " +
                                                         std::to_string(generation_) + ": " + last_restart_ + ")");
-      if (!tensors_kept_ && !tensors_.empty()) {
-        checkpointer_->PutNote(kTensorsNote, tensors_);
-        tensors_kept_ = true;
-      }
-      checkpointer_->Commit(rec);
+      std::map<std::string, std::string> notes;
+      if (!tensors_kept_ && !tensors_.empty()) notes[kTensorsNote] = tensors_;
+      checkpointer_->Commit(rec, notes);
+      tensors_kept_ = tensors_kept_ || !notes.empty();
+      if (!tensors_.empty()) rec.workers = uint32_t(cfg_.world_size());
       LOG(INFO) << "coordinator: checkpoint " << rec.id << " complete (step " << rec.step << ", epoch " << rec.epoch
                 << ", batch " << rec.batch << ")";
     } else {
-      rec = checkpointer_->Committed();
+      rec = Committed();
       if (h.getRejoin()) {
         // A shard restarted alone: it loads `rec`, and every worker must learn that the
         // shards no longer hold what they pushed since. A ps_sync worker restarted alone:
@@ -276,26 +366,18 @@ void Coordinator::OnRegister(const InMessage& m) {
       for (int64_t d : t.getShape()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
       job[t.getName()] = "[" + shape + "]";
     }
-    std::optional<std::string> kept;
+    std::map<std::string, KeptTensor> kept;
+    bool resuming = false;
     if (checkpointer_) {
       try {
-        kept = checkpointer_->Note(kTensorsNote);
+        std::optional<std::string> note = checkpointer_->Note(kTensorsNote);
+        resuming = note && checkpointer_->Committed().id > 0;
+        if (resuming) kept = TensorLines(*note);
       } catch (const Error& e) {
         return ReplyError(m.identity, h.getRequestId(), std::string("coordinator: ") + e.what());
       }
     }
-    // The same model on another number of workers: their clocks differ.
-    if (kept && ClockedWorkers(TensorLines(*kept)) != ClockedWorkers(job)) {
-      std::string what = "coordinator: the checkpoints in " + checkpointer_->path() + " were written by " +
-                         std::to_string(ClockedWorkers(TensorLines(*kept))) + " workers and this job has " +
-                         std::to_string(ClockedWorkers(job)) +
-                         ": a parameter-server job resumes on the number of workers that wrote its checkpoints "
-                         "(jobs without servers resume on any number); resume with that many, or start over "
-                         "with --fresh";
-      LOG(WARNING) << what;
-      return ReplyError(m.identity, h.getRequestId(), what, /*input_error=*/true);
-    }
-    const std::string why = kept ? ModelMismatch(TensorLines(*kept), job) : "";
+    const std::string why = resuming ? ModelMismatch(kept, job) : "";
     if (!why.empty()) {
       std::string what = "coordinator: " + Name({int(h.getRole()), h.getRank()}) +
                          " registered another model than the checkpoints in " + checkpointer_->path() +
@@ -303,18 +385,32 @@ void Coordinator::OnRegister(const InMessage& m) {
       LOG(WARNING) << what;
       return ReplyError(m.identity, h.getRequestId(), what, /*input_error=*/true);
     }
-    if (tensors_.empty())
-      for (auto& [name, shape] : job) tensors_ += name + "\t" + shape + "\n";
-    auto placed = PlaceTensors(asked, int(cfg_.servers.size()));
     if (placement_.empty()) {
+      std::vector<TensorPlacement> placed;
+      try {
+        placed = PlaceKept(asked, kept, int(cfg_.servers.size()));
+      } catch (const Error& e) {
+        std::string what = "coordinator: the checkpoints in " + cfg_.checkpoint_dir + ": " + e.what() +
+                           "; resume with the servers that wrote them, or start over with --fresh";
+        LOG(WARNING) << what;
+        return ReplyError(m.identity, h.getRequestId(), what, /*input_error=*/true);
+      }
+      const int before = ClockedWorkers(kept);
+      if (resuming && before > 0 && before != ClockedWorkers(job))
+        LOG(INFO) << "coordinator: the checkpoints in " << checkpointer_->path() << " were written by " << before
+                  << " workers, this job has " << ClockedWorkers(job)
+                  << ": every tensor stays on its shard, the servers map their step to the new global batch";
       placement_ = placed;
+      std::map<std::string, int> shard_of;
+      for (auto& p : placement_) shard_of[p.name] = p.shard;
+      for (auto& [name, shape] : job) tensors_ += name + "\t" + shape + "\t" + std::to_string(shard_of[name]) + "\n";
     } else {
       auto by_name = [](std::vector<TensorPlacement> v) {
         std::map<std::string, uint64_t> out;
         for (auto& p : v) out[p.name] = p.bytes;
         return out;
       };
-      if (by_name(placed) != by_name(placement_)) {
+      if (by_name(asked) != by_name(placement_)) {
         std::string what = "coordinator: " + Name({int(h.getRole()), h.getRank()}) +
                            " registered a tensor list that differs from the one already placed";
         LOG(WARNING) << what;

@@ -24,6 +24,12 @@ struct TensorPlacement {
 // Packs whole tensors onto shards, largest first onto the least-loaded shard, so bytes
 // balance and every member computing it from the same list gets the same answer.
 std::vector<TensorPlacement> PlaceTensors(std::vector<TensorPlacement> tensors, int num_shards);
+// Placement for a job resuming checkpoints: every tensor named in `kept` stays on that shard
+// (each shard restores only its own store), and the others (the clocks of workers added
+// since) go largest first onto the least-loaded shard. Throws for a kept shard outside
+// the job.
+std::vector<TensorPlacement> PlaceAround(std::vector<TensorPlacement> tensors, const std::map<std::string, int>& kept,
+                                         int num_shards);
 
 class Coordinator {
  public:
@@ -48,6 +54,10 @@ class Coordinator {
   // the heartbeats, placement with the workers' registrations). Otherwise the job starts
   // (or resumes whole) at generation 0.
   void SetCheckpointer(Checkpointer* c, bool rejoin = false);
+
+  // The committed checkpoint (SetCheckpointer's), with the workers that wrote it: one clock
+  // each among the tensors kept with it (0 when it kept none).
+  CheckpointRecord Committed() const;
 
   bool IsAlive(msg::Role role, int rank) const;
   // Every worker has left (finished) or is known dead: the servers can go.
@@ -96,9 +106,11 @@ class Coordinator {
   ReplyFn reply_;
   std::map<Key, MemberState> members_;
   std::vector<TensorPlacement> placement_;
-  // The registered tensors, one "name\t[shape]" line each, sorted: kept beside the first
+  // The registered tensors, one "name\t[shape]\tshard" line each, sorted: kept with the first
   // checkpoint this coordinator commits, so a resume under another model is refused at
-  // registration naming the tensor (a shard would only fail its first pull).
+  // registration naming the tensor (a shard would only fail its first pull), a resume keeps
+  // every tensor on the shard that restores it, and the clocks among them say how many
+  // workers wrote it.
   std::string tensors_;
   bool tensors_kept_ = false;
   std::map<std::string, BarrierState> barriers_;

@@ -79,6 +79,11 @@ const StoredTensor* KvShard::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+void KvShard::Restep(int64_t step) {
+  for (auto& [name, t] : tensors_)
+    if (name.rfind("__shoal/", 0) != 0) rule_->Restep(t, step);
+}
+
 uint64_t KvShard::bytes() const {
   uint64_t n = 0;
   for (auto& kv : tensors_) n += kv.second.buf->size();

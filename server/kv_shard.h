@@ -50,6 +50,12 @@ class UpdateRule {
     (void)t;
     (void)bytes;
   }
+  // The tensor's state as if `step` global steps of the plan (SetPlan's) were done: a
+  // checkpoint of another number of workers counted its steps in another global batch.
+  virtual void Restep(StoredTensor& t, int64_t step) const {
+    (void)t;
+    (void)step;
+  }
 };
 
 // Default rule: accumulate (param += grad).
@@ -80,6 +86,9 @@ class KvShard {
   void SetPlan(const TrainingPlan& plan) { rule_->SetPlan(plan); }
   // Replaces everything held with `tensors` (a checkpoint being restored).
   void ReplaceAll(std::map<std::string, StoredTensor> tensors) { tensors_ = std::move(tensors); }
+  void Erase(const std::string& name) { tensors_.erase(name); }
+  // UpdateRule::Restep on every tensor but the control values ("__shoal/...").
+  void Restep(int64_t step);
   uint64_t bytes() const;
 
  private:

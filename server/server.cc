@@ -89,7 +89,7 @@ void Server::OpenCheckpoints(CheckpointStart start, bool rejoin) {
   if (!resume) return;
   CheckpointRecord rec;
   if (shard_ == 0) {
-    rec = checkpointer_->Committed();
+    rec = coordinator_->Committed();
     generation_ = coordinator_->generation();
   } else {
     ClientOptions o;
@@ -109,6 +109,7 @@ void Server::OpenCheckpoints(CheckpointStart start, bool rejoin) {
     throw InputError(who_ + ": --resume: checkpoint " + std::to_string(rec.id) + " was written by " +
                      std::to_string(rec.shards) + " shards, the job has " + std::to_string(cfg_.servers.size()));
   checkpointer_->Load(rec.id, &kv_);
+  loaded_ = rec;
   resumed_step_ = rec.step;
   LOG(INFO) << who_ << ": resumed checkpoint " << rec.id << " (step " << rec.step << ", " << kv_.size() << " tensors, "
             << kv_.bytes() << " bytes) from " << checkpointer_->path()
@@ -131,9 +132,11 @@ void Server::HandleReload(InMessage& m) {
   CheckpointRecord rec = FromWire(h.getCheckpoint());
   if (write_) FinishCheckpointWrite(/*wait=*/true);
   checkpointer_->Load(rec.id, &kv_);
+  loaded_ = rec;
   generation_ = h.getGeneration();
   LOG(WARNING) << who_ << ": reloaded checkpoint " << rec.id << " (step " << rec.step
                << ") after a shard was restarted alone; serving recovery generation " << generation_;
+  ReshapeLoaded();
   OutMessage out;
   auto r = ReplyHeader(out, msg::Kind::CHECKPOINT_ACK, h.getRequestId());
   ToWire(rec, r.initCheckpoint());
@@ -201,10 +204,40 @@ void Server::HandlePlan(InMessage& m) {
     plan_ = std::make_unique<TrainingPlan>(plan);
     LOG(INFO) << who_ << ": training plan: " << plan.steps_per_epoch << " steps/epoch, " << plan.total_steps
               << " steps, global batch " << plan.global_batch << ", " << plan.workers << " workers";
+    ReshapeLoaded();
   }
   OutMessage out;
   ReplyHeader(out, msg::Kind::PLAN_ACK, h.getRequestId());
   transport_->Send(out, &m.identity);
+}
+
+void Server::ReshapeLoaded() {
+  if (!plan_ || loaded_.id == 0 || loaded_.workers == 0 || int(loaded_.workers) == plan_->workers) return;
+  // The worker that sent the plan registered first: the coordinator has placed the tensors.
+  LearnPlacement();
+  SHOAL_CHECK(placement_known_, "the training plan came before any worker registered the job's tensors");
+  const int64_t batch = plan_->global_batch / plan_->workers;
+  const CheckpointRecord now =
+      OnOtherWorkers(loaded_, batch, int(loaded_.workers), plan_->workers, plan_->steps_per_epoch);
+  std::vector<std::string> gone;
+  for (auto& [name, t] : kv_.tensors())
+    if (!placed_.count(name)) gone.push_back(name);
+  for (auto& name : gone) kv_.Erase(name);
+  // Every worker starts at the mapped step: the clocks are its steps (ps_ssp's bound), and
+  // the old ones counted batches of the global batch before.
+  const float clock = float(now.step), none = 0.f;
+  int clocks = 0;
+  for (auto& name : placed_) {
+    const bool is_clock = name.rfind(kWorkerClockPrefix, 0) == 0;
+    if (!is_clock && name != kStopTensor) continue;
+    kv_.Push(name, DType::kF32, {1}, Frame(is_clock ? &clock : &none, 4), msg::PushOp::ASSIGN);
+    clocks += is_clock;
+  }
+  kv_.Restep(now.step);
+  LOG(INFO) << who_ << ": " << OnOtherWorkersLine(loaded_, now, batch, int(loaded_.workers), plan_->workers)
+            << "; the optimizer state counts " << now.step << " steps, " << clocks << " clock(s) here start there, "
+            << gone.size() << " tensor(s) of workers gone dropped";
+  loaded_.workers = uint32_t(plan_->workers);
 }
 
 msg::Header::Builder Server::ReplyHeader(OutMessage& out, msg::Kind kind, uint64_t request_id) const {

@@ -65,6 +65,11 @@ class Server {
   // ps_sync after a shard was restarted alone: every shard goes back to the checkpoint it
   // restored, so all hold the same step again.
   void HandleReload(InMessage& m);
+  // Once the plan is known: when the loaded checkpoint was written by another number of
+  // workers, maps the servers' step count to the plan's global batch, sets every worker's
+  // clock to that step (the new workers' too), clears the stop flag (a step of the workers
+  // before) and drops what is no longer placed here (the clocks of workers gone).
+  void ReshapeLoaded();
   // Refuses a data request of an earlier recovery generation: it was sent before a shard
   // was restarted alone, against state that no longer exists.
   void CheckGeneration(InMessage& m, const char* request) const;
@@ -102,6 +107,7 @@ class Server {
   };
   std::unique_ptr<WriteInFlight> write_;
   int64_t resumed_step_ = 0;
+  CheckpointRecord loaded_;             // the checkpoint kv_ was restored from (with its workers); id 0: none
   uint32_t generation_ = 0;             // the recovery generation served (see msg::Header.generation)
   std::unique_ptr<TrainingPlan> plan_;  // the first worker's; later ones must agree
   std::unique_ptr<Coordinator> coordinator_;

@@ -703,24 +703,13 @@ class Trainer {
   }
 
   // A checkpoint written by another number of workers: the same epoch and, in it, the batch
-  // with as many samples of the epoch behind it (rounded down: no sample is skipped, at most
-  // one global batch is seen twice). Later checkpoint ids go on from the resumed one.
-  // Returns the console's account of it.
+  // with as many samples behind it (OnOtherWorkers). Later checkpoint ids go on from the
+  // resumed one. Returns the console's account of it.
   std::string ReshapePosition(CheckpointState* st) {
     const CheckpointRecord old = st->record;
-    const int64_t samples = old.batch * cfg_.batch_size * int64_t(old.shards);
-    const int64_t batch = std::min(samples / (cfg_.batch_size * int64_t(world_)), env_.steps_per_epoch - 1);
-    st->record.batch = batch;
-    st->record.step = old.epoch * env_.steps_per_epoch + batch;
+    st->record = OnOtherWorkers(old, cfg_.batch_size, int(old.shards), world_, env_.steps_per_epoch);
     checkpoints_->ContinueFrom(old.id, st->record.step);
-    char line[320];
-    snprintf(line, sizeof line,
-             "checkpoint %llu was written by %u workers, this job has %d: epoch %lld batch %lld of %lld samples each "
-             "becomes batch %lld of %lld (step %lld)",
-             (unsigned long long)old.id, old.shards, world_, (long long)old.epoch, (long long)old.batch,
-             (long long)(cfg_.batch_size * int64_t(old.shards)), (long long)batch,
-             (long long)(cfg_.batch_size * int64_t(world_)), (long long)st->record.step);
-    return line;
+    return OnOtherWorkersLine(old, st->record, cfg_.batch_size, int(old.shards), world_);
   }
 
   // This worker's weights, its algorithm's state and the data position, committed once

@@ -33,7 +33,7 @@ enum class Mode { kAsync, kSsp, kSync };
 
 std::vector<int64_t> Shape(const ParamView& p) { return p.shape.empty() ? std::vector<int64_t>{p.n} : p.shape; }
 
-const char* kStopName = "__shoal/stop";
+const char* kStopName = kStopTensor;
 // A model buffer (batch-norm running statistics) kept on the servers: a control tensor, so
 // the shards assign what is pushed and checkpoint it with the weights.
 std::string BufferName(const std::string& name) { return "__shoal/buffer/" + name; }
@@ -100,7 +100,21 @@ class ParameterServer : public Algorithm {
       SHOAL_CHECK(rec.id > 0, "--resume: the coordinator has no complete checkpoint in " + env_.config->checkpoint_dir);
       // A worker restarted alone joins the generation the job is in now.
       client_->SetGeneration(client_->latest_generation());
-      resumed_step_ = rec.step;
+      const CheckpointRecord here = Here(rec);
+      if (rec.workers > 0 && int(rec.workers) != env_.world) {
+        // Written by another number of workers: the servers mapped their step the same way
+        // when this job's plan reached them (Server::ReshapeLoaded).
+        std::string note = "the servers keep the model and optimizer state";
+        if (mode_ == Mode::kSsp) note += ", and every worker's clock starts at step " + std::to_string(here.step);
+        printf("worker %d: %s; %s\n", env_.rank,
+               OnOtherWorkersLine(rec, here, env_.config->batch_size, int(rec.workers), env_.world).c_str(),
+               note.c_str());
+        fflush(stdout);
+      }
+      // Later checkpoint ids go on from the resumed one (its id counts the steps of the
+      // workers before), so they never meet an id the run before wrote.
+      id_offset_ = int64_t(rec.id) - here.step;
+      resumed_step_ = here.step;
       if (mode_ == Mode::kSsp) resumed_step_ = std::max(resumed_step_, OwnClock());
       last_step_ = resumed_step_;
       epoch_ = resumed_step_ / env_.steps_per_epoch;
@@ -274,6 +288,13 @@ class ParameterServer : public Algorithm {
     std::rethrow_exception(original);
   }
 
+  // Checkpoint `r` as a position of this job: the same one, or where OnOtherWorkers puts a
+  // checkpoint that another number of workers wrote.
+  CheckpointRecord Here(const CheckpointRecord& r) const {
+    if (r.workers == 0 || int(r.workers) == env_.world) return r;
+    return OnOtherWorkers(r, env_.config->batch_size, int(r.workers), env_.world, env_.steps_per_epoch);
+  }
+
   // A shard was restarted alone and restored checkpoint r.from. Every worker registers
   // again (the new shard learns the training plan) and joins the new generation. The
   // asynchronous modes pull and go on, counting the updates the restarted shard lost.
@@ -295,11 +316,12 @@ class ParameterServer : public Algorithm {
       client_->Barrier("recovered");
       PullWeights(params);
       PullBuffers();  // the checkpoint's, so the rewound job evaluates as the first pass did
-      ev.Add("rewound_steps", last_step_ - r.from.step);
-      last_step_ = r.from.step;
-      epoch_ = r.from.step / env_.steps_per_epoch;
-      if (env_.metrics) env_.metrics->Write("shard_restart", r.from.step, ev);
-      throw RewindTo{r.from.step, r.what()};
+      const int64_t to = Here(r.from).step;
+      ev.Add("rewound_steps", last_step_ - to);
+      last_step_ = to;
+      epoch_ = to / env_.steps_per_epoch;
+      if (env_.metrics) env_.metrics->Write("shard_restart", to, ev);
+      throw RewindTo{to, r.what()};
     }
     std::vector<uint64_t> before = versions_;
     PullWeights(params);
@@ -394,7 +416,7 @@ class ParameterServer : public Algorithm {
         return;
       } catch (const Error& e) {
         ShardRestarted r = AwaitRestart(e);
-        if (r.from.step != last_step_)
+        if (Here(r.from).step != last_step_)
           throw Error("ps_sync: " + std::string(r.what()) + " while the job finished at step " +
                       std::to_string(last_step_) + ": the shards no longer hold the final model, and a worker that " +
                       "already left cannot roll back; the job's final committed checkpoint is " +
@@ -417,7 +439,7 @@ class ParameterServer : public Algorithm {
   }
   void WriteCheckpoint() {
     CheckpointRecord rec;
-    rec.id = uint64_t(last_step_);
+    rec.id = uint64_t(last_step_ + id_offset_);
     rec.step = last_step_;
     rec.epoch = last_step_ / env_.steps_per_epoch;
     rec.batch = last_step_ % env_.steps_per_epoch;
@@ -527,6 +549,7 @@ class ParameterServer : public Algorithm {
   Mode mode_;
   bool checkpoints_ = false;  // [job] checkpoint_dir is set
   int64_t resumed_step_ = 0, last_step_ = 0, skipped_ = 0;
+  int64_t id_offset_ = 0;  // checkpoint id - step (Init, resumed)
   int64_t staleness_ = 3;
   int wait_timeout_ms_ = 60000;
   std::unique_ptr<Client> client_;

@@ -377,8 +377,9 @@ CheckpointState CheckpointStore::Read(uint64_t id) const {
   return st;
 }
 
-void CheckpointStore::Commit(const CheckpointRecord& rec) {
+void CheckpointStore::Commit(const CheckpointRecord& rec, const std::map<std::string, std::string>& notes) {
   rocksdb::WriteBatch b;
+  for (auto& [key, value] : notes) Check(b.Put("n/" + key, value), "note '" + key + "'");
   Check(b.Put(kCommittedKey, EncodeRecord(rec)), "checkpoint commit");
   Check(Durable(&b), who_ + ": checkpoint commit in " + path_);
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -106,8 +107,10 @@ class CheckpointStore {
   CheckpointRecord Visit(uint64_t id,
                          const std::function<void(const std::string& key, std::string_view value)>& fn) const;
 
-  // The newest checkpoint the owner knows to be complete job-wide (synced before returning).
-  void Commit(const CheckpointRecord& rec);
+  // The newest checkpoint the owner knows to be complete job-wide (synced before returning),
+  // with `notes` (PutNote's) in the same write: what they say of it holds exactly when it
+  // is the committed one.
+  void Commit(const CheckpointRecord& rec, const std::map<std::string, std::string>& notes = {});
   CheckpointRecord Committed() const;  // id 0 when there is none
   // Checkpoints this store holds a manifest for, newest first.
   std::vector<uint64_t> Written() const;

@@ -89,6 +89,7 @@ struct CheckpointInfo {
   batch @3 :Int64;
   shards @4 :UInt32; # how many shards wrote it (a job must resume with as many)
   keep @5 :UInt64;   # checkpoint requests: the newest committed checkpoint, which the write must not remove
+  workers @6 :UInt32; # the coordinator's answers in a PS job: the workers whose steps it counts (0 = not known)
 }
 
 # How a shard applies pushes with op = apply (the parameter-server algorithms' optimizer).

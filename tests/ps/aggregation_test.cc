@@ -74,6 +74,29 @@ TEST(ServerRule, ApplyEachScalesEveryPushByOneOverTheWorkers) {
   EXPECT_NEAR(w[1], 1 + 0.1 / 2, 1e-6);
 }
 
+// A checkpoint of another number of workers: the shard's state counts the mapped steps, so
+// the next update takes the schedule's learning rate there, as if the shard had done them.
+TEST(ServerRule, RestepMovesTheScheduleToTheMappedStep) {
+  for (auto rule : {msg::ServerRule::MEAN_OF_WORKERS, msg::ServerRule::APPLY_EACH}) {
+    const int pushes_a_step = 2;  // the plan's workers: ps_sync sums both, async takes each as half a step
+    KvShard restepped, walked;
+    for (KvShard* kv : {&restepped, &walked}) {
+      kv->SetUpdateRule(MakeServerUpdateRule(Job()));
+      kv->SetPlan(Plan(rule));
+      kv->Push("w", DType::kF32, {2}, Floats({1, 1}), msg::PushOp::ASSIGN);
+    }
+    // One step, then the checkpoint's mapped step 3; the other shard walks to step 3 with
+    // zero gradients (no decay: the weights stay).
+    for (int i = 0; i < pushes_a_step; ++i) restepped.Push("w", DType::kF32, {2}, Floats({0, 0}), msg::PushOp::APPLY);
+    restepped.Restep(3);
+    for (int i = 0; i < 3 * pushes_a_step; ++i) walked.Push("w", DType::kF32, {2}, Floats({0, 0}), msg::PushOp::APPLY);
+    for (KvShard* kv : {&restepped, &walked})
+      for (int i = 0; i < pushes_a_step; ++i) kv->Push("w", DType::kF32, {2}, Floats({1, 1}), msg::PushOp::APPLY);
+    EXPECT_EQ(Values(restepped, "w"), Values(walked, "w")) << int(rule);
+    EXPECT_NE(Values(restepped, "w"), (std::vector<float>{1, 1})) << int(rule);
+  }
+}
+
 TEST(ServerRule, APlanTheJobCannotHaveIsRefused) {
   auto rule = MakeServerUpdateRule(Job());
   TrainingPlan p = Plan(msg::ServerRule::APPLY_EACH);

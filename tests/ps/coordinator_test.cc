@@ -3,6 +3,7 @@
 // generation a shard restarted alone starts (shard 0 too, from the one it kept on disk).
 #include <csignal>
 #include <gtest/gtest.h>
+#include <map>
 #include <thread>
 #include <unistd.h>
 
@@ -251,6 +252,70 @@ TEST(Coordinator, WorkerRestartedAloneStartsANewRecoveryGenerationOnce) {
 // goes on from the generation it kept on disk (1, started by shard 1's restart) to the
 // next (2), so every request of the generations before is refused; it learns placement
 // again from a registration, and the job goes on from the committed checkpoint.
+// A job resumed on one worker more: every tensor of the checkpoint stays on the shard that
+// restored it (placing the longer list afresh would move the stop flag to shard 1, which
+// does not hold it), the coordinator says 2 workers wrote it, and once the plan arrives each
+// shard sets every clock, the new one too, to the mapped step and clears the stop flag.
+TEST(Coordinator, AResumeOnMoreWorkersKeepsEveryTensorOnItsShardAndSeedsTheClocks) {
+  const std::string job = JobWithCheckpoints("coord-reshape", 2, 2);
+  std::vector<TensorSpec> specs = {{"a", DType::kF32, {4}},
+                                   {"b", DType::kF32, {4}},
+                                   {WorkerClockName(0), DType::kF32, {1}},
+                                   {WorkerClockName(1), DType::kF32, {1}},
+                                   {kStopTensor, DType::kF32, {1}}};
+  JobConfig cfg = LoadJobConfig(job);
+  ClientOptions o;
+  o.heartbeat = false;
+  o.timeout_ms = 10000;
+  std::map<std::string, int> before;
+  {
+    ServerProcess s0(job, 0), s1(job, 1);
+    ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+    ASSERT_TRUE(s1.WaitForLog("listening on")) << s1.log();
+    Client w(cfg, o);
+    before = w.Register(specs).shard_of;
+    ASSERT_EQ(before.at(kStopTensor), 0);
+    std::vector<float> v(4, 7.f);
+    std::vector<TensorRef> refs;
+    for (auto& t : specs) refs.push_back({t.name, DType::kF32, t.shape, v.data(), t.bytes(), nullptr});
+    w.Wait(w.Push(refs, msg::PushOp::ASSIGN));
+    CheckpointRecord rec;
+    rec.id = 6;
+    rec.step = 6;
+    rec.batch = 6;  // 6 batches of 2 x 10 samples
+    rec.shards = 2;
+    w.Checkpoint(rec);
+  }
+  std::string text = testing::ReadFile(job);
+  text.replace(text.find("workers = 2"), 11, "workers = 3");
+  testing::WriteFile(job, text);
+  cfg = LoadJobConfig(job);
+  ServerProcess s0(job, 0, {"--resume"}), s1(job, 1, {"--resume"});
+  ASSERT_TRUE(s0.WaitForLog("listening on")) << s0.log();
+  ASSERT_TRUE(s1.WaitForLog("listening on")) << s1.log();
+  Client w(cfg, o);
+  specs.push_back({WorkerClockName(2), DType::kF32, {1}});
+  TrainingPlan plan;
+  plan.steps_per_epoch = 10;
+  plan.total_steps = 20;
+  plan.rule = msg::ServerRule::APPLY_EACH;
+  plan.workers = 3;
+  plan.global_batch = 30;
+  auto after = w.Register(specs, &plan).shard_of;
+  for (auto& [name, shard] : before) EXPECT_EQ(after.at(name), shard) << name;
+  EXPECT_EQ(after.at(WorkerClockName(2)), 1);  // the lighter shard
+  const CheckpointRecord rec = w.NewestCheckpoint();
+  EXPECT_EQ(rec.id, 6u);
+  EXPECT_EQ(rec.workers, 2u);
+  std::vector<PulledTensor> out;
+  w.Wait(w.Pull({WorkerClockName(0), WorkerClockName(1), WorkerClockName(2), kStopTensor, "a"}, &out));
+  // 6 x 20 samples are batch 4 of 30.
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(out[size_t(r)].ToFloats(), std::vector<float>{4.f}) << r;
+  EXPECT_EQ(out[3].ToFloats(), std::vector<float>{0.f});
+  EXPECT_EQ(out[4].ToFloats(), std::vector<float>(4, 7.f));  // the model is the checkpoint's
+  EXPECT_TRUE(s0.WaitForLog("was written by 2 workers, this job has 3")) << s0.log();
+}
+
 TEST(Coordinator, CoordinatorShardRestartedAloneGoesOnFromItsGenerationOnDisk) {
   std::string job = JobWithCheckpoints("coord-gen0", 2, 1);
   auto s0 = std::make_unique<ServerProcess>(job, 0);

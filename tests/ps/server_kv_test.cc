@@ -1,6 +1,8 @@
 // KV shard semantics (assign, add, apply hook, copy-on-write) and byte-balanced placement.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "common/error.h"
 #include "server/coordinator.h"
 #include "server/kv_shard.h"
@@ -79,6 +81,27 @@ TEST(Placement, BalancesBytesAndKeepsTensorsWhole) {
   EXPECT_EQ(load[1], 120u);
   EXPECT_EQ(PlaceTensors(ts, 2)[3].shard, p[3].shard);  // deterministic
   EXPECT_THROW(PlaceTensors(ts, 0), Error);
+}
+
+// A resumed job keeps every checkpointed tensor on the shard that restores it, even where a
+// fresh placement of its list (one clock more or less) would move it; the added ones go to
+// the lighter shard.
+TEST(Placement, AResumeKeepsCheckpointedTensorsOnTheirShards) {
+  std::vector<TensorPlacement> ts = {
+      {"w", 100},         {"b", 8}, {"__shoal/clock/0", 4}, {"__shoal/clock/1", 4}, {"__shoal/clock/2", 4},
+      {"__shoal/stop", 4}};
+  // The run before (clocks 0 and 1) kept them so, with shard 0 the heavier.
+  std::map<std::string, int> kept = {
+      {"w", 0}, {"b", 1}, {"__shoal/clock/0", 0}, {"__shoal/clock/1", 1}, {"__shoal/stop", 0}};
+  auto p = PlaceAround(ts, kept, 2);
+  ASSERT_EQ(p.size(), ts.size());
+  for (auto& t : p) {
+    if (kept.count(t.name))
+      EXPECT_EQ(t.shard, kept[t.name]) << t.name;
+    else
+      EXPECT_EQ(t.shard, 1) << t.name << ": not on the lighter shard";
+  }
+  EXPECT_THROW(PlaceAround(ts, {{"w", 2}}, 2), Error);  // kept on a shard the job no longer has
 }
 
 }  // namespace

@@ -480,23 +480,24 @@ TEST(Recovery, ResumingWithNoCompleteCheckpointIsRefusedBeforeAnythingStarts) {
   }
 }
 
-// A PS job resumed on another number of workers is refused at registration saying so (its
-// model is the same; its per-worker clocks are not), once: exit 2, never restarted.
-TEST(Recovery, APsJobResumedOnAnotherNumberOfWorkersIsRefusedSayingSo) {
-  std::string d = FreshDir("ps_reshape");
-  JobRun first = RunJob(d, Job("ps_reshape", d, "[algorithm]\nname = \"ps_sync\"\n\n", 1, 20, 0), 300);
+// A PS job resumed on another number of servers is refused once, by the launcher, before
+// anything starts (each shard restores its own store; tensors never move between shards).
+TEST(Recovery, APsJobResumedOnAnotherNumberOfServersIsRefusedBeforeAnythingStarts) {
+  std::string d = FreshDir("ps_servers");
+  std::string job = Job("ps_servers", d, "[algorithm]\nname = \"ps_sync\"\n\n", 1, 20, 0);
+  JobRun first = RunJob(d, job, 300);
   ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
-  JobRun again = RunJob(d, Job("ps_reshape", d, "[algorithm]\nname = \"ps_sync\"\n\n", 1, 20, 2, 3), 120, {"--resume"});
-  EXPECT_NE(again.exit_code, 0);
-  EXPECT_EQ(again.stderr_text.find("shoal: restart 1 of"), std::string::npos) << again.stderr_text;
-  std::string all = again.stderr_text;
-  for (const char* w : {"worker-0", "worker-1", "worker-2"}) {
-    std::ifstream in(d + "/out/logs/" + w + ".log");
-    all += std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  EXPECT_NE(all.find("the checkpoints in " + d + "/ckpt/shard-0 were written by 2 workers and this job has 3"),
+  const size_t at = job.find("servers = [");
+  std::string three = job.substr(0, at) + ServersLine(3) + job.substr(job.find('\n', at) + 1);
+  three.replace(three.find("max_restarts = 0"), 16, "max_restarts = 2");
+  JobRun again = RunJob(d, three, 120, {"--resume"});
+  EXPECT_EQ(again.exit_code, 2) << again.stderr_text;
+  EXPECT_NE(again.stderr_text.find("was written by 2 servers and this job has 3 ([cluster] servers)"),
             std::string::npos)
-      << all;
+      << again.stderr_text;
+  EXPECT_NE(again.stderr_text.find("nothing was started"), std::string::npos) << again.stderr_text;
+  EXPECT_EQ(again.stderr_text.find("shoal: restart 1 of"), std::string::npos) << again.stderr_text;
+  EXPECT_EQ(CountInLog(d, "server-0", "listening on"), 1) << "a server of the refused run was started";
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
@@ -525,21 +526,47 @@ TEST(Recovery, AnAllReduceJobResumedWithAnotherModelIsRefusedNamingTheTensor) {
 // clusters gain and lose machines): it continues from the newest complete checkpoint at the
 // same place in the data, every worker ends with the same weights, and the job finishes.
 // 3200 samples, batch 32: with 2 workers 50 steps an epoch, with 3 workers 33.
+// `first_steps` > 0: the first run stops there ([train] max_steps), where a PS job writes its
+// final checkpoint (mid-epoch, so the data position maps to another batch). `want_step` < 0:
+// the step the resumed checkpoint (in the first epoch) maps to, whichever it is (an
+// asynchronous job's rank 0 may stop before max_steps once another worker reached it);
+// "{step}" in `note` stands for it.
 void ResumesOnAnotherWorld(const std::string& name, const std::string& section, int before, int after,
-                           int64_t want_step, const std::string& note) {
+                           int64_t want_step, std::string note, int64_t first_steps = 0) {
   std::string d = FreshDir(name);
-  JobRun first = RunJob(d, Job(name, d, section, 1, 20, 0, before, 3200), 300);
+  std::string first_job = Job(name, d, section, 1, 20, 0, before, 3200);
+  if (first_steps > 0)
+    first_job.insert(first_job.find("[train]\n") + 8, "max_steps = " + std::to_string(first_steps) + "\n");
+  JobRun first = RunJob(d, first_job, 300);
   ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
   JobRun again = RunJob(d, Job(name, d, section, 2, 20, 2, after, 3200), 300, {"--resume"});
   ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
-  auto resumes = Events(again, "resume");
-  ASSERT_EQ(resumes.size(), size_t(after)) << again.stderr_text;
-  for (auto& e : resumes) EXPECT_EQ(JsonNumber(e, "step").value_or(-1), double(want_step)) << e;
   std::ifstream in(d + "/out/logs/worker-0.log");
   std::string log((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_NE(log.find("was written by " + std::to_string(before) + " workers, this job has " + std::to_string(after)),
-            std::string::npos)
-      << log;
+  const std::string written =
+      " was written by " + std::to_string(before) + " workers, this job has " + std::to_string(after);
+  const size_t at = log.find(written);
+  ASSERT_NE(at, std::string::npos) << log;
+  if (want_step < 0) {
+    const size_t id_at = log.rfind("checkpoint ", at) + 11;
+    const int64_t id = std::stoll(log.substr(id_at, at - id_at));
+    ASSERT_LT(id, 3200 / (32 * before)) << "not in the first epoch: " << log;
+    ASSERT_GT(id, 0) << log;
+    want_step = id * before / after;  // the same samples in batches of the new global batch
+  }
+  for (size_t p; (p = note.find("{step}")) != std::string::npos;) note.replace(p, 6, std::to_string(want_step));
+  auto resumes = Events(again, "resume");
+  ASSERT_EQ(resumes.size(), size_t(after)) << again.stderr_text;
+  // Asynchronous workers resume without meeting: one that asks after rank 0 committed a new
+  // checkpoint resumes there. Rank 0 writes them, so it always resumes at the old one.
+  const bool async = section.find("ps_async") != std::string::npos || section.find("ps_ssp") != std::string::npos;
+  for (auto& e : resumes) {
+    const double step = JsonNumber(e, "step").value_or(-1);
+    if (async && JsonNumber(e, "rank").value_or(-1) != 0)
+      EXPECT_GE(step, double(want_step)) << e;
+    else
+      EXPECT_EQ(step, double(want_step)) << e;
+  }
   EXPECT_NE(log.find(note), std::string::npos) << log;
   EXPECT_EQ(Events(again, "restart").size(), 0u) << again.stderr_text;
   auto ends = Events(again, "end");  // metrics.jsonl holds the first run's too
@@ -549,7 +576,12 @@ void ResumesOnAnotherWorld(const std::string& name, const std::string& section, 
     hashes.insert(JsonField(ends[i], "weights_hash").value_or("?"));
   EXPECT_EQ(hashes.size(), 1u) << "the workers ended with different weights";
   EXPECT_GE(JsonNumber(again.done_line, "test_accuracy").value_or(0), 0.7) << again.done_line;
+  printf("%s: resumed at step %lld: %s\n", name.c_str(), (long long)want_step, again.done_line.c_str());
   EXPECT_EQ(ProcessesOf(d), 0);
+  if (section.find("ps_") == std::string::npos) return;
+  // Every shard mapped its step count (the optimizer's schedule) to the same step.
+  for (const char* s : {"server-0", "server-1"})
+    EXPECT_EQ(CountInLog(d, s, "(step " + std::to_string(want_step) + "); the optimizer state counts"), 1) << s;
 }
 
 // 2 -> 3 workers: checkpoint 40 (epoch 0, 40 batches of 64 = 2560 samples) becomes batch
@@ -562,6 +594,33 @@ TEST(Recovery, AllReduceResumesOnMoreWorkers) {
 TEST(Recovery, BmufResumesOnFewerWorkersFromTheBlockStart) {
   ResumesOnAnotherWorld("reshape_bmuf", "[algorithm]\nname = \"bmuf\"\nblock_steps = 8\n\n", 3, 2, 30,
                         "bmuf starts its block again");
+}
+
+// Parameter-server jobs resume on another number of workers: the servers keep the model and
+// optimizer state, every tensor stays on the shard that restores it, the new workers' clocks
+// are seeded, and the servers' step count follows the new global batch.
+// 2 -> 3: the first run stops at step 45 of 50 (45 x 64 = 2880 samples), batch 30 of 96.
+TEST(Recovery, PsSyncResumesOnMoreWorkers) {
+  ResumesOnAnotherWorld("reshape_ps_sync", "[algorithm]\nname = \"ps_sync\"\n\n", 2, 3, 30,
+                        "(step 30); the servers keep the model and optimizer state", 45);
+}
+// ps_ssp 2 -> 3: the third worker's clock is not in the checkpoint; the shard holding it
+// seeds it (with the others) at the mapped step, so nobody waits on it or pulls a tensor the
+// shards lack.
+TEST(Recovery, SspResumesOnMoreWorkersWithTheNewClockSeeded) {
+  ResumesOnAnotherWorld("reshape_ps_ssp_up", "[algorithm]\nname = \"ps_ssp\"\n\n", 2, 3, -1,
+                        "every worker's clock starts at step {step}", 45);
+}
+// 3 -> 2: the first run stops at step 25 of 33 (rank 0 at 20 to 25: whoever reaches
+// max_steps first stops everyone), checkpoint 25 (25 x 96 = 2400 samples) becomes batch 37
+// of 64, checkpoint 20 batch 30.
+TEST(Recovery, AsyncPsResumesOnFewerWorkers) {
+  ResumesOnAnotherWorld("reshape_ps_async", "[algorithm]\nname = \"ps_async\"\n\n", 3, 2, -1,
+                        "(step {step}); the servers keep the model and optimizer state", 25);
+  ResumesOnAnotherWorld("reshape_ps_ssp", "[algorithm]\nname = \"ps_ssp\"\n\n", 3, 2, -1,
+                        "(step {step}); the servers keep the model and optimizer state, and every worker's clock "
+                        "starts at step {step}",
+                        25);
 }
 
 // Soak: a random process of the job is SIGKILLed at a random moment shortly after each new

@@ -181,6 +181,17 @@ class Launch {
       auto stores = CheckpointStores();
       for (size_t i = 0; i < stores.size(); ++i) {
         std::optional<HeldCheckpoints> h = CheckpointStore::Peek(stores[i].second);
+        // Each shard restores its own store only: tensors never move between shards. (On
+        // any number of workers it resumes: the servers map their step to the new batch.)
+        if (facts_.needs_servers && i == 0 && h && h->committed.id > 0 && h->committed.shards != cfg_.servers.size()) {
+          fprintf(stderr,
+                  "shoal: %s: --resume: checkpoint %llu in %s was written by %u servers and this job has %zu "
+                  "([cluster] servers): a parameter-server job resumes on as many servers as wrote its checkpoints; "
+                  "list that many, or start over with --fresh; nothing was started\n",
+                  job_path_.c_str(), (unsigned long long)h->committed.id, cfg_.checkpoint_dir.c_str(),
+                  h->committed.shards, cfg_.servers.size());
+          return 2;
+        }
         std::vector<uint64_t> ids;
         for (auto& rec : h ? h->written : std::vector<CheckpointRecord>()) {
           ids.push_back(rec.id);
