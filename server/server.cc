@@ -345,7 +345,10 @@ void Server::Serve(InMessage& m) {
 
 void Server::HandleMessage(InMessage& m) {
   auto kind = m.header().getKind();
-  if (coordinator_ && coordinator_->Handle(m, Coordinator::Clock::now())) return;
+  // Pushes and pulls are the shard's own (the coordinator and its rendezvous store answer
+  // other kinds only): they skip the coordinator's checks and its clock read.
+  const bool data = kind == msg::Kind::PUSH || kind == msg::Kind::PUSH_PULL || kind == msg::Kind::PULL;
+  if (!data && coordinator_ && coordinator_->Handle(m, Coordinator::Clock::now())) return;
   switch (kind) {
     case msg::Kind::PUSH:
     case msg::Kind::PUSH_PULL:
@@ -369,6 +372,31 @@ void Server::HandleMessage(InMessage& m) {
   }
 }
 
+namespace {
+
+// Throws when `names` lists one twice (`what`: "push", "pull"). A small request naming one
+// big tensor many times would make the reply that many times larger: refused, never
+// amplified. Sorting pointers is cheaper than a set of strings per request.
+void CheckNoRepeats(const std::vector<std::string>& names, const char* what) {
+  if (names.size() < 2) return;
+  std::vector<const std::string*> sorted;
+  sorted.reserve(names.size());
+  for (auto& n : names) sorted.push_back(&n);
+  std::sort(sorted.begin(), sorted.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (size_t i = 1; i < sorted.size(); ++i)
+    SHOAL_CHECK(*sorted[i - 1] != *sorted[i],
+                std::string(what) + " names tensor '" + *sorted[i] + "' twice (one entry per tensor)");
+}
+
+bool SameShape(const std::vector<int64_t>& a, capnp::List<int64_t>::Reader b) {
+  if (a.size() != b.size()) return false;
+  for (unsigned i = 0; i < b.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+}  // namespace
+
 void Server::HandlePush(InMessage& m) {
   CheckGeneration(m, "push");
   m.ValidateTensors();
@@ -377,30 +405,27 @@ void Server::HandlePush(InMessage& m) {
   auto op = h.getOp();
   SHOAL_CHECK(op == msg::PushOp::ASSIGN || op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
               "push with unknown op " + std::to_string(int(op)));
+  // Each name is read off the wire once.
+  std::vector<std::string> names;
+  names.reserve(metas.size());
+  for (auto meta : metas) names.emplace_back(meta.getName().cStr(), meta.getName().size());
   // Check every tensor before changing any, so a rejected push leaves the shard as it was.
-  std::set<std::string> seen;
-  for (auto meta : metas) {
-    SHOAL_CHECK(seen.insert(meta.getName()).second,
-                "push names tensor '" + std::string(meta.getName()) + "' twice (one entry per tensor)");
-    CheckPlaced(meta.getName(), "push");
-    const StoredTensor* t = kv_.Find(meta.getName());
-    if (!t || op == msg::PushOp::ASSIGN) continue;
-    std::vector<int64_t> shape = ShapeOf(meta);
-    SHOAL_CHECK(t->dtype == FromWire(meta.getDtype()) && t->shape == shape,
-                "push of '" + std::string(meta.getName()) + "' disagrees with the stored dtype/shape");
-  }
-  std::vector<std::shared_ptr<Buffer>> replaced;  // freed after the ack is on its way
+  CheckNoRepeats(names, "push");
   for (unsigned i = 0; i < metas.size(); ++i) {
     auto meta = metas[i];
-    std::vector<int64_t> shape = ShapeOf(meta);
-    replaced.push_back(
-        kv_.Push(meta.getName(), FromWire(meta.getDtype()), std::move(shape), std::move(m.payloads[i]), op));
+    CheckPlaced(names[i], "push");
+    const StoredTensor* t = kv_.Find(names[i]);
+    if (!t || op == msg::PushOp::ASSIGN) continue;
+    SHOAL_CHECK(t->dtype == FromWire(meta.getDtype()) && SameShape(t->shape, meta.getShape()),
+                "push of '" + names[i] + "' disagrees with the stored dtype/shape");
   }
-  if (h.getKind() == msg::Kind::PUSH_PULL) {
-    std::vector<std::string> names;
-    for (auto meta : metas) names.push_back(meta.getName());
-    return SendTensors(m.identity, h.getRequestId(), names);
+  std::vector<std::shared_ptr<Buffer>> replaced;  // freed after the ack is on its way
+  replaced.reserve(metas.size());
+  for (unsigned i = 0; i < metas.size(); ++i) {
+    auto meta = metas[i];
+    replaced.push_back(kv_.Push(names[i], FromWire(meta.getDtype()), ShapeOf(meta), std::move(m.payloads[i]), op));
   }
+  if (h.getKind() == msg::Kind::PUSH_PULL) return SendTensors(m.identity, h.getRequestId(), names);
   OutMessage out;
   ReplyHeader(out, msg::Kind::PUSH_ACK, h.getRequestId());
   transport_->Send(out, &m.identity);
@@ -408,15 +433,12 @@ void Server::HandlePush(InMessage& m) {
 
 void Server::HandlePull(InMessage& m) {
   CheckGeneration(m, "pull");
+  auto list = m.header().getNames();
   std::vector<std::string> names;
-  std::set<std::string> seen;
-  for (auto n : m.header().getNames()) {
-    // A small request naming one big tensor many times would make the reply that many
-    // times larger: refused, never amplified.
-    SHOAL_CHECK(seen.insert(n).second, "pull names tensor '" + std::string(n) + "' twice (one entry per tensor)");
-    CheckPlaced(n, "pull");
-    names.push_back(n);
-  }
+  names.reserve(list.size());
+  for (auto n : list) names.emplace_back(n.cStr(), n.size());
+  CheckNoRepeats(names, "pull");
+  for (auto& n : names) CheckPlaced(n, "pull");
   SendTensors(m.identity, m.header().getRequestId(), names);
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <glog/logging.h>
 #include <thread>
 
@@ -147,20 +149,73 @@ const ClusterInfo& Client::Register(const std::vector<TensorSpec>& tensors, cons
   return cluster_;
 }
 
+Client::Request& Client::NewRequest(msg::Kind asked, msg::Kind ack) {
+  std::unique_ptr<Request> r;
+  if (spare_.empty()) {
+    r = std::make_unique<Request>();
+  } else {
+    r = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  r->id = next_id_++;
+  r->waiting.assign(shards_.size(), 0);
+  r->left = 0;
+  r->out = nullptr;
+  r->slots.resize(shards_.size());
+  for (auto& v : r->slots) v.clear();
+  r->error.clear();
+  // The counter is reused unless a frame ZeroMQ has yet to release still holds it.
+  if (r->unreleased && r->unreleased.use_count() == 1)
+    *r->unreleased = 0;
+  else
+    r->unreleased.reset();
+  r->asked = asked;
+  r->ack = ack;
+  pending_.push_back(std::move(r));
+  return *pending_.back();
+}
+
+Client::Request* Client::FindRequest(uint64_t id) {
+  for (auto& r : pending_)
+    if (r->id == id) return r.get();
+  return nullptr;
+}
+
+void Client::EraseRequest(Request* req) {
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].get() != req) continue;
+    std::unique_ptr<Request> r = std::move(pending_[i]);
+    pending_.erase(pending_.begin() + i);
+    r->out = nullptr;
+    if (spare_.size() < 16) spare_.push_back(std::move(r));
+    return;
+  }
+}
+
+void Client::SendTo(Request& req, size_t shard, OutMessage& m) {
+  shards_[shard]->Send(m);
+  if (!req.waiting[shard]) ++req.left;
+  req.waiting[shard] = 1;
+}
+
+void Client::CheckNoRepeats(const char* what, std::vector<const std::string*>& names) {
+  if (names.size() < 2) return;
+  // Sorting pointers is cheaper than building a set of strings for every request.
+  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (size_t i = 1; i < names.size(); ++i)
+    SHOAL_CHECK(*names[i - 1] != *names[i], std::string(what) + " lists '" + *names[i] + "' twice");
+}
+
 void Client::AskEveryShard(msg::Kind kind, msg::Kind ack, const std::function<void(msg::Header::Builder)>& fill) {
-  uint64_t id = next_id_++;
-  Request& req = pending_[id];
-  req.ack = ack;
-  req.asked = kind;
+  Request& req = NewRequest(kind, ack);
   for (size_t s = 0; s < shards_.size(); ++s) {
     OutMessage m;
     auto h = m.header();
-    Header(h, kind, id);
+    Header(h, kind, req.id);
     fill(h);
-    shards_[s]->Send(m);
-    req.waiting.insert(int(s));
+    SendTo(req, s, m);
   }
-  Wait(int(id));
+  Wait(int(req.id));
 }
 
 void Client::SendPlan(const TrainingPlan& plan) {
@@ -181,82 +236,94 @@ int Client::PushPull(const std::vector<TensorRef>& tensors, msg::PushOp op, std:
 
 int Client::SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std::vector<PulledTensor>* out) {
   SHOAL_CHECK(!shards_.empty(), "push before Register");
-  uint64_t id = next_id_++;
-  Request& req = pending_[id];
-  req.unreleased = std::make_shared<std::atomic<int>>(0);
+  by_shard_.resize(shards_.size());
+  for (auto& v : by_shard_) v.clear();
+  names_.clear();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    size_t want = DTypeSize(t.dtype);
+    for (int64_t d : t.shape) want *= size_t(d);
+    SHOAL_CHECK(t.bytes == want, "push of '" + t.name + "': " + std::to_string(t.bytes) +
+                                     " bytes given, its shape and dtype need " + std::to_string(want));
+    by_shard_[size_t(ShardOf(t.name))].push_back(uint32_t(i));
+    names_.push_back(&t.name);
+  }
+  if (out) CheckNoRepeats("push", names_);
+  Request& req = NewRequest(out ? msg::Kind::PUSH_PULL : msg::Kind::PUSH, msg::Kind::PUSH_ACK);
+  if (!req.unreleased) req.unreleased = std::make_shared<std::atomic<int>>(0);
   if (out) {
     out->clear();
     out->resize(tensors.size());
     req.out = out;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      SHOAL_CHECK(req.slot.emplace(tensors[i].name, i).second, "push lists '" + tensors[i].name + "' twice");
+    // Named now, so that Dispatch can match the answer's tensors by comparing, not looking up.
+    for (size_t i = 0; i < tensors.size(); ++i) (*out)[i].name = tensors[i].name;
   }
-  std::map<int, std::vector<const TensorRef*>> by_shard;
-  for (auto& t : tensors) {
-    size_t want = TensorSpec{t.name, t.dtype, t.shape}.bytes();
-    SHOAL_CHECK(t.bytes == want, "push of '" + t.name + "': " + std::to_string(t.bytes) +
-                                     " bytes given, its shape and dtype need " + std::to_string(want));
-    by_shard[ShardOf(t.name)].push_back(&t);
-  }
-  for (auto& kv : by_shard) {
+  for (size_t s = 0; s < by_shard_.size(); ++s) {
+    const std::vector<uint32_t>& mine = by_shard_[s];
+    if (mine.empty()) continue;
     OutMessage m;
     auto h = m.header();
-    Header(h, out ? msg::Kind::PUSH_PULL : msg::Kind::PUSH, id);
+    Header(h, out ? msg::Kind::PUSH_PULL : msg::Kind::PUSH, req.id);
     h.setOp(op);
-    auto metas = h.initTensors(kv.second.size());
-    for (size_t i = 0; i < kv.second.size(); ++i) {
-      const TensorRef& t = *kv.second[i];
+    auto metas = h.initTensors(mine.size());
+    m.payloads.reserve(mine.size());
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const TensorRef& t = tensors[mine[i]];
       SetMeta(metas[i], t.name, t.dtype, t.shape, t.bytes);
       Payload p;
       p.data = t.data;
       p.size = t.bytes;
       p.keep = t.keep;
-      auto counter = req.unreleased;
-      ++*counter;
-      p.on_release = [counter] { --*counter; };
+      ++*req.unreleased;
+      p.unreleased = req.unreleased;
       m.payloads.push_back(std::move(p));
     }
-    shards_[kv.first]->Send(m);
-    req.waiting.insert(kv.first);
+    if (out) req.slots[s] = mine;
+    SendTo(req, s, m);
   }
-  return int(id);
+  return int(req.id);
 }
 
 int Client::Pull(const std::vector<std::string>& names, std::vector<PulledTensor>* out) {
   SHOAL_CHECK(!shards_.empty(), "pull before Register");
-  uint64_t id = next_id_++;
-  Request& req = pending_[id];
-  req.asked = msg::Kind::PULL;
+  by_shard_.resize(shards_.size());
+  for (auto& v : by_shard_) v.clear();
+  names_.clear();
+  for (size_t i = 0; i < names.size(); ++i) {
+    by_shard_[size_t(ShardOf(names[i]))].push_back(uint32_t(i));
+    names_.push_back(&names[i]);
+  }
+  CheckNoRepeats("pull", names_);
+  Request& req = NewRequest(msg::Kind::PULL, msg::Kind::PUSH_ACK);
   out->clear();
   out->resize(names.size());
   req.out = out;
-  std::map<int, std::vector<std::string>> by_shard;
-  for (size_t i = 0; i < names.size(); ++i) {
-    SHOAL_CHECK(req.slot.emplace(names[i], i).second, "pull lists '" + names[i] + "' twice");
-    by_shard[ShardOf(names[i])].push_back(names[i]);
-  }
-  for (auto& kv : by_shard) {
+  for (size_t i = 0; i < names.size(); ++i) (*out)[i].name = names[i];
+  for (size_t s = 0; s < by_shard_.size(); ++s) {
+    const std::vector<uint32_t>& mine = by_shard_[s];
+    if (mine.empty()) continue;
     OutMessage m;
     auto h = m.header();
-    Header(h, msg::Kind::PULL, id);
-    auto list = h.initNames(kv.second.size());
-    for (size_t i = 0; i < kv.second.size(); ++i) list.set(i, kv.second[i]);
-    shards_[kv.first]->Send(m);
-    req.waiting.insert(kv.first);
+    Header(h, msg::Kind::PULL, req.id);
+    auto list = h.initNames(mine.size());
+    for (size_t i = 0; i < mine.size(); ++i) list.set(i, names[mine[i]]);
+    req.slots[s] = mine;
+    SendTo(req, s, m);
   }
-  return int(id);
+  return int(req.id);
 }
 
 void Client::Dispatch(int shard, InMessage& m) {
   auto h = m.header();
-  auto it = pending_.find(h.getRequestId());
-  if (it == pending_.end() || !it->second.waiting.count(shard)) {
+  Request* found = FindRequest(h.getRequestId());
+  if (!found || size_t(shard) >= found->waiting.size() || !found->waiting[size_t(shard)]) {
     LOG(WARNING) << "client: ignoring an answer from shard " << shard << " to unknown request " << h.getRequestId()
                  << (h.getKind() == msg::Kind::ERROR ? ": " + std::string(h.getMessage()) : "");
     return;
   }
-  Request& req = it->second;
-  req.waiting.erase(shard);
+  Request& req = *found;
+  req.waiting[size_t(shard)] = 0;
+  --req.left;
   if (h.getKind() == req.ack) return;  // push or checkpoint done
   switch (h.getKind()) {
     case msg::Kind::ERROR:
@@ -265,15 +332,28 @@ void Client::Dispatch(int shard, InMessage& m) {
     case msg::Kind::PULL_REPLY: {
       m.ValidateTensors();
       auto metas = h.getTensors();
+      const std::vector<uint32_t>& asked = req.slots[size_t(shard)];
       for (unsigned i = 0; i < metas.size(); ++i) {
-        auto s = req.slot.find(metas[i].getName());
-        SHOAL_CHECK(req.out && s != req.slot.end(), "shard " + std::to_string(shard) + " sent tensor '" +
-                                                        std::string(metas[i].getName()) + "' that was not asked for");
-        PulledTensor& t = (*req.out)[s->second];
-        t.name = metas[i].getName();
+        capnp::Text::Reader name = metas[i].getName();
+        auto named = [&](uint32_t slot) {
+          const std::string& want = (*req.out)[slot].name;
+          return want.size() == name.size() && memcmp(want.data(), name.begin(), want.size()) == 0;
+        };
+        // The shard answers in the order asked; any other order is matched by search.
+        size_t slot = SIZE_MAX;
+        if (req.out && i < asked.size() && named(asked[i])) {
+          slot = asked[i];
+        } else if (req.out) {
+          for (uint32_t a : asked)
+            if (named(a)) slot = a;
+        }
+        SHOAL_CHECK(slot != SIZE_MAX, "shard " + std::to_string(shard) + " sent tensor '" + std::string(name) +
+                                          "' that was not asked for");
+        PulledTensor& t = (*req.out)[slot];
         t.dtype = FromWire(metas[i].getDtype());
-        t.shape.clear();
-        for (int64_t d : metas[i].getShape()) t.shape.push_back(d);
+        auto shape = metas[i].getShape();
+        t.shape.resize(shape.size());
+        for (unsigned d = 0; d < shape.size(); ++d) t.shape[d] = shape[d];
         t.version = metas[i].getVersion();
         t.bytes = std::move(m.payloads[i]);
       }
@@ -287,61 +367,62 @@ void Client::Dispatch(int shard, InMessage& m) {
 }
 
 void Client::Wait(int ts) {
-  auto it = pending_.find(uint64_t(ts));
-  SHOAL_CHECK(it != pending_.end(), "Wait(" + std::to_string(ts) + "): no such request in flight");
+  Request* req = FindRequest(uint64_t(ts));
+  SHOAL_CHECK(req, "Wait(" + std::to_string(ts) + "): no such request in flight");
   auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
-  std::vector<Transport*> sockets;
-  for (auto& s : shards_) sockets.push_back(s.get());
+  sockets_.clear();
+  for (auto& s : shards_) sockets_.push_back(s.get());
   // Answers often are already queued (a pull answered right behind its push): read them
   // before paying for a poll.
-  std::vector<char> ready(sockets.size(), 1);
+  ready_.assign(sockets_.size(), 1);
   const int slice_ms = opts_.watch_restarts ? int(std::max<int64_t>(10, cfg_.heartbeat_ms)) : 1 << 30;
-  while (!it->second.waiting.empty()) {
+  while (req->left > 0) {
     bool any = false;
-    for (char r : ready) any = any || r;
+    for (char r : ready_) any = any || r;
     int left = RemainingMs(deadline);
-    if (left > 0 && !any && !WaitAny(sockets, std::min(left, slice_ms), &ready)) {
+    if (left > 0 && !any && !WaitAny(sockets_, std::min(left, slice_ms), &ready_)) {
       // Silence for a heartbeat period: perhaps the shard died and was restarted alone.
       if (opts_.watch_restarts) try {
           CheckRestarts();
         } catch (const ShardRestarted&) {
-          pending_.erase(it);
+          EraseRequest(req);
           throw;
         }
       continue;
     }
     if (left == 0) {
       std::string who;
-      for (int s : it->second.waiting)
-        who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")" +
-               shards_[size_t(s)]->RefusalHint();
-      pending_.erase(it);
+      for (size_t s = 0; s < req->waiting.size(); ++s)
+        if (req->waiting[s])
+          who += (who.empty() ? "" : ", ") + std::to_string(s) + " (" + cluster_.servers[s] + ")" +
+                 shards_[s]->RefusalHint();
+      EraseRequest(req);
       throw Error("request " + std::to_string(ts) + ": shard(s) " + who + " did not answer within " +
                   std::to_string(opts_.timeout_ms) + " ms");
     }
-    for (size_t i = 0; i < ready.size(); ++i) {
-      if (!ready[i]) continue;
+    for (size_t i = 0; i < ready_.size(); ++i) {
+      if (!ready_[i]) continue;
       InMessage m;
       try {
         if (shards_[i]->Recv(&m, 0))
           Dispatch(int(i), m);
         else
-          ready[i] = 0;  // drained
+          ready_[i] = 0;  // drained
       } catch (const BadMessage& e) {
         LOG(WARNING) << "client: undecodable answer from shard " << i << ": " << e.what();
       } catch (const Error& e) {
-        it->second.error += std::string(e.what());
+        req->error += std::string(e.what());
       }
     }
   }
   // The shards have everything, but ZeroMQ may not yet have released the pushed frames.
-  auto unreleased = it->second.unreleased;
+  auto unreleased = req->unreleased;
   while (unreleased && *unreleased > 0) {
     SHOAL_CHECK(RemainingMs(deadline) > 0, "request " + std::to_string(ts) + ": ZeroMQ kept the pushed buffers");
     std::this_thread::yield();
   }
-  std::string error = std::move(it->second.error);
-  pending_.erase(it);
+  std::string error = std::move(req->error);
+  EraseRequest(req);
   SHOAL_CHECK(error.empty(), error);
 }
 

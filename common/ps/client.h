@@ -157,16 +157,30 @@ class Client {
   uint64_t bytes_sent() const;
 
  private:
+  // One request in flight. Requests are recycled (see NewRequest), so that a push or pull
+  // costs no allocations for its bookkeeping once the first few have run.
   struct Request {
-    std::set<int> waiting;  // shards yet to answer
+    uint64_t id = 0;
+    std::vector<char> waiting;  // per shard: yet to answer
+    int left = 0;               // shards yet to answer
     std::vector<PulledTensor>* out = nullptr;
-    std::map<std::string, size_t> slot;  // pull: name -> index in *out
+    // Pulls: per shard, the indices in *out of the tensors asked of it, in the order asked
+    // (a shard answers in that order; Dispatch still accepts any order).
+    std::vector<std::vector<uint32_t>> slots;
     std::string error;
     std::shared_ptr<std::atomic<int>> unreleased;  // pushed frames ZeroMQ still holds
     msg::Kind ack = msg::Kind::PUSH_ACK;           // the answer kind that means done
     msg::Kind asked = msg::Kind::PUSH;             // the request's kind (for errors)
   };
   int ShardOf(const std::string& name) const;
+  // A cleared Request with a fresh id, in pending_.
+  Request& NewRequest(msg::Kind asked, msg::Kind ack);
+  Request* FindRequest(uint64_t id);
+  void EraseRequest(Request* req);
+  // Sends `m` to `shard` as part of `req`.
+  void SendTo(Request& req, size_t shard, OutMessage& m);
+  // Throws naming a name listed twice in `names` (`what`: "push", "pull").
+  void CheckNoRepeats(const char* what, std::vector<const std::string*>& names);
   void SendPlan(const TrainingPlan& plan);
   // Sends one `kind` message (filled by `fill`) to every shard and waits for every `ack`.
   void AskEveryShard(msg::Kind kind, msg::Kind ack, const std::function<void(msg::Header::Builder)>& fill);
@@ -185,7 +199,12 @@ class Client {
   std::vector<std::unique_ptr<Transport>> shards_;
   std::unique_ptr<HeartbeatSender> heartbeat_;
   ClusterInfo cluster_;
-  std::map<uint64_t, Request> pending_;
+  std::vector<std::unique_ptr<Request>> pending_;  // in flight, oldest first (few at a time)
+  std::vector<std::unique_ptr<Request>> spare_;    // finished, kept for reuse
+  std::vector<std::vector<uint32_t>> by_shard_;    // SendPush/Pull: tensor indices per shard
+  std::vector<const std::string*> names_;          // scratch for CheckNoRepeats
+  std::vector<Transport*> sockets_;                // Wait's
+  std::vector<char> ready_;                        // Wait's
   uint64_t next_id_ = 1;
   uint64_t committed_ = 0;  // the newest checkpoint known complete
   uint32_t generation_ = 0, latest_generation_ = 0;

@@ -85,9 +85,36 @@ capnp::ReaderOptions HeaderLimits(uint64_t traversal_words) {
   return o;
 }
 
+// Serializes a header straight into the frame ZeroMQ sends, in Cap'n Proto's flat-array
+// format (segment count - 1, each segment's size in words, padding to a word, then the
+// segments), instead of into a temporary array that would be copied again. Returns the
+// frame's size.
+size_t InitHeaderFrame(zmq_msg_t* m, capnp::MessageBuilder& builder) {
+  auto segments = builder.getSegmentsForOutput();
+  const size_t table_words = segments.size() / 2 + 1;
+  size_t words = table_words;
+  for (auto& seg : segments) words += seg.size();
+  if (zmq_msg_init_size(m, words * sizeof(capnp::word)) != 0) throw Error(ZmqError("header frame"));
+  auto* out = static_cast<unsigned char*>(zmq_msg_data(m));
+  memset(out, 0, table_words * sizeof(capnp::word));
+  uint32_t n = uint32_t(segments.size() - 1);
+  memcpy(out, &n, 4);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    uint32_t size = uint32_t(segments[i].size());
+    memcpy(out + 4 * (i + 1), &size, 4);
+  }
+  out += table_words * sizeof(capnp::word);
+  for (auto& seg : segments) {
+    memcpy(out, seg.begin(), seg.size() * sizeof(capnp::word));
+    out += seg.size() * sizeof(capnp::word);
+  }
+  return words * sizeof(capnp::word);
+}
+
 void ReleasePayload(void* /*data*/, void* hint) {
   auto* p = static_cast<Payload*>(hint);
   if (p->on_release) p->on_release();
+  if (p->unreleased) --*p->unreleased;
   delete p;
 }
 
@@ -244,12 +271,14 @@ void InMessage::ParseHeader(const Frame& frame) {
     // walk (at most the frame's words) plus reading the root as a Header (its struct, again
     // within the frame), so an amplifying header is refused here, not halfway through a
     // handler.
+    // (The root is read as a Header once, below, by the reader that keeps it.)
     capnp::FlatArrayMessageReader check(words_.asPtr(), HeaderLimits(2 * words));
     check.getRoot<capnp::AnyPointer>().targetSize();
-    check.getRoot<msg::Header>();
     reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
         words_.asPtr(), HeaderLimits(words * kHeaderReadPasses + kHeaderReadFloor));
+    root_ = reader_->getRoot<msg::Header>();
   } catch (const kj::Exception& e) {
+    root_ = msg::Header::Reader();
     reader_.reset();
     throw Error("header is not a valid Cap'n Proto message: " + std::string(e.getDescription().cStr()));
   }
@@ -261,25 +290,29 @@ void InMessage::ValidateTensors() const {
                                                    std::to_string(payloads.size()) + " data frames follow");
   for (unsigned i = 0; i < metas.size(); ++i) {
     auto m = metas[i];
-    std::string name = m.getName();
-    SHOAL_CHECK(!name.empty(), "tensor " + std::to_string(i) + " has an empty name");
+    // Read in place; a std::string is made only for an error message.
+    capnp::Text::Reader name = m.getName();
+    SHOAL_CHECK(name.size() > 0, "tensor " + std::to_string(i) + " has an empty name");
     auto dt = m.getDtype();
     SHOAL_CHECK(dt == msg::DType::FP32 || dt == msg::DType::FP16 || dt == msg::DType::BF16,
-                "tensor '" + name + "': unknown dtype " + std::to_string(int(dt)));
+                "tensor '" + std::string(name) + "': unknown dtype " + std::to_string(int(dt)));
     // The checkpoint loader's limits: a tensor accepted here must be loadable again.
-    SHOAL_CHECK(m.getShape().size() <= kMaxTensorDims, "tensor '" + name + "': " + std::to_string(m.getShape().size()) +
-                                                           " dimensions (at most " + std::to_string(kMaxTensorDims) +
-                                                           ")");
+    auto dims = m.getShape();  // read once: each getter re-checks the pointer
+    SHOAL_CHECK(dims.size() <= kMaxTensorDims, "tensor '" + std::string(name) + "': " + std::to_string(dims.size()) +
+                                                   " dimensions (at most " + std::to_string(kMaxTensorDims) + ")");
     uint64_t elems = 1;
-    for (int64_t d : m.getShape()) {
-      SHOAL_CHECK(d >= 0 && d < kMaxTensorDimSize, "tensor '" + name + "': bad dimension " + std::to_string(d));
-      SHOAL_CHECK(d == 0 || elems <= (uint64_t(1) << 44) / uint64_t(d), "tensor '" + name + "': shape too large");
+    for (int64_t d : dims) {
+      SHOAL_CHECK(d >= 0 && d < kMaxTensorDimSize,
+                  "tensor '" + std::string(name) + "': bad dimension " + std::to_string(d));
+      SHOAL_CHECK(d == 0 || elems <= (uint64_t(1) << 44) / uint64_t(d),
+                  "tensor '" + std::string(name) + "': shape too large");
       elems *= uint64_t(d);
     }
     uint64_t want = elems * (dt == msg::DType::FP32 ? 4 : 2);
-    SHOAL_CHECK(m.getByteSize() == want, "tensor '" + name + "': byteSize " + std::to_string(m.getByteSize()) +
-                                             " does not match its shape and dtype (" + std::to_string(want) + ")");
-    SHOAL_CHECK(payloads[i].size() == want, "tensor '" + name + "': data frame has " +
+    SHOAL_CHECK(m.getByteSize() == want, "tensor '" + std::string(name) + "': byteSize " +
+                                             std::to_string(m.getByteSize()) + " does not match its shape and dtype (" +
+                                             std::to_string(want) + ")");
+    SHOAL_CHECK(payloads[i].size() == want, "tensor '" + std::string(name) + "': data frame has " +
                                                 std::to_string(payloads[i].size()) + " bytes, header says " +
                                                 std::to_string(want));
   }
@@ -455,11 +488,17 @@ void Transport::Connect(const std::string& endpoint) {
 
 void Transport::Send(OutMessage& m, const PeerId* to) {
   if (to) SendCopy(socket_, to->data(), to->size(), ZMQ_SNDMORE);
-  auto words = capnp::messageToFlatArray(m.builder);
-  auto bytes = words.asBytes();
-  bool more = !m.payloads.empty();
-  SendCopy(socket_, bytes.begin(), bytes.size(), more ? ZMQ_SNDMORE : 0);
-  bytes_sent_ += bytes.size();
+  {
+    zmq_msg_t header;
+    size_t n = InitHeaderFrame(&header, m.builder);
+    try {
+      SendFrame(socket_, &header, m.payloads.empty() ? 0 : ZMQ_SNDMORE);
+    } catch (...) {
+      zmq_msg_close(&header);
+      throw;
+    }
+    bytes_sent_ += n;
+  }
   for (size_t i = 0; i < m.payloads.size(); ++i) {
     Payload& p = m.payloads[i];
     int flags = i + 1 < m.payloads.size() ? ZMQ_SNDMORE : 0;
@@ -467,6 +506,7 @@ void Transport::Send(OutMessage& m, const PeerId* to) {
     if (p.size == 0) {
       SendCopy(socket_, nullptr, 0, flags);
       if (p.on_release) p.on_release();
+      if (p.unreleased) --*p.unreleased;
       continue;
     }
     auto* hint = new Payload(std::move(p));
@@ -484,15 +524,25 @@ void Transport::Send(OutMessage& m, const PeerId* to) {
 
 bool Transport::TrySend(OutMessage& m) {
   SHOAL_CHECK(m.payloads.empty(), "TrySend: only payload-free messages");
-  auto words = capnp::messageToFlatArray(m.builder);
-  auto bytes = words.asBytes();
-  bool sent = SendCopy(socket_, bytes.begin(), bytes.size(), ZMQ_DONTWAIT);
-  if (sent) bytes_sent_ += bytes.size();
+  zmq_msg_t header;
+  size_t n = InitHeaderFrame(&header, m.builder);
+  bool sent = false;
+  try {
+    sent = SendFrame(socket_, &header, ZMQ_DONTWAIT);
+  } catch (...) {
+    zmq_msg_close(&header);
+    throw;
+  }
+  if (!sent) zmq_msg_close(&header);
+  if (sent) bytes_sent_ += n;
   return sent;
 }
 
 bool Transport::Recv(InMessage* m, int timeout_ms) {
-  std::vector<Frame> frames(1);
+  // The vector is the socket's, reused: Decode moves the frames out and leaves it empty.
+  std::vector<Frame>& frames = frames_;
+  frames.clear();
+  frames.emplace_back();
   // Try first without waiting: when messages are queued this saves a poll per message.
   if (zmq_msg_recv(FrameAccess::Msg(frames[0]), socket_, ZMQ_DONTWAIT) < 0) {
     if (timeout_ms == 0) return false;
@@ -500,13 +550,15 @@ bool Transport::Recv(InMessage* m, int timeout_ms) {
     if (PollRetry(&item, 1, timeout_ms) == 0) return false;
     if (zmq_msg_recv(FrameAccess::Msg(frames[0]), socket_, ZMQ_DONTWAIT) < 0) return false;
   }
-  // A multipart message arrives whole or not at all, so these reads never block.
-  while (RcvMore(socket_)) {
+  // A multipart message arrives whole or not at all, so these reads never block. Each frame
+  // says whether another follows (cheaper than asking the socket, ZMQ_RCVMORE).
+  while (zmq_msg_more(FrameAccess::Msg(frames.back()))) {
     frames.emplace_back();
     while (zmq_msg_recv(FrameAccess::Msg(frames.back()), socket_, 0) < 0)
       if (zmq_errno() != EINTR) return false;
   }
   m->Decode(std::move(frames), kind_ == Kind::kServer);
+  frames.clear();
   return true;
 }
 
@@ -514,6 +566,7 @@ void InMessage::Decode(std::vector<Frame>&& frames, bool with_identity) {
   size_t first = 0;
   identity.clear();
   payloads.clear();
+  root_ = msg::Header::Reader();
   reader_.reset();
   if (with_identity && !frames.empty()) identity = frames[first++].to_string();
   try {
@@ -522,6 +575,7 @@ void InMessage::Decode(std::vector<Frame>&& frames, bool with_identity) {
   } catch (const Error& e) {
     throw BadMessage(e.what(), identity);
   }
+  payloads.reserve(frames.size() - first - 1);
   for (size_t i = first + 1; i < frames.size(); ++i) {
     // ZeroMQ hands small frames over at any byte offset inside its receive buffer, and
     // tensors are read as floats: a misaligned frame is copied (large frames get their own,
@@ -541,11 +595,18 @@ Transport::Ready Transport::Wait(int timeout_ms) {
 }
 
 bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char>* ready) {
-  std::vector<zmq_pollitem_t> items;
-  for (Transport* t : ts) items.push_back({t->socket_, 0, ZMQ_POLLIN, 0});
-  int n = PollRetry(items.data(), int(items.size()), timeout_ms);
+  // A client waits here once per answer: the usual few sockets are polled from the stack.
+  zmq_pollitem_t few[8];
+  std::vector<zmq_pollitem_t> many;
+  zmq_pollitem_t* items = few;
+  if (ts.size() > 8) {
+    many.resize(ts.size());
+    items = many.data();
+  }
+  for (size_t i = 0; i < ts.size(); ++i) items[i] = {ts[i]->socket_, 0, ZMQ_POLLIN, 0};
+  int n = PollRetry(items, int(ts.size()), timeout_ms);
   ready->assign(ts.size(), 0);
-  for (size_t i = 0; i < items.size(); ++i) (*ready)[i] = (items[i].revents & ZMQ_POLLIN) != 0;
+  for (size_t i = 0; i < ts.size(); ++i) (*ready)[i] = (items[i].revents & ZMQ_POLLIN) != 0;
   return n > 0;
 }
 

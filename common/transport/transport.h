@@ -5,6 +5,7 @@
 #pragma once
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,7 +53,8 @@ using PeerId = std::string;
 // A ZeroMQ context and the job's one CurveZMQ authentication path: once a socket of this
 // context binds with keys, a ZAP handler admits only peers presenting the job's client
 // public key, and logs each refusal (rate-limited, with every bound socket's: see
-// RefusedHandshakes). Outlives every socket made in it; its destructor returns only once ZeroMQ has released every message sent through it.
+// RefusedHandshakes). Outlives every socket made in it; its destructor returns only once ZeroMQ has released every
+// message sent through it.
 class TransportContext {
  public:
   explicit TransportContext(std::string who = "shoal");
@@ -73,18 +75,28 @@ class TransportContext {
 };
 
 // A tensor frame to send. `data` must stay valid until ZeroMQ releases it; `keep` (if
-// set) is held until then, and `on_release` runs then (from ZeroMQ's I/O thread).
+// set) is held until then, and `on_release` runs then (from ZeroMQ's I/O thread), as does
+// the decrement of `unreleased` (if set: a count of frames not yet released, without the
+// allocation a std::function holding a shared_ptr costs).
 struct Payload {
   const void* data = nullptr;
   size_t size = 0;
   std::shared_ptr<const void> keep;
   std::function<void()> on_release;
+  std::shared_ptr<std::atomic<int>> unreleased;
 };
 
 struct OutMessage {
-  // Headers are a few hundred bytes; Cap'n Proto's default first segment (8 KiB, zeroed)
-  // would cost more than the message.
-  capnp::MallocMessageBuilder builder{128};
+  OutMessage() = default;
+  OutMessage(const OutMessage&) = delete;
+  OutMessage& operator=(const OutMessage&) = delete;
+  // Headers are a few hundred bytes: the first segment lives inside the message (no
+  // allocation per message; Cap'n Proto's default, 8 KiB zeroed, would cost more than the
+  // message). Larger headers go on in allocated segments. The builder points into it, so an
+  // OutMessage never moves.
+  static constexpr size_t kInlineWords = 128;
+  alignas(8) unsigned char first_segment[kInlineWords * sizeof(capnp::word)] = {};  // zeroed, as capnp requires
+  capnp::MallocMessageBuilder builder{kj::arrayPtr(reinterpret_cast<capnp::word*>(first_segment), kInlineWords)};
   std::vector<Payload> payloads;
   msg::Header::Builder header() { return builder.getRoot<msg::Header>(); }
 };
@@ -95,7 +107,9 @@ class InMessage {
  public:
   PeerId identity;  // the sender, on server sockets
   std::vector<Frame> payloads;
-  msg::Header::Reader header() const { return reader_->getRoot<msg::Header>(); }
+  // The root, read once when parsed: every handler asks for it several times, and each
+  // getRoot is a bounds-checked pointer read that counts against the traversal limit.
+  msg::Header::Reader header() const { return root_; }
   bool has_header() const { return reader_ != nullptr; }
   // Parses `frame` as the header; throws shoal::Error saying what is wrong with it.
   void ParseHeader(const Frame& frame);
@@ -110,6 +124,7 @@ class InMessage {
  private:
   kj::Array<capnp::word> words_;
   std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
+  msg::Header::Reader root_;  // points into words_ and reader_ (both heap: moves keep it valid)
 };
 
 // Connection events reported by the socket monitor (handshake failures, disconnects).
@@ -177,6 +192,7 @@ class Transport {
   bool keyed_ = false;            // CURVE: a refused handshake may mean other keys
   int64_t refused_unclosed_ = 0;  // servers: refused connections whose disconnect is to come
   uint64_t bytes_sent_ = 0;
+  std::vector<Frame> frames_;  // Recv's frames, kept so that every message does not allocate the vector again
 };
 
 // Waits up to timeout_ms until one of `ts` has a message; (*ready)[i] says which. False on

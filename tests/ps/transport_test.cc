@@ -84,6 +84,40 @@ TEST(Schema, RejectsTruncatedAndGarbageHeaders) {
   EXPECT_THROW(in.ParseHeader(empty), Error);
 }
 
+// A header whose root holds `pointers` list pointers, the first `shared` of them to one and the
+// same list of `elems` words: Cap'n Proto's amplification (the bytes are read once per
+// pointer). As a flat frame: segment table, root pointer, the root's pointers, the list.
+Frame SharedListHeader(uint32_t pointers, uint32_t shared, uint32_t elems) {
+  std::vector<uint64_t> w;
+  const uint32_t segment = 1 + pointers + elems;
+  w.push_back(uint64_t(segment) << 32);      // one segment of `segment` words
+  w.push_back(uint64_t(pointers) << 48);     // root: struct, 0 data words
+  for (uint32_t k = 0; k < pointers; ++k) {  // pointer k sits at segment word 1 + k
+    if (k >= shared) {
+      w.push_back(0);  // null
+      continue;
+    }
+    int64_t offset = int64_t(1 + pointers) - int64_t(1 + k + 1);  // to the list, from past the pointer
+    w.push_back(1 | (uint64_t(offset) << 2) | (uint64_t(5 | (elems << 3)) << 32));  // list of 8-byte elements
+  }
+  for (uint32_t i = 0; i < elems; ++i) w.push_back(i);
+  return Frame(w.data(), w.size() * sizeof(uint64_t));
+}
+
+TEST(Schema, RefusesAmplifiedHeadersAndKeepsPlainOnes) {
+  InMessage in;
+  // The same 200 words through one pointer: an ordinary header.
+  EXPECT_NO_THROW(in.ParseHeader(SharedListHeader(16, 1, 200)));
+  // ... and through 16: refused when parsed, before any handler reads it.
+  try {
+    in.ParseHeader(SharedListHeader(16, 16, 200));
+    ADD_FAILURE() << "an amplified header was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a valid Cap'n Proto message"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(in.has_header());
+}
+
 TEST(Transport, SendsTensorFramesWithoutCopying) {
   TransportContext ctx;
   Transport server(ctx, Transport::Kind::kServer, {});
