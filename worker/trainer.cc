@@ -25,6 +25,7 @@
 #include "worker/engine/onnx/onnx_export.h"
 #include "worker/engine/onnx/onnx_import.h"
 #include "worker/loss_scaler.h"
+#include "worker/smoothout.h"
 
 namespace shoal {
 namespace {
@@ -228,7 +229,12 @@ EvalResult Evaluate(Model& model, Backend& backend, DataLoader& test) {
 class Trainer {
  public:
   Trainer(const JobConfig& cfg, const TrainerOptions& opts)
-      : cfg_(cfg), opts_(opts), rank_(opts.rank), world_(cfg.world_size()), scaler_(LossScaler::FromConfig(cfg)) {
+      : cfg_(cfg),
+        opts_(opts),
+        rank_(opts.rank),
+        world_(cfg.world_size()),
+        scaler_(LossScaler::FromConfig(cfg)),
+        smoothout_(cfg.optimizer_opts.GetDouble("smoothout", 0, 0, 1), cfg.seed) {
     if (rank_ < 0 || rank_ >= world_)
       throw Error(cfg.path + ": [cluster] workers: rank " + std::to_string(rank_) + " is outside the job's " +
                   std::to_string(world_) + " worker(s)");
@@ -595,7 +601,9 @@ class Trainer {
     model_->ZeroGrad();
     overlap_ = algo_->WantsGradReady();
     if (overlap_) algo_->BeginBackward(params_->views());
+    smoothout_.Perturb(*model_, step_);
     float loss = model_->TrainStep(x_, batch_.labels.data(), scaler_.scale()).loss;
+    smoothout_.Restore(*model_);  // the algorithm updates the unperturbed weights
     if (!std::isfinite(loss))
       throw Error("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step_) +
                   " (lower [optimizer] lr?)");
@@ -858,6 +866,7 @@ class Trainer {
   // Set once the algorithm's Finish returned; read by the membership's thread.
   std::shared_ptr<std::atomic<bool>> finished_ = std::make_shared<std::atomic<bool>>(false);
   LossScaler scaler_;
+  SmoothOut smoothout_;           // [optimizer] smoothout: the weights perturbed for forward and backward
   int64_t skipped_seen_ = 0;      // algo_->skipped_steps() after the last step
   int64_t copied_at_window_ = 0;  // params_->copied_bytes() at the last train record
   std::unique_ptr<WorkerCheckpoints> checkpoints_;

@@ -242,6 +242,7 @@ std::vector<std::string> OptimizerNames() {
 std::vector<std::string> OptimizerKeys(const std::string& name) {
   auto it = Registry().find(name);
   std::vector<std::string> keys = ScheduleKeys();
+  keys.push_back("smoothout");  // every optimizer: the worker's SmoothOut (worker/smoothout.h)
   if (it != Registry().end()) keys.insert(keys.end(), it->second.keys.begin(), it->second.keys.end());
   return keys;
 }

@@ -51,6 +51,15 @@ TEST(CollectiveTraining, AllReduceReachesTargetWithIdenticalWeights) {
   EXPECT_GT(JsonNumber(o.run.done_line, "bytes_sent").value_or(0), 0);
 }
 
+// SmoothOut: every worker perturbs with the same noise (seed, step, parameter), so the
+// weights stay identical; the job still learns.
+TEST(CollectiveTraining, SmoothOutKeepsWeightsIdenticalAndLearns) {
+  Outcome o = Train("allreduce_smoothout", 2, "mlp", 6000, 1, "[algorithm]\nname = \"allreduce\"\n\n",
+                    "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\nsmoothout = 0.005\n\n");
+  EXPECT_GE(o.accuracy, 0.70) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u) << "weights differ across workers";
+}
+
 TEST(CollectiveTraining, AllReduceFp16WireKeepsWeightsIdentical) {
   Outcome o =
       Train("allreduce_fp16", 3, "mlp", 6000, 1, "[algorithm]\nname = \"allreduce\"\nwire_dtype = \"fp16\"\n\n");
@@ -143,8 +152,7 @@ TEST(CollectiveTraining, AutoOverlapsTheAllReduceItChose) {
     }
   EXPECT_GT(late_records, 0);
   EXPECT_GT(early, 0) << "no bucket left during the backward pass";
-  for (auto& e : Events(plain.run, "train"))
-    EXPECT_EQ(JsonNumber(e, "overlapped_buckets").value_or(0), 0) << e;
+  for (auto& e : Events(plain.run, "train")) EXPECT_EQ(JsonNumber(e, "overlapped_buckets").value_or(0), 0) << e;
 }
 
 // [algorithm] balance = true with one slowed worker: its batch shrinks, the others' grow,
