@@ -119,6 +119,7 @@ void SparseDecode(const SparseLayout& l, const uint8_t* data, int64_t bytes, std
     const int e = int8_t(data[t]);
     if (e > kMaxExp) throw bad(t, "exponent " + std::to_string(e) + " above any encoder's " + std::to_string(kMaxExp));
     const int b = IndexBits(l.sizes[t]);
+    float top = 0;
     for (int64_t c = 0; c < l.counts[t]; ++c, ++p) {
       while (fill < b) {
         acc |= uint64_t(*bits++) << fill;
@@ -136,7 +137,14 @@ void SparseDecode(const SparseLayout& l, const uint8_t* data, int64_t bytes, std
       if (!std::isfinite(v)) throw bad(t, "value at index " + std::to_string(i) + " decodes to " + std::to_string(v));
       (*idx)[p] = int32_t(i);
       (*val)[p] = v;
+      top = std::max(top, std::fabs(HalfToFloat(h)));
     }
+    // The exponent the encoder picks for these values, so that every accepted encoding is
+    // the one the encoder writes for what it decodes to.
+    bool canonical = top == 0 ? e == 0 : (top >= 16384.f && top <= 32768.f) || (e == kMinExp && top < 16384.f);
+    if (!canonical)
+      throw bad(t, "exponent " + std::to_string(e) + " leaves its largest value at " + std::to_string(top) +
+                       " x 2^e, where an encoder puts it in [2^14, 2^15]");
   }
   // What is left of the last byte: padding, which the encoder leaves 0.
   if (acc != 0) throw Error("dgc: " + who + "'s encoding is corrupt: non-zero padding after the last index");

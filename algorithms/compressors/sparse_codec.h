@@ -36,7 +36,9 @@ std::vector<uint8_t> SparseEncode(const SparseLayout& layout, const std::vector<
 // Checks one rank's encoding (`bytes` bytes at `data`) and adds its values into `out`, the
 // concatenation of the layout's tensors (decoded index i of tensor t lands at t's offset +
 // i). An encoding of the wrong size, an index outside its tensor or out of order, a value
-// that decodes to inf or NaN, an exponent no encoder writes or non-zero padding is refused
+// that decodes to inf or NaN, an exponent the encoder would not pick for the values (so an
+// accepted encoding is exactly what the encoder writes for its pairs) or non-zero padding is
+// refused
 // with shoal::Error naming `who` and what is wrong, before anything is added.
 void SparseDecodeAdd(const SparseLayout& layout, const uint8_t* data, int64_t bytes, float* out,
                      const std::string& who);

@@ -262,6 +262,10 @@ TEST(SparseCodec, CorruptEncodingsAreRefusedWithAClearError) {
   std::vector<uint8_t> exp = good;
   exp[0] = 120;
   ExpectRefused(l, exp, "exponent 120");
+  std::vector<uint8_t> other = good;  // the largest value (-1 = -16384 x 2^-14) halved: the
+  other[3] = 0x00;                    // values are fine, but an encoder would have written
+  other[4] = 0xf0;                    // them under exponent -15
+  ExpectRefused(l, other, "where an encoder puts it in [2^14, 2^15]");
   std::vector<uint8_t> pad = good;
   pad.back() |= 0x80;  // 30 bits of index in 4 bytes: the top 2 are padding
   ExpectRefused(l, pad, "non-zero padding");
