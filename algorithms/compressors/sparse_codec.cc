@@ -11,11 +11,14 @@
 namespace shoal {
 namespace {
 
-// ilogb of a finite float is at most 127, and the encoder puts the largest value of a
-// tensor in [2^14, 2^15) before rounding to fp16, so it never writes more than 127 - 14;
-// tiny tensors clamp at int8's floor (their values merely lose fp16 precision, kept in the
-// residual).
-constexpr int kMaxExp = 127 - 14, kMinExp = -128;
+// A tensor's largest value goes to [2^14, 2^15) before rounding to fp16 (ilogb of a
+// finite float is at most 127, so e <= 113), and no exponent goes below -125, where every
+// fp16 value x 2^e is still an exact fp32 (fp16's finest step, 2^-24, times 2^-125 is fp32's
+// finest): decoding never rounds, so decoded pairs encode to the same bytes. A tensor whose
+// largest value is under 2^-111 sends zeros under e = 0 and keeps the values in its
+// residual.
+constexpr int kMaxExp = 127 - 14, kMinExp = -125;
+constexpr uint16_t kBelow2To15 = 0x77ff;  // 32752, fp16's largest value under 2^15
 
 int IndexBits(int64_t n) {
   int b = 1;
@@ -69,7 +72,8 @@ std::vector<uint8_t> SparseEncode(const SparseLayout& l, const std::vector<int32
                                         std::to_string(q - first) + " is not finite");
       m = std::max(m, std::fabs(v));
     }
-    int e = m > 0 ? std::clamp(std::ilogb(m) - 14, kMinExp, kMaxExp) : 0;
+    const bool tiny = m > 0 && std::ilogb(m) - 14 < kMinExp;
+    const int e = m == 0 || tiny ? 0 : std::ilogb(m) - 14;
     out[t] = uint8_t(int8_t(e));
     const int b = IndexBits(l.sizes[t]);
     for (size_t q = first; q < end; ++q) {
@@ -77,7 +81,9 @@ std::vector<uint8_t> SparseEncode(const SparseLayout& l, const std::vector<int32
       SHOAL_CHECK(i >= 0 && i < l.sizes[t] && (q == first || i > idx[q - 1]),
                   "dgc encoding: tensor " + std::to_string(t) + "'s index " + std::to_string(i) + " is outside its " +
                       std::to_string(l.sizes[t]) + " elements or not above the one before");
-      uint16_t h = FloatToHalf(std::ldexp((*val)[q], -e));
+      uint16_t h = tiny ? 0 : FloatToHalf(std::ldexp((*val)[q], -e));  // a zero keeps its sign
+      // Rounding up to 2^15 would make the largest value another exponent's: round down.
+      if ((h & 0x7fff) > kBelow2To15) h = uint16_t((h & 0x8000) | kBelow2To15);
       (*val)[q] = std::ldexp(HalfToFloat(h), e);
       values[2 * q] = uint8_t(h & 0xff);
       values[2 * q + 1] = uint8_t(h >> 8);
@@ -117,7 +123,9 @@ void SparseDecode(const SparseLayout& l, const uint8_t* data, int64_t bytes, std
   };
   for (size_t t = 0; t < T; ++t) {
     const int e = int8_t(data[t]);
-    if (e > kMaxExp) throw bad(t, "exponent " + std::to_string(e) + " above any encoder's " + std::to_string(kMaxExp));
+    if (e > kMaxExp || e < kMinExp)
+      throw bad(t, "exponent " + std::to_string(e) + " outside an encoder's [" + std::to_string(kMinExp) + ", " +
+                       std::to_string(kMaxExp) + "]");
     const int b = IndexBits(l.sizes[t]);
     float top = 0;
     for (int64_t c = 0; c < l.counts[t]; ++c, ++p) {
@@ -141,10 +149,10 @@ void SparseDecode(const SparseLayout& l, const uint8_t* data, int64_t bytes, std
     }
     // The exponent the encoder picks for these values, so that every accepted encoding is
     // the one the encoder writes for what it decodes to.
-    bool canonical = top == 0 ? e == 0 : (top >= 16384.f && top <= 32768.f) || (e == kMinExp && top < 16384.f);
+    bool canonical = top == 0 ? e == 0 : top >= 16384.f && top < 32768.f;
     if (!canonical)
       throw bad(t, "exponent " + std::to_string(e) + " leaves its largest value at " + std::to_string(top) +
-                       " x 2^e, where an encoder puts it in [2^14, 2^15]");
+                       " x 2^e, where an encoder puts it in [2^14, 2^15)");
   }
   // What is left of the last byte: padding, which the encoder leaves 0.
   if (acc != 0) throw Error("dgc: " + who + "'s encoding is corrupt: non-zero padding after the last index");

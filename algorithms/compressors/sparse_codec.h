@@ -10,7 +10,8 @@
 //    the last byte's unused bits are 0]
 //
 // Per-tensor power-of-two scaling keeps fp16 clear of overflow and underflow whatever the
-// gradients' magnitude, and scaling by 2^e is exact, so every rank decodes the same bits.
+// gradients' magnitude (the largest value of a tensor is scaled into [2^14, 2^15)), and
+// scaling by 2^e is exact, so every rank decodes the same bits.
 // The sender learns what its values became (Encode rounds them in place) and keeps the
 // rounding error in its residual: nothing is lost, only delayed.
 #pragma once

@@ -171,16 +171,18 @@ TEST(SparseCodec, RoundTripsExactlyAndCostsAbout4BytesAPair) {
     std::vector<float> sent = val;
     std::vector<uint8_t> wire = SparseEncode(l, idx, &sent);
     ASSERT_EQ(int64_t(wire.size()), SparseEncodedBytes(l));
-    // Rounding to fp16 under the tensor's power-of-two scale: at most 2^-11 of the tensor's
-    // largest magnitude, and within the normal range no more than fp16's relative step.
+    // Rounding to fp16 under the tensor's power-of-two scale: at most 2^-10 of the tensor's
+    // largest magnitude.
     size_t q = 0;
     for (size_t t = 0; t < l.sizes.size(); ++t) {
       float m = 0;
       for (int64_t c = 0; c < l.counts[t]; ++c) m = std::max(m, std::fabs(val[q + size_t(c)]));
       for (int64_t c = 0; c < l.counts[t]; ++c, ++q) {
         ASSERT_TRUE(std::isfinite(sent[q]));
-        if (std::ilogb(m) - 14 >= -128) {  // no clamped exponent: the error bound holds
-          EXPECT_LE(std::fabs(sent[q] - val[q]), std::ldexp(m, -11)) << val[q] << " sent as " << sent[q];
+        if (m > 0 && std::ilogb(m) >= -111) {
+          EXPECT_LE(std::fabs(sent[q] - val[q]), std::ldexp(m, -10)) << val[q] << " sent as " << sent[q];
+        } else {  // values too small to matter travel as 0 and stay in the residual
+          EXPECT_EQ(sent[q], 0.f) << val[q];
         }
       }
     }
@@ -261,11 +263,17 @@ TEST(SparseCodec, CorruptEncodingsAreRefusedWithAClearError) {
   ExpectRefused(l, big, "decodes to");
   std::vector<uint8_t> exp = good;
   exp[0] = 120;
-  ExpectRefused(l, exp, "exponent 120");
+  ExpectRefused(l, exp, "exponent 120 outside");
+  exp[0] = uint8_t(int8_t(-126));
+  ExpectRefused(l, exp, "exponent -126 outside");
+  std::vector<uint8_t> top = good;  // the largest value rounded up to 2^15 (32768 x 2^-14)
+  top[3] = 0x00;
+  top[4] = 0xf8;
+  ExpectRefused(l, top, "where an encoder puts it in [2^14, 2^15)");
   std::vector<uint8_t> other = good;  // the largest value (-1 = -16384 x 2^-14) halved: the
   other[3] = 0x00;                    // values are fine, but an encoder would have written
   other[4] = 0xf0;                    // them under exponent -15
-  ExpectRefused(l, other, "where an encoder puts it in [2^14, 2^15]");
+  ExpectRefused(l, other, "where an encoder puts it in [2^14, 2^15)");
   std::vector<uint8_t> pad = good;
   pad.back() |= 0x80;  // 30 bits of index in 4 bytes: the top 2 are padding
   ExpectRefused(l, pad, "non-zero padding");
@@ -292,6 +300,29 @@ TEST(SparseCodec, CorruptEncodingsAreRefusedWithAClearError) {
     }
   }
   for (float x : out) ASSERT_TRUE(std::isfinite(x));
+}
+
+// Values that fp16 would round up to the next power of two, huge and tiny ones: the bytes
+// decode to values that encode to the same bytes.
+TEST(SparseCodec, EdgesOfTheScaleRoundTrip) {
+  SparseLayout l;
+  l.sizes = {8, 8, 8, 8};
+  l.counts = {2, 2, 2, 1};
+  std::vector<int32_t> idx = {0, 7, 1, 2, 3, 4, 5};
+  std::vector<float> val = {2.f - 1e-6f, -1.f,  // 2 - 1e-6 would round to 2^15 x 2^-14
+                            3.0e38f,     -1.0e38f, 1e-35f, 1e-40f, std::ldexp(1.f, -120)};
+  std::vector<float> sent = val;
+  std::vector<uint8_t> wire = SparseEncode(l, idx, &sent);
+  EXPECT_LT(sent[0], 2.f);
+  EXPECT_NEAR(sent[0], 2.f, 2.f / 1024);
+  EXPECT_NEAR(sent[2], 3.0e38f, 3.0e38f / 1024);
+  EXPECT_EQ(sent[6], 0.f) << "under 2^-111: sent as 0, kept in the residual";
+  std::vector<int32_t> got_idx;
+  std::vector<float> got;
+  SparseDecode(l, wire.data(), int64_t(wire.size()), &got_idx, &got, "rank 0");
+  EXPECT_EQ(got, sent);
+  std::vector<float> again = got;
+  EXPECT_EQ(SparseEncode(l, got_idx, &again), wire);
 }
 
 TEST(SparseCodec, EncoderRefusesWhatItCannotCarry) {
