@@ -29,6 +29,7 @@ class Dgc : public Algorithm {
     d.clip_norm = a.GetDouble("clip_norm", 0, 0, 1e9);
     d.weight_decay = o.GetDouble("weight_decay", 0, 0, 1);
     d.min_compress = a.GetInt("min_compress_elements", 512, 1, int64_t(1) << 40);
+    d.min_pairs = a.GetInt("min_pairs", 8, 1, int64_t(1) << 40);
     opts_ = d;
     comp_.reset(new DgcCompressor(d, c.seed * 7919 + uint64_t(env.rank)));
     comm_ = env.make_communicator("dgc");

@@ -87,7 +87,7 @@ SparseLayout DgcCompressor::LayoutAt(const std::vector<ParamView>& params, const
   double sparsity = SparsityAt(epoch);
   for (size_t j : which) {
     l.sizes.push_back(params[j].n);
-    l.counts.push_back(std::min(params[j].n, KFor(params[j].n, sparsity)));
+    l.counts.push_back(std::min(params[j].n, std::max(o_.min_pairs, KFor(params[j].n, sparsity))));
   }
   return l;
 }

@@ -20,6 +20,9 @@ struct DgcOptions {
   double clip_norm = 0;  // 0: no clipping; else global norm bound (scaled by 1/sqrt(N))
   double weight_decay = 0;
   int64_t min_compress = 512;  // smaller tensors go dense
+  // Pairs a compressed tensor sends at least (all of it if smaller): at 99.9% a first conv
+  // layer of 800 weights would send 1, and learn that slowly; 8 cost a few dozen bytes.
+  int64_t min_pairs = 1;
 };
 
 // One rank's selection for one step.
