@@ -36,7 +36,7 @@ const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
        false,
        D::kNone,
        U::kNone,
-       comm({"sparsity", "sparsity_warmup_epochs", "clip_norm", "min_compress_elements", "balance",
+       comm({"sparsity", "sparsity_warmup_epochs", "clip_norm", "min_compress_elements", "min_pairs", "balance",
              "balance_every_steps"}),
        {"momentum", "weight_decay"}},
       {"double_buffer", false, D::kNone, U::kNone,

@@ -41,9 +41,11 @@ SparseGrad DgcCompressor::Compress(const std::vector<ParamView>& params, const s
     double norm = std::sqrt(ss);
     if (norm > bound) scale = float(bound / norm);
   }
-  double sparsity = SparsityAt(epoch);
   SparseGrad out;
-  int64_t base = 0;
+  out.layout = LayoutAt(params, which, epoch);
+  std::vector<int32_t> idx;
+  std::vector<float> val;
+  std::vector<std::pair<int32_t, float>> pairs;
   for (size_t j = 0; j < which.size(); ++j) {
     const ParamView& p = params[which[j]];
     auto& u = u_[j];
@@ -54,24 +56,52 @@ SparseGrad DgcCompressor::Compress(const std::vector<ParamView>& params, const s
       u[size_t(i)] = m * u[size_t(i)] + g;  // momentum correction
       v[size_t(i)] += u[size_t(i)];
     }
-    size_t first = out.idx.size();
-    SampledTopK(v.data(), p.n, KFor(p.n, sparsity), base, rng_, &out.idx, &out.val);
-    for (size_t t = first; t < out.idx.size(); ++t) {  // momentum factor masking
-      int64_t i = out.idx[t] - base;
-      v[size_t(i)] = 0.f;
-      u[size_t(i)] = 0.f;
+    idx.clear();
+    val.clear();
+    SampledTopK(v.data(), p.n, out.layout.counts[j], 0, rng_, &idx, &val);
+    // The encoding wants each tensor's indices in order.
+    pairs.clear();
+    for (size_t t = 0; t < idx.size(); ++t) pairs.emplace_back(idx[t], val[t]);
+    std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [i, x] : pairs) {
+      out.idx.push_back(i);
+      out.val.push_back(x);
     }
-    base += p.n;
   }
+  out.wire = SparseEncode(out.layout, out.idx, &out.val);
+  // Momentum factor masking: a sent entry leaves both accumulators, except what rounding
+  // to the wire took off it, which the velocity keeps for a later step.
+  size_t q = 0;
+  for (size_t j = 0; j < which.size(); ++j)
+    for (int64_t c = 0; c < out.layout.counts[j]; ++c, ++q) {
+      size_t i = size_t(out.idx[q]);
+      v_[j][i] -= out.val[q];
+      u_[j][i] = 0.f;
+    }
   return out;
 }
 
+SparseLayout DgcCompressor::LayoutAt(const std::vector<ParamView>& params, const std::vector<size_t>& which,
+                                     double epoch) const {
+  SparseLayout l;
+  double sparsity = SparsityAt(epoch);
+  for (size_t j : which) {
+    l.sizes.push_back(params[j].n);
+    l.counts.push_back(std::min(params[j].n, std::max(o_.min_pairs, KFor(params[j].n, sparsity))));
+  }
+  return l;
+}
+
 void DgcCompressor::Decode(const SparseGrad& s, float* out, int64_t out_n) {
-  for (size_t t = 0; t < s.idx.size(); ++t) {
-    int32_t i = s.idx[t];
-    if (i < 0) continue;  // padding
-    if (i >= out_n) throw Error("dgc: index " + std::to_string(i) + " outside " + std::to_string(out_n) + " elements");
-    out[i] += s.val[t];
+  int64_t total = 0;
+  for (int64_t n : s.layout.sizes) total += n;
+  SHOAL_CHECK(total == out_n,
+              "dgc: pairs for " + std::to_string(total) + " elements decoded into " + std::to_string(out_n));
+  size_t q = 0;
+  int64_t base = 0;
+  for (size_t t = 0; t < s.layout.sizes.size(); ++t) {
+    for (int64_t c = 0; c < s.layout.counts[t]; ++c, ++q) out[base + s.idx[q]] += s.val[q];
+    base += s.layout.sizes[t];
   }
 }
 

@@ -1,13 +1,15 @@
 // Deep Gradient Compression's worker side (Lin et al. 2018): local gradient clipping,
 // momentum correction (accumulate velocity, not raw gradients), top-k of the accumulated
 // velocity, momentum factor masking (sent entries leave both accumulators), and the
-// exponential sparsity warm-up. Decoding is exact: sum of everyone's (index, value) pairs.
+// exponential sparsity warm-up. The pairs travel in sparse_codec.h's form (fp16 values,
+// bit-packed indices); what rounding takes off a value stays in the residual.
 #pragma once
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/compressors/sparse_codec.h"
 
 namespace shoal {
 
@@ -17,12 +19,18 @@ struct DgcOptions {
   double momentum = 0.9;
   double clip_norm = 0;  // 0: no clipping; else global norm bound (scaled by 1/sqrt(N))
   double weight_decay = 0;
-  int64_t min_compress = 1024;  // smaller tensors go dense
+  int64_t min_compress = 512;  // smaller tensors go dense
+  // Pairs a compressed tensor sends at least (all of it if smaller): at 99.9% a first conv
+  // layer of 800 weights would send 1, and learn that slowly; 8 cost a few dozen bytes.
+  int64_t min_pairs = 1;
 };
 
+// One rank's selection for one step.
 struct SparseGrad {
-  std::vector<int32_t> idx;  // offsets into the concatenation of compressed tensors
-  std::vector<float> val;
+  SparseLayout layout;        // the compressed tensors' sizes and this step's pairs per tensor
+  std::vector<int32_t> idx;   // tensor by tensor, relative to the tensor, increasing
+  std::vector<float> val;     // as every rank decodes them (rounded to the wire's precision)
+  std::vector<uint8_t> wire;  // SparseEncode's bytes of idx/val
 };
 
 class DgcCompressor {
@@ -32,10 +40,13 @@ class DgcCompressor {
   double SparsityAt(double epoch) const;
   // Fixed per-step count of pairs for tensor of n elements at this sparsity (>= 1).
   static int64_t KFor(int64_t n, double sparsity);
+  // The layout of a step at this epoch: every rank computes the same one.
+  SparseLayout LayoutAt(const std::vector<ParamView>& params, const std::vector<size_t>& which, double epoch) const;
   // Consumes this step's local gradients of the compressed tensors (indices `which` into
-  // params) and returns exactly sum(KFor) pairs; `world` scales the clipping threshold.
+  // params) and returns exactly sum(KFor) pairs, encoded; `world` scales the clipping
+  // threshold.
   SparseGrad Compress(const std::vector<ParamView>& params, const std::vector<size_t>& which, double epoch, int world);
-  // Decodes pairs into a dense buffer (adds; out must be zeroed by the caller).
+  // Adds the pairs into the concatenation of the compressed tensors (`out_n` elements).
   static void Decode(const SparseGrad& s, float* out, int64_t out_n);
   const std::vector<std::vector<float>>& residual() const { return v_; }  // accumulated velocity
   // Both accumulators and the sampling stream, as checkpoint entries "<prefix>...", and back

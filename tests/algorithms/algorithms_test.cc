@@ -134,7 +134,7 @@ TEST(DgcAlgorithm, SendsTheTopEntryAndKeepsTheRestAsResidual) {
   // 4 elements at sparsity 0.75: one pair per rank per step. Step 0: rank 0 sends index 1
   // (5) and keeps 1 at index 3; rank 1 sends index 2 (3). w -= 0.1 * sum / 2. Step 1 (zero
   // gradients): rank 0's residual at index 3 goes out.
-  const std::string keys = "sparsity = 0.75\nsparsity_warmup_epochs = 0\nmin_compress_elements = 4\n";
+  const std::string keys = "sparsity = 0.75\nsparsity_warmup_epochs = 0\nmin_compress_elements = 4\nmin_pairs = 1\n";
   std::vector<std::vector<std::vector<float>>> after;
   auto got = RunAlgorithm(
       Job("dgc", keys), {1, 1, 1, 1},

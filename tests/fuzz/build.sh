@@ -37,7 +37,7 @@ fi
 # An object is stale when its source or any header of the tree is newer (coarse, but the
 # tree's headers change rarely and a stale sanitizer build would hide findings).
 newest_header="$(find "$ROOT/common" "$ROOT/server" "$ROOT/worker/data" "$ROOT/algorithms/optimizers" \
-  "$GEN" -name '*.h' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -1 | cut -d' ' -f2-)"
+  "$ROOT/algorithms/compressors" "$GEN" -name '*.h' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -1 | cut -d' ' -f2-)"
 compile() {  # src obj
   if [[ -f "$2" && "$2" -nt "$1" && ( -z "$newest_header" || "$2" -nt "$newest_header" ) ]]; then return 0; fi
   "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer-no-link -c "$1" -o "$2.tmp" && mv "$2.tmp" "$2"

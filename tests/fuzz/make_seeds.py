@@ -104,6 +104,26 @@ def cifar():
     put("cifar", "cifar100_fine_too_big", b"\x10" + rec100(1, 100))
 
 
+def dgc_pairs(e, values, indices, bits):
+    """One tensor's encoding: exponent byte, fp16 values, indices packed low bits first."""
+    acc = sum(i << (k * bits) for k, i in enumerate(indices))
+    nbits = bits * len(indices)
+    return (struct.pack("<b", e) + b"".join(struct.pack("<e", v) for v in values) +
+            acc.to_bytes((nbits + 7) // 8, "little"))
+
+
+def dgc():
+    layout = struct.pack("<BIH", 0, 800, 3)  # one tensor of 800 elements (10-bit indices), 3 pairs
+    # Largest |value| 1: exponent -14 scales it to 2^14.
+    good = dgc_pairs(-14, [8192.0, -16384.0, 4096.0], [5, 100, 700], 10)
+    put("dgc", "lenet_conv1", layout + good)
+    put("dgc", "index_outside", layout + dgc_pairs(-14, [1.0, 2.0, 3.0], [5, 100, 1000], 10))
+    put("dgc", "truncated", layout + good[:-1])
+    put("dgc", "two_tensors", struct.pack("<BIHIH", 1, 262144, 2, 10, 1) +
+        struct.pack("<bb", -20, -14) + b"".join(struct.pack("<e", v) for v in [20000.0, -30000.0, 16384.0]) +
+        (7 | (262000 << 18) | (9 << 36)).to_bytes(5, "little"))
+
+
 if __name__ == "__main__":
-    for what in sys.argv[1:] or ["message", "config", "idx", "cifar"]:
-        {"message": messages, "config": configs, "idx": idx, "cifar": cifar}[what]()
+    for what in sys.argv[1:] or ["message", "config", "idx", "cifar", "dgc"]:
+        {"message": messages, "config": configs, "idx": idx, "cifar": cifar, "dgc": dgc}[what]()
