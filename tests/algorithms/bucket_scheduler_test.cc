@@ -319,14 +319,22 @@ TEST(BucketScheduler, OnDeviceOverlapQueuesCopiesAndReducesAfterTheBucketsMarker
       // Buckets {4, 3, 2}, {1}, {0} at 1024 bytes.
       s.Ready(t.views, 4);
       s.Ready(t.views, 3);
-      if (device) EXPECT_EQ(ops.records(), 0u);  // bucket 0 not complete yet
-      s.Ready(t.views, 2);                       // complete: launched, its copies queued
-      if (device) EXPECT_EQ(ops.records(), 1u);
+      if (device) {
+        EXPECT_EQ(ops.records(), 0u);  // bucket 0 not complete yet
+      }
+      s.Ready(t.views, 2);  // complete: launched, its copies queued
+      if (device) {
+        EXPECT_EQ(ops.records(), 1u);
+      }
       s.Ready(t.views, 1);
       s.Ready(t.views, 0);
-      if (device) EXPECT_EQ(ops.records(), 3u);  // one marker per launch
+      if (device) {
+        EXPECT_EQ(ops.records(), 3u);  // one marker per launch
+      }
       s.Finish(t.views);
-      if (device) EXPECT_EQ(ops.pending(), 0u);
+      if (device) {
+        EXPECT_EQ(ops.pending(), 0u);
+      }
       auto& out = device ? got[size_t(rank)] : want[size_t(rank)];
       for (auto& g : t.g) out.insert(out.end(), g.begin(), g.end());
     });
