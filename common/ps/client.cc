@@ -72,10 +72,11 @@ void Client::Header(msg::Header::Builder h, msg::Kind kind, uint64_t id) {
   h.setGeneration(generation_);
 }
 
-InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, bool resend) {
+InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, bool resend, int64_t timeout_ms) {
+  if (timeout_ms < 0) timeout_ms = opts_.timeout_ms;
   control_->DrainEvents();  // an earlier call's events say nothing about this one
   control_->Send(m);
-  auto deadline = Clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   // Shard 0 may die and be started again alone: a request it had received is lost with it,
   // so an unanswered one goes again every two heartbeat periods (ZeroMQ delivers it once
   // the coordinator is back). A duplicate is harmless: every such request is idempotent,
@@ -92,7 +93,7 @@ InMessage Client::Control(OutMessage& m, uint64_t id, const std::string& what, b
       if (!control_->Recv(&r, wait)) {
         if (RemainingMs(deadline) == 0)
           throw ControlTimeout(what + ": the coordinator (" + cfg_.servers[0] + ") did not answer within " +
-                               std::to_string(opts_.timeout_ms) + " ms" + control_->RefusalHint());
+                               std::to_string(timeout_ms) + " ms" + control_->RefusalHint());
         control_->TrySend(m);
         resend_at = Clock::now() + period;
         continue;
@@ -432,7 +433,12 @@ void Client::Barrier(const std::string& name) {
   auto h = m.header();
   Header(h, msg::Kind::BARRIER, id);
   h.setBarrierName(name);
-  Control(m, id, "barrier '" + name + "'");
+  // A barrier waits for the others: when one of them is gone, the coordinator answers naming
+  // it once its heartbeats have been missing for heartbeat_timeout_ms. Waiting that long (and
+  // two heartbeats) beyond timeout_ms lets that answer arrive, instead of this worker blaming
+  // the coordinator for a silence that is another member's.
+  Control(m, id, "barrier '" + name + "'", /*resend=*/true,
+          opts_.timeout_ms + cfg_.heartbeat_timeout_ms + 2 * cfg_.heartbeat_ms);
 }
 
 void Client::LiveBarrier(const std::string& name) {

@@ -188,7 +188,7 @@ class Client {
   void Dispatch(int shard, InMessage& m);
   // Sends a request to the coordinator and waits (bounded by timeout_ms) for its answer;
   // `resend`: again while unanswered (see client.cc), for idempotent requests.
-  InMessage Control(OutMessage& m, uint64_t id, const std::string& what, bool resend = true);
+  InMessage Control(OutMessage& m, uint64_t id, const std::string& what, bool resend = true, int64_t timeout_ms = -1);
   void Header(msg::Header::Builder h, msg::Kind kind, uint64_t id);
 
   JobConfig cfg_;
