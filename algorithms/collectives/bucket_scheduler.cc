@@ -120,16 +120,11 @@ void BucketScheduler::Pack(const std::vector<ParamView>& params, size_t index) {
   // Overlapped: the copy is queued (the backward pass never waits on the host) and the
   // communication thread waits for its bucket's marker (LaunchCompleted) before reducing it;
   // otherwise the copy is finished when it returns.
-  if (on_device_) {
-    device_->After(p.ready.get());
-    if (overlap_ && p.n > 0) {
-      device_->CopyQueued(Buf() + offset_of_[index], p.g, p.n);
-    } else {
-      CopyFloats(Buf() + offset_of_[index], p.g, p.n);
-    }
-  } else {
+  if (on_device_) device_->After(p.ready.get());
+  if (on_device_ && overlap_ && p.n > 0)
+    device_->CopyQueued(Buf() + offset_of_[index], p.g, p.n);
+  else
     CopyFloats(Buf() + offset_of_[index], p.g, p.n);
-  }
   packed_[index] = 1;
   --missing_[bucket_of_[index]];
 }
