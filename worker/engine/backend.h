@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/device_fence.h"
+#include "worker/engine/memory_counter.h"
 #include "worker/engine/tensor.h"
 
 namespace shoal {
@@ -102,6 +103,14 @@ class Backend {
 
   // ---- memory
   virtual Tensor Empty(const Shape& shape, DType dtype = DType::kF32) = 0;
+  // The device memory in the buffers this backend's allocator handed out (tensors; on CUDA
+  // also its scratch and workspace), each counted at its rounded size: live now, and the
+  // most at once since the backend was made or ResetPeakMemory.
+  MemoryStats Memory() const { return memory_->Stats(); }
+  void ResetPeakMemory() { memory_->ResetPeak(); }
+  // What the allocator rounds every buffer up to (its alignment); the memory planner
+  // (memory_plan.h) places buffers at multiples of it.
+  virtual size_t AllocationAlignment() const { return 64; }
   Tensor Zeros(const Shape& shape, DType dtype = DType::kF32);
   virtual void Fill(Tensor& t, float value) = 0;
   // Copies between this backend's device and host memory (n = t.bytes()).
@@ -228,6 +237,13 @@ class Backend {
   // mask[i] = 1 / (1 - ratio) with probability 1 - ratio, else 0, drawn from a hash of
   // (seed, i): the same mask on every backend for the same seed.
   virtual void DropoutMask(uint64_t seed, float ratio, Tensor& mask);
+
+ protected:
+  // Every allocator of a backend reports to this counter (Memory()).
+  const std::shared_ptr<MemoryCounter>& memory_counter() const { return memory_; }
+
+ private:
+  std::shared_ptr<MemoryCounter> memory_ = std::make_shared<MemoryCounter>();
 };
 
 // The hash DropoutMask draws from: a uniform number in [0, 1) for element i.

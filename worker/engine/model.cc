@@ -74,6 +74,7 @@ const Tensor& Model::Forward(const Tensor& x, bool train) {
     batch_hook_(x.dim(0));
     bound_batch_ = x.dim(0);
   }
+  if (memory_reuse_ && x.shape() != planned_input_) PlanBuffers(x.shape());
   input_ = x;
   outs_.assign(nodes_.size(), nullptr);
   in_ptrs_.resize(nodes_.size());
@@ -87,6 +88,76 @@ const Tensor& Model::Forward(const Tensor& x, bool train) {
   }
   have_train_forward_ = train;
   return *outs_.back();
+}
+
+void Model::set_memory_reuse(bool on) {
+  if (on == memory_reuse_) return;
+  memory_reuse_ = on;
+  UnplaceBuffers();
+  block_ = Tensor();
+}
+
+void Model::UnplaceBuffers() {
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    Layer& l = *nodes_[i].layer;
+    const BufferUse use = l.Buffers();
+    if (use.output == BufferUse::kOwn) l.PlaceOutput(Tensor());
+    if (use.grads == BufferUse::kOwn)
+      for (size_t k = 0; k < nodes_[i].inputs.size(); ++k) l.PlaceInputGrad(k, Tensor());
+  }
+  acc_.clear();
+  dx_.clear();
+  grads_.clear();
+  plan_ = MemoryPlan();
+  planned_input_.clear();
+}
+
+MemoryPlan Model::PlanFor(const Shape& input, std::vector<Shape>* shapes) const {
+  std::vector<Shape> own;
+  std::vector<Shape>& out = shapes ? *shapes : own;
+  out.assign(nodes_.size(), Shape());
+  std::vector<PlanNode> graph(nodes_.size());
+  out[0] = input;
+  graph[0].output_bytes = NumElements(input) * int64_t(sizeof(float));
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    std::vector<Shape> in;
+    for (int id : n.inputs) in.push_back(out[size_t(id)]);
+    out[i] = n.layer->OutputShape(in);
+    PlanNode& p = graph[i];
+    p.inputs = n.inputs;
+    p.use = n.layer->Buffers();
+    p.output_bytes = NumElements(out[i]) * int64_t(sizeof(float));  // layers write fp32 (Layer::Ensure)
+    for (int id : n.inputs) p.input_grads |= id != kInput;
+  }
+  return PlanMemory(graph, int64_t(be_.AllocationAlignment()));
+}
+
+void Model::PlanBuffers(const Shape& input) {
+  UnplaceBuffers();
+  std::vector<Shape> shapes;
+  try {
+    plan_ = PlanFor(input, &shapes);
+  } catch (const Error&) {
+    plan_ = MemoryPlan();
+    planned_input_ = input;
+    return;  // a shape only the forward itself finds: every layer keeps buffers of its own
+  }
+  if (!block_.defined() || int64_t(block_.bytes()) < plan_.block_bytes) {
+    block_ = Tensor();  // the old block goes back before the new one is taken
+    block_ = be_.Empty({(plan_.block_bytes + 3) / 4});
+  }
+  auto view = [&](int64_t offset, const Shape& s) { return block_.Slice(offset, s); };
+  acc_.assign(nodes_.size(), Tensor());
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    Layer& l = *nodes_[i].layer;
+    if (plan_.output[i] != MemoryPlan::kNotPlaced) l.PlaceOutput(view(plan_.output[i], shapes[i]));
+    for (size_t k = 0; k < nodes_[i].inputs.size(); ++k)
+      if (plan_.input_grad[i][k] != MemoryPlan::kNotPlaced)
+        l.PlaceInputGrad(k, view(plan_.input_grad[i][k], shapes[size_t(nodes_[i].inputs[k])]));
+    if (plan_.grad_sum[i] != MemoryPlan::kNotPlaced) acc_[i] = view(plan_.grad_sum[i], shapes[i]);
+  }
+  planned_input_ = input;
 }
 
 void Model::Accumulate(int id, const Tensor& g) {

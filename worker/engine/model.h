@@ -34,6 +34,7 @@
 #include "worker/engine/backend.h"
 #include "worker/engine/layers/layer.h"
 #include "worker/engine/layers/softmax_cross_entropy.h"
+#include "worker/engine/memory_plan.h"
 
 namespace shoal {
 
@@ -103,6 +104,18 @@ class Model {
   using GradReadyHook = std::function<void(size_t first, size_t last)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
   void InitParameters(uint64_t seed);
+  // Memory reuse (on unless turned off): the layers' outputs and gradients, and the sums of
+  // gradients, live in one block where buffers whose lives do not overlap share memory
+  // (memory_plan.h), planned again whenever the input's shape changes. Off: every layer
+  // keeps buffers of its own. Results are the same bits either way.
+  void set_memory_reuse(bool on);
+  bool memory_reuse() const { return memory_reuse_; }
+  // The plan of the last Forward's input shape (empty with reuse off or before a Forward).
+  const MemoryPlan& memory_plan() const { return plan_; }
+  // The plan for an input of this shape ([N, sample...]), computed without allocating;
+  // shapes, when given, gets every node's output shape. Imported graphs: at the batch bound
+  // by the last Forward.
+  MemoryPlan PlanFor(const Shape& input, std::vector<Shape>* shapes = nullptr) const;
   void set_label_smoothing(float s) { loss_.set_smoothing(s); }
 
   // ---- parameters
@@ -152,6 +165,8 @@ class Model {
   const Node& NodeAt(int id) const;
   const Tensor& Output(int id) const;
   void Accumulate(int id, const Tensor& g);
+  void PlanBuffers(const Shape& input);
+  void UnplaceBuffers();
 
   Backend& be_;
   std::string name_;
@@ -170,6 +185,10 @@ class Model {
   GradReadyHook grad_ready_;
   std::function<void(int64_t)> batch_hook_;
   int64_t bound_batch_ = 0;
+  bool memory_reuse_ = true;
+  Shape planned_input_;  // the input shape plan_ is for; empty: none
+  MemoryPlan plan_;
+  Tensor block_;  // the plan's shared block (kept when a later plan fits)
 };
 
 // The zoo: "mlp" (784-256-256-10), "lenet", "resnet20" (CIFAR), "resnet50" (ImageNet).

@@ -41,6 +41,9 @@ class Tensor {
 
   // Same buffer, new shape of equal element count (a view, no copy).
   Tensor Reshape(Shape s) const;
+  // A tensor of shape s and this dtype over this buffer's bytes from byte_offset on (a
+  // view that keeps the buffer alive; it must fit inside).
+  Tensor Slice(int64_t byte_offset, Shape s) const;
 
  private:
   Shape shape_;

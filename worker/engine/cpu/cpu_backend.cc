@@ -87,7 +87,11 @@ Tensor CpuBackend::Empty(const Shape& shape, DType dtype) {
   if (!p)
     throw Error("CpuBackend::Empty: out of memory allocating " + std::to_string(bytes) + " bytes for " +
                 ShapeString(shape));
-  return Tensor(shape, dtype, device(), std::shared_ptr<void>(p, std::free));
+  memory_counter()->Allocated(int64_t(bytes));
+  return Tensor(shape, dtype, device(), std::shared_ptr<void>(p, [counter = memory_counter(), bytes](void* q) {
+                  std::free(q);
+                  counter->Freed(int64_t(bytes));
+                }));
 }
 
 void CpuBackend::Fill(Tensor& t, float value) {

@@ -7,9 +7,6 @@
 #include "common/error.h"
 
 namespace shoal {
-namespace {
-constexpr size_t kAlign = 512;
-}
 
 CudaAllocator::~CudaAllocator() {
   // Errors are ignored: at process exit the runtime may already be shutting down.
@@ -47,14 +44,16 @@ std::shared_ptr<void> CudaAllocator::Allocate(size_t bytes) {
                            " bytes failed: " + cudaGetErrorString(e));
     }
   }
+  counter_->Allocated(int64_t(size));
   auto self = shared_from_this();
-  return std::shared_ptr<void>(p, [self, got](void* q) { self->Return(q, got); });
+  return std::shared_ptr<void>(p, [self, got, size](void* q) { self->Return(q, got, size); });
 }
 
-void CudaAllocator::Return(void* p, size_t size) noexcept {
+void CudaAllocator::Return(void* p, size_t block, size_t size) noexcept {
+  counter_->Freed(int64_t(size));
   std::lock_guard<std::mutex> lock(mu_);
-  free_.emplace(size, p);
-  cached_bytes_ += size;
+  free_.emplace(block, p);
+  cached_bytes_ += block;
 }
 
 void CudaAllocator::ReleaseCached() {

@@ -32,7 +32,7 @@ size_t Align256(size_t b) { return (b + 255) / 256 * 256; }
 }  // namespace
 
 CudaBackend::CudaBackend(int index, Options options)
-    : index_(index), options_(options), alloc_(std::make_shared<CudaAllocator>(index)) {
+    : index_(index), options_(options), alloc_(std::make_shared<CudaAllocator>(index, memory_counter())) {
   const std::string where = "cuda:" + std::to_string(index);
   Check(cudaSetDevice(index), where + " cudaSetDevice");
   cudaDeviceProp prop{};

@@ -75,6 +75,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
   Tensor Empty(const Shape& shape, DType dtype = DType::kF32) override;
+  size_t AllocationAlignment() const override { return CudaAllocator::kAlign; }
   void Fill(Tensor& t, float value) override;
   void CopyFromHost(Tensor& dst, const void* src) override;
   void CopyToHost(const Tensor& src, void* dst) override;

@@ -13,6 +13,7 @@ class AddLayer final : public Layer {
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
   // Both gradients are dy itself (aliases; the model copies before accumulating into one).
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kView, false, {false, false}}; }
 };
 
 }  // namespace shoal

@@ -39,10 +39,14 @@ const Tensor& BatchNorm::Forward(const std::vector<const Tensor*>& x, bool train
 
 void BatchNorm::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) {
   // The backend computes dx alongside dgamma/dbeta in one pass, so it is always produced.
-  Ensure(dx_, x[0]->shape());
-  be_.BatchNormBackward(*x[0], dy, params_[0].value, save_mean_, save_invstd_, eps_, dx_, params_[0].grad, params_[1].grad);
-  if (need_dx) dx[0] = dx_;
+  Tensor& g = InputGrad(0, x[0]->shape());
+  be_.BatchNormBackward(*x[0], dy, params_[0].value, save_mean_, save_invstd_, eps_, g, params_[0].grad,
+                        params_[1].grad);
+  if (need_dx) dx[0] = g;
 }
+
+// The backward reads x and the saved statistics, not y.
+BufferUse BatchNorm::Buffers() const { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, false, {true}}; }
 
 void BatchNorm::InitParameters(std::mt19937_64& rng) {
   (void)rng;  // deterministic: no draws

@@ -15,6 +15,7 @@ class BatchNorm final : public Layer {
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
   void InitParameters(std::mt19937_64& rng) override;
+  BufferUse Buffers() const override;
   void set_zero_gamma(bool z) { zero_gamma_ = z; }
   int64_t channels() const { return c_; }
   float eps() const { return eps_; }
@@ -26,7 +27,7 @@ class BatchNorm final : public Layer {
   int64_t c_;
   float eps_, momentum_;
   bool zero_gamma_;
-  Tensor save_mean_, save_invstd_, dx_;
+  Tensor save_mean_, save_invstd_;
 };
 
 }  // namespace shoal

@@ -41,11 +41,14 @@ const Tensor& Conv2d::Forward(const std::vector<const Tensor*>& x, bool train) {
 }
 
 void Conv2d::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) {
-  if (need_dx) Ensure(dx_, x[0]->shape());
-  be_.ConvBackwardSaved(*x[0], saved_, params_[0].value, dy, p_, need_dx ? &dx_ : nullptr, params_[0].grad,
+  Tensor* g = need_dx ? &InputGrad(0, x[0]->shape()) : nullptr;
+  be_.ConvBackwardSaved(*x[0], saved_, params_[0].value, dy, p_, g, params_[0].grad,
                         bias_ ? &params_[1].grad : nullptr);
-  if (need_dx) dx[0] = dx_;
+  if (need_dx) dx[0] = *g;
 }
+
+// The backward reads x (or the backend's copy of it), not y.
+BufferUse Conv2d::Buffers() const { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, false, {true}}; }
 
 void Conv2d::InitParameters(std::mt19937_64& rng) {
   InitWeightAndBias(init_, in_ * kernel_ * kernel_, 2.0, params_[0].value, bias_ ? &params_[1].value : nullptr, rng);

@@ -13,6 +13,7 @@ class Conv2d final : public Layer {
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
   void InitParameters(std::mt19937_64& rng) override;
+  BufferUse Buffers() const override;
   // Geometry, read by the ONNX exporter.
   int64_t in_channels() const { return in_; }
   int64_t out_channels() const { return out_; }
@@ -26,7 +27,6 @@ class Conv2d final : public Layer {
   ConvParams p_;
   bool bias_;
   WeightInit init_;
-  Tensor dx_;
   Tensor saved_;  // the backend's copy of x from the last training forward
 };
 

@@ -20,9 +20,9 @@ const Tensor& GlobalAvgPool::Forward(const std::vector<const Tensor*>& x, bool t
 void GlobalAvgPool::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx,
                              std::vector<Tensor>& dx) {
   if (!need_dx) return;
-  Ensure(dx_, x[0]->shape());
-  be_.GlobalAvgPoolBackward(dy, dx_);
-  dx[0] = dx_;
+  Tensor& g = InputGrad(0, x[0]->shape());
+  be_.GlobalAvgPoolBackward(dy, g);
+  dx[0] = g;
 }
 
 }  // namespace shoal

@@ -11,9 +11,8 @@ class GlobalAvgPool final : public Layer {
   Shape OutputShape(const std::vector<Shape>& in) const override;
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
-
- private:
-  Tensor dx_;
+  // The backward spreads dy evenly: it reads neither x's values nor y.
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, false, {false}}; }
 };
 
 }  // namespace shoal

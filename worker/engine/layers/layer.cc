@@ -6,6 +6,11 @@
 
 namespace shoal {
 
+void Layer::PlaceInputGrad(size_t k, Tensor t) {
+  if (input_grads_.size() <= k) input_grads_.resize(k + 1);
+  input_grads_[k] = std::move(t);
+}
+
 Parameter& Layer::AddParam(const std::string& name, const Shape& s, bool no_weight_decay) {
   Parameter p;
   p.name = name;

@@ -38,6 +38,23 @@ struct Buffer {
   Tensor value;
 };
 
+// What a model's memory plan (memory_plan.h) may assume about one layer's buffers. The
+// default assumes nothing: the layer keeps buffers of its own, its output may be a view of
+// any input and its input gradients views of dy, and its Backward reads every input and
+// its output.
+struct BufferUse {
+  enum Place {
+    kUnknown,  // its own buffer, or a view of an input (output) or of dy (gradients)
+    kOwn,      // in y_ (output) or input_grads_[k] (InputGrad): the plan may place it
+    kView,     // a view of input 0 (output) or of dy (gradients), never a buffer of its own
+  };
+  Place output = kUnknown;
+  Place grads = kUnknown;
+  bool reads_output = true;       // Backward reads the output of the last Forward
+  std::vector<bool> reads_input;  // Backward reads input k's values; empty: every input
+  bool ReadsInput(size_t k) const { return reads_input.empty() || (k < reads_input.size() && reads_input[k]); }
+};
+
 class Layer {
  public:
   explicit Layer(Backend& backend) : be_(backend) {}
@@ -59,6 +76,13 @@ class Layer {
   virtual void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx,
                         std::vector<Tensor>& dx) = 0;
 
+  virtual BufferUse Buffers() const { return BufferUse(); }
+  // The model's memory plan places the output (when Buffers().output is kOwn) and the input
+  // gradients (when grads is kOwn) in memory it shares between layers; an undefined tensor
+  // gives the layer back a buffer of its own on first use.
+  void PlaceOutput(Tensor t) { y_ = std::move(t); }
+  void PlaceInputGrad(size_t k, Tensor t);
+
   // Parameters and buffers, names local to the layer ("weight", "bias", ...).
   std::vector<Parameter>& params() { return params_; }
   std::vector<Buffer>& buffers() { return buffers_; }
@@ -70,6 +94,11 @@ class Layer {
   Tensor& Ensure(Tensor& t, const Shape& s) {
     if (!t.defined() || t.shape() != s) t = be_.Empty(s);
     return t;
+  }
+  // The buffer for input k's gradient (see PlaceInputGrad).
+  Tensor& InputGrad(size_t k, const Shape& s) {
+    if (input_grads_.size() <= k) input_grads_.resize(k + 1);
+    return Ensure(input_grads_[k], s);
   }
   Parameter& AddParam(const std::string& name, const Shape& s, bool no_weight_decay);
   Buffer& AddBuffer(const std::string& name, const Shape& s);
@@ -83,7 +112,8 @@ class Layer {
   Backend& be_;
   std::vector<Parameter> params_;
   std::vector<Buffer> buffers_;
-  Tensor y_;  // output
+  Tensor y_;                         // output
+  std::vector<Tensor> input_grads_;  // by input (InputGrad)
 };
 
 }  // namespace shoal

@@ -6,8 +6,7 @@
 
 namespace shoal {
 
-Linear::Linear(Backend& be, int64_t in_features, int64_t out_features, bool bias, double init_gain,
-               WeightInit init)
+Linear::Linear(Backend& be, int64_t in_features, int64_t out_features, bool bias, double init_gain, WeightInit init)
     : Layer(be), in_(in_features), out_(out_features), bias_(bias), gain_(init_gain), init_(init) {
   SHOAL_CHECK(in_ > 0 && out_ > 0 && init_gain > 0,
               "Linear: bad features " + std::to_string(in_) + "->" + std::to_string(out_) + " or init gain");
@@ -31,10 +30,9 @@ const Tensor& Linear::Forward(const std::vector<const Tensor*>& x, bool train) {
 }
 
 void Linear::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) {
-  if (need_dx) Ensure(dx_, x[0]->shape());
-  be_.LinearBackward(*x[0], params_[0].value, dy, need_dx ? &dx_ : nullptr, params_[0].grad,
-                     bias_ ? &params_[1].grad : nullptr);
-  if (need_dx) dx[0] = dx_;
+  Tensor* g = need_dx ? &InputGrad(0, x[0]->shape()) : nullptr;
+  be_.LinearBackward(*x[0], params_[0].value, dy, g, params_[0].grad, bias_ ? &params_[1].grad : nullptr);
+  if (need_dx) dx[0] = *g;
 }
 
 void Linear::InitParameters(std::mt19937_64& rng) {

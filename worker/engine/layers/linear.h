@@ -18,13 +18,14 @@ class Linear final : public Layer {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   bool has_bias() const { return bias_; }
+  // The backward reads x, not y.
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, false, {true}}; }
 
  private:
   int64_t in_, out_;
   bool bias_;
   double gain_;
   WeightInit init_;
-  Tensor dx_;
 };
 
 }  // namespace shoal

@@ -31,9 +31,9 @@ const Tensor& MaxPool::Forward(const std::vector<const Tensor*>& x, bool train) 
 
 void MaxPool::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) {
   if (!need_dx) return;
-  Ensure(dx_, x[0]->shape());
-  be_.MaxPoolBackward(*x[0], y_, dy, p_, workspace_, dx_);
-  dx[0] = dx_;
+  Tensor& g = InputGrad(0, x[0]->shape());
+  be_.MaxPoolBackward(*x[0], y_, dy, p_, workspace_, g);
+  dx[0] = g;
 }
 
 }  // namespace shoal

@@ -12,10 +12,12 @@ class MaxPool final : public Layer {
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
   const PoolParams& geometry() const { return p_; }
+  // The backward reads x and y (and its workspace, its own).
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, true, {true}}; }
 
  private:
   PoolParams p_;
-  Tensor workspace_, dx_;
+  Tensor workspace_;
 };
 
 }  // namespace shoal

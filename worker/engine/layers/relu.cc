@@ -13,9 +13,9 @@ void ReLU::Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool 
   (void)x;
   if (!need_dx) return;
   // The mask comes from the output kept since Forward: y > 0 exactly where x > 0.
-  Ensure(dx_, dy.shape());
-  be_.ReluBackward(y_, dy, dx_);
-  dx[0] = dx_;
+  Tensor& g = InputGrad(0, dy.shape());
+  be_.ReluBackward(y_, dy, g);
+  dx[0] = g;
 }
 
 }  // namespace shoal

@@ -14,9 +14,8 @@ class ReLU final : public Layer {
   }
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool train) override;
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override;
-
- private:
-  Tensor dx_;
+  // The backward's mask comes from y, not x.
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, true, {false}}; }
 };
 
 }  // namespace shoal

@@ -102,10 +102,11 @@ class UnaryLayer final : public GraphLayer {
   }
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override {
     if (!need_dx) return;
-    Ensure(dx_, x[0]->shape());
-    be_.UnaryBackward(op_, *x[0], y_, dy, dx_, a_, b_);
-    dx[0] = dx_;
+    Tensor& g = InputGrad(0, x[0]->shape());
+    be_.UnaryBackward(op_, *x[0], y_, dy, g, a_, b_);
+    dx[0] = g;
   }
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, true, {}}; }
   // Clip's bounds may come as inputs known before training.
   void Bind(const std::vector<const HostValue*>& host) override {
     GraphLayer::Bind(host);
@@ -117,7 +118,6 @@ class UnaryLayer final : public GraphLayer {
  private:
   UnaryOp op_;
   float a_, b_;
-  Tensor dx_;
 };
 
 class BinaryLayer final : public GraphLayer {
@@ -180,6 +180,8 @@ class BinaryLayer final : public GraphLayer {
         return;
     }
   }
+  // Gradients are dy itself or buffers of its own (a broadcast operand's sum, a product).
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kUnknown, true, {}}; }
 
  private:
   BinaryOp op_;
@@ -228,6 +230,7 @@ class ViewLayer final : public GraphLayer {
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override {
     if (need_dx) dx[0] = dy.Reshape(x[0]->shape());
   }
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kView, BufferUse::kView, false, {false}}; }
 
  private:
   onnx::NodeProto node_;

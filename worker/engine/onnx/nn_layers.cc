@@ -136,6 +136,9 @@ class ConvLayer final : public GraphLayer {
     dx[1] = dw_;
     if (db) dx[2] = db_;
   }
+  // Input gradients are its own buffers or views of them; the backward reads the inputs
+  // (or its padded copy), not y.
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kUnknown, false, {}}; }
 
  private:
   static std::vector<Shape> Shapes(const std::vector<const Tensor*>& x) {
@@ -403,18 +406,20 @@ class BatchNormLayer final : public GraphLayer {
   }
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override {
     if (!need_dx) return;
-    Ensure(dx_, x[0]->shape());
-    Ensure(dg_, x[1]->shape());
-    Ensure(db_, x[2]->shape());
-    be_.Fill(dg_, 0.0f);
-    be_.Fill(db_, 0.0f);
-    Tensor dx4 = dx_.Reshape(Four(x[0]->shape()));
+    Tensor& g = InputGrad(0, x[0]->shape());
+    Tensor& dg = InputGrad(1, x[1]->shape());
+    Tensor& db = InputGrad(2, x[2]->shape());
+    be_.Fill(dg, 0.0f);
+    be_.Fill(db, 0.0f);
+    Tensor dx4 = g.Reshape(Four(x[0]->shape()));
     be_.BatchNormBackward(x[0]->Reshape(dx4.shape()), dy.Reshape(dx4.shape()), *x[1], save_mean_, save_invstd_, eps_,
-                          dx4, dg_, db_);
-    dx[0] = dx_;
-    dx[1] = dg_;
-    dx[2] = db_;
+                          dx4, dg, db);
+    dx[0] = g;
+    dx[1] = dg;
+    dx[2] = db;
   }
+  // The backward reads x, the scale and the saved statistics, not y.
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, false, {}}; }
   // Training mode's running mean and variance, as updated by the last forward.
   bool HasExtraOutput(int k) const override { return k == 1 || k == 2; }
   Shape ExtraOutputShape(int, const std::vector<Shape>& in) const override { return {in[0][1]}; }
@@ -432,7 +437,7 @@ class BatchNormLayer final : public GraphLayer {
   bool always_train_;
   float eps_, momentum_;
   HostValue mean0_, var0_;
-  Tensor save_mean_, save_invstd_, dx_, dg_, db_;
+  Tensor save_mean_, save_invstd_;
 };
 
 class LayerNormLayer final : public GraphLayer {
@@ -536,9 +541,9 @@ class PoolLayer final : public GraphLayer {
   }
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override {
     if (!need_dx) return;
-    Ensure(dx_, x[0]->shape());
+    Tensor& g = InputGrad(0, x[0]->shape());
     const Tensor x4 = x[0]->Reshape(As4d(x[0]->shape(), where_));
-    Tensor dx4 = dx_.Reshape(x4.shape());
+    Tensor dx4 = g.Reshape(x4.shape());
     if (kind_ == kGlobalAvg)
       be_.GlobalAvgPoolBackward(dy.Reshape({x4.dim(0), x4.dim(1)}), dx4);
     else if (kind_ == kMax && !Symmetric(Geometry(x[0]->shape()))) {
@@ -551,8 +556,9 @@ class PoolLayer final : public GraphLayer {
                           Params(x[0]->shape()), ws_, dx4);
     else
       be_.AvgPoolBackward(dy.Reshape(As4d(dy.shape(), where_)), Params(x[0]->shape()), dx4);
-    dx[0] = dx_;
+    dx[0] = g;
   }
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, true, {}}; }
 
  private:
   Window Geometry(const Shape& xs) const {
@@ -602,7 +608,7 @@ class PoolLayer final : public GraphLayer {
   onnx::NodeProto node_;
   Kind kind_;
   ExplicitPad pad_;
-  Tensor ws_, dx_, padded_, dpadded_;
+  Tensor ws_, padded_, dpadded_;
 };
 
 class SoftmaxLayer final : public GraphLayer {
