@@ -6,7 +6,8 @@
 #      one line: passed | partial (some cases skipped) | skipped (with gtest's reason) |
 #      failed | timeout | not run;
 #   3. engine_bench on cuda:0, resnet50, batch 256, fp32 (TF32 off), tf32 and bf16, and PyTorch the same
-#      (bench/engine/torch_engine.py --device cuda) when `import torch` works, with the ratio;
+#      (bench/engine/torch_engine.py --device cuda) when `import torch` works, with the ratio and
+#      Shoal's peak device memory (its line's peak_bytes);
 #   4. OUT_DIR/summary.json (one object), printed last.
 # The bundle's `shoal` entry has already put the machine's CUDA libraries on LD_LIBRARY_PATH.
 # Without a device every step says so and the summary is still written; exit 0 unless a
@@ -142,7 +143,9 @@ for prec in fp32 tf32 bf16; do
   a="$(num samples_per_s "$shoal")" b="$(num samples_per_s "$torch")"
   ratio=null
   [[ "$a" != null && "$b" != null ]] && ratio="$(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "null" }')"
-  echo "bench resnet50 b256 $prec: shoal $a img/s, pytorch $b img/s, ratio $ratio"
+  peak="$(num peak_bytes "$shoal")"
+  [[ "$peak" != null ]] && peak="$(awk -v p="$peak" 'BEGIN { printf "%.2f GiB", p / 2^30 }')"
+  echo "bench resnet50 b256 $prec: shoal $a img/s, pytorch $b img/s, ratio $ratio, shoal's peak memory $peak"
   [[ "$a" == null ]] && echo "  shoal: $(printf '%s' "$shoal" | sed -n 's/.*"error": *"\(.*\)".*/\1/p')"
   [[ "$b" == null ]] && echo "  pytorch: $(printf '%s' "$torch" | sed -n 's/.*"error": *"\(.*\)".*/\1/p')"
   BENCH_JSON+="${BENCH_JSON:+,}\"$prec\":{\"shoal_samples_per_s\":$a,\"torch_samples_per_s\":$b,\"ratio\":$ratio,\"shoal\":$shoal,\"torch\":$torch}"

@@ -1,7 +1,12 @@
 // Training throughput of the engine on one backend: forward + backward + SGD-momentum
 // update (momentum 0.9, weight decay 5e-4 on weights, lr 0.025), batch 64 by default, on
-// random inputs. Prints one JSON line; samples_per_s is batch / median step time:
-//   {"bench":"engine_cpp","model":..,"threads":..,"batch":..,"samples_per_s":..,"mean_samples_per_s":..,"step_ms":..}
+// random inputs. Prints one JSON line; samples_per_s is batch / median step time, peak_bytes
+// the most device memory the backend's allocator had handed out at once (memory_counter.h),
+// plan_* the memory plan's shared block and its buffers unshared (memory_plan.h):
+//   {"bench":"engine_cpp","model":..,"threads":..,"batch":..,"samples_per_s":..,"mean_samples_per_s":..,"step_ms":..,
+//    "memory_reuse":..,"peak_bytes":..,"plan_block_bytes":..,"plan_buffer_bytes":..}
+// --estimate_batch N trains nothing: it prints what a step at batch N would hold, from the
+// plan (computed without allocating) and the model's sizes ({"bench":"engine_memory",...}).
 #include <gflags/gflags.h>
 
 #include <sys/resource.h>
@@ -20,11 +25,14 @@ DEFINE_string(model, "lenet", "mlp | lenet | resnet20 | resnet50");
 DEFINE_string(device, "cpu", "cpu | cuda:N");
 DEFINE_int32(threads, 2, "CPU threads (0 = all cores)");
 DEFINE_int32(batch, 64, "batch size");
-DEFINE_string(precision, "fp32",
-              "fp32 | tf32 (CUDA: TF32 tensor cores; CPU: fp32) | bf16 | fp16 (CUDA only): the arithmetic of convolutions and "
-              "fully connected layers");
+DEFINE_string(
+    precision, "fp32",
+    "fp32 | tf32 (CUDA: TF32 tensor cores; CPU: fp32) | bf16 | fp16 (CUDA only): the arithmetic of convolutions and "
+    "fully connected layers");
 DEFINE_int32(warmup, 5, "untimed steps first");
 DEFINE_double(seconds, 5.0, "time to measure for (at least 5 steps)");
+DEFINE_bool(memory_reuse, true, "share activation and gradient buffers by liveness (Model::set_memory_reuse)");
+DEFINE_int32(estimate_batch, 0, "print the memory a step at this batch would hold instead of training");
 DEFINE_string(onnx, "",
               "an ONNX file to train instead of a zoo model (--model then only names it); 1x28x28 input, "
               "10 classes");
@@ -36,6 +44,32 @@ Shape InputOf(const std::string& model) {
   if (model == "resnet20") return {3, 32, 32};
   if (model == "resnet50") return {3, 224, 224};
   return {1, 28, 28};
+}
+
+// The memory one training step of this zoo model holds at `batch`, by parts, without
+// running it: weights, their gradients and the momentum buffer; the input; the activations
+// and gradients unshared and in the plan's block; and the narrow copies of every
+// convolution's input a mixed-precision CUDA backend keeps for the backward (2 bytes an
+// element; its scratch and cuDNN's workspace are not counted).
+int Estimate(Model& m, const Shape& sample) {
+  Shape xs = {FLAGS_estimate_batch};
+  xs.insert(xs.end(), sample.begin(), sample.end());
+  std::vector<Shape> shapes;
+  const MemoryPlan plan = m.PlanFor(xs, &shapes);
+  int64_t conv_inputs = 0;
+  for (int id = 1; id < m.NumNodes(); ++id)
+    if (m.NodeLayer(id)->Kind() == "Conv2d") conv_inputs += NumElements(shapes[size_t(m.NodeInputs(id)[0])]);
+  const int64_t params = 3 * 4 * m.NumParams(), input = 4 * NumElements(xs), narrow = 2 * conv_inputs;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  printf(
+      "{\"bench\":\"engine_memory\",\"model\":\"%s\",\"batch\":%d,\"params_grads_momentum_bytes\":%lld,"
+      "\"input_bytes\":%lld,\"activations_unshared_bytes\":%lld,\"activations_block_bytes\":%lld,"
+      "\"bf16_conv_input_copies_bytes\":%lld,\"mixed_cuda_gib_without_reuse\":%.2f,\"mixed_cuda_gib_with_reuse\":%.2f}"
+      "\n",
+      FLAGS_model.c_str(), FLAGS_estimate_batch, (long long)params, (long long)input, (long long)plan.buffer_bytes,
+      (long long)plan.block_bytes, (long long)narrow, double(params + input + plan.buffer_bytes + narrow) / gib,
+      double(params + input + plan.block_bytes + narrow) / gib);
+  return 0;
 }
 
 int Run() {
@@ -55,6 +89,8 @@ int Run() {
     m = ImportOnnx(FLAGS_onnx, *be, oo);
   }
   m->InitParameters(1);
+  m->set_memory_reuse(FLAGS_memory_reuse);
+  if (FLAGS_estimate_batch > 0) return Estimate(*m, mo.input_shape);
   SHOAL_CHECK(FLAGS_batch > 0, "--batch must be positive");
 
   std::mt19937_64 rng(2);
@@ -115,9 +151,12 @@ int Run() {
   printf(
       "{\"bench\":\"engine_cpp\",\"precision\":\"%s\",\"model\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\","
       "\"threads\":%d,\"batch\":%d,"
-      "\"steps\":%zu,\"samples_per_s\":%.1f,\"mean_samples_per_s\":%.1f,\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f}\n",
+      "\"steps\":%zu,\"samples_per_s\":%.1f,\"mean_samples_per_s\":%.1f,\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f,"
+      "\"memory_reuse\":%s,\"peak_bytes\":%lld,\"plan_block_bytes\":%lld,\"plan_buffer_bytes\":%lld}\n",
       FLAGS_precision.c_str(), FLAGS_model.c_str(), FLAGS_device.c_str(), be->Name().c_str(), FLAGS_threads,
-      FLAGS_batch, times.size(), FLAGS_batch / median, FLAGS_batch / mean, 1000.0 * median, cpu_ms);
+      FLAGS_batch, times.size(), FLAGS_batch / median, FLAGS_batch / mean, 1000.0 * median, cpu_ms,
+      FLAGS_memory_reuse ? "true" : "false", (long long)be->Memory().peak_bytes,
+      (long long)m->memory_plan().block_bytes, (long long)m->memory_plan().buffer_bytes);
   return 0;
 }
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Engine training throughput against PyTorch, same model, batch, threads and update, in
-# one go. Prints a table, one JSON line per model, and last the lenet line:
-#   {"bench":"engine","model":"lenet","samples_per_s":..,"torch_samples_per_s":..,"ratio":..}
-# (torch figures null when `import torch` fails).
+# one go, and the engine's peak memory with buffers shared by liveness against one more short
+# run without (--memory_reuse=false). Prints two tables, one JSON line per model, and last
+# the lenet line:
+#   {"bench":"engine","model":"lenet","samples_per_s":..,"torch_samples_per_s":..,"ratio":..,
+#    "peak_mib":..,"peak_mib_no_reuse":..,"memory_ratio":..}
+# (torch figures null when `import torch` fails; memory_ratio = peak_mib / peak_mib_no_reuse).
 #
 # usage: bench/engine/run.sh [BAZEL_BIN] [--threads N] [--batch B] [--seconds S] [--rounds R] [--models "resnet20 lenet"]
 #        [--precision fp32|bf16]   (bf16: Shoal's [model] precision = "bf16" against PyTorch's CPU autocast)
@@ -68,13 +71,16 @@ for model in $models; do
       --precision "$precision" \
       | tail -n 1 >>"$results" || true
   done
+  echo "$model C++ without memory reuse (peak memory only) ..." >&2
+  "$bin" --model "$model" --threads "$threads" --batch "$batch" --seconds 0 --warmup 1 --precision "$precision" \
+    --memory_reuse=false ${onnx_args[@]+"${onnx_args[@]}"} | tail -n 1 >>"$results"
 done
 
 "$py" - "$results" "$models" "$threads" "$batch" "$precision" <<'PY'
 import json, sys
 path, models, threads, batch = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
 precision = sys.argv[5]
-best, cpu = {}, {}
+best, cpu, peak = {}, {}, {}
 torch_error = None
 for line in open(path):
     try:
@@ -85,6 +91,10 @@ for line in open(path):
         torch_error = r["error"]
         continue
     key = (r["bench"], r["model"])
+    if "peak_bytes" in r:
+        peak[(r["model"], r["memory_reuse"])] = r["peak_bytes"]
+        if not r["memory_reuse"]:
+            continue  # a short run for its memory figure only
     best[key] = max(best.get(key, 0.0), r["samples_per_s"])
     if "cpu_ms_per_step" in r:
         cpu[key] = min(cpu.get(key, float("inf")), r["cpu_ms_per_step"])
@@ -103,8 +113,17 @@ for m in models:
     print("%-10s %8d %6d %16s %16s %7s %18s %18s" % (m, threads, batch, "%.1f" % ours if ours else "-",
                                                    "%.1f" % theirs if theirs else "-", ratio if ratio else "-",
                                                    "%.2f" % oc if oc else "-", "%.2f" % tc if tc else "-"))
+    mib = lambda reuse: round(peak[(m, reuse)] / 2**20, 1) if (m, reuse) in peak else None
+    with_reuse, without = mib(True), mib(False)
     lines.append({"bench": "engine", "precision": precision, "model": m, "threads": threads, "batch": batch, "samples_per_s": ours,
-                  "torch_samples_per_s": theirs, "ratio": ratio, "cpu_ms_per_step": oc, "torch_cpu_ms_per_step": tc})
+                  "torch_samples_per_s": theirs, "ratio": ratio, "cpu_ms_per_step": oc, "torch_cpu_ms_per_step": tc,
+                  "peak_mib": with_reuse, "peak_mib_no_reuse": without,
+                  "memory_ratio": round(with_reuse / without, 3) if with_reuse and without else None})
+print()
+print("peak engine memory (every tensor the backend allocated: weights, gradients, momentum, input, activations)")
+print("%-10s %6s %16s %19s %7s" % ("model", "batch", "peak MiB (reuse)", "peak MiB (no reuse)", "ratio"))
+for l in lines:
+    print("%-10s %6d %16s %19s %7s" % (l["model"], batch, l["peak_mib"], l["peak_mib_no_reuse"], l["memory_ratio"]))
 if torch_error:
     print("torch: " + torch_error)
 # lenet's line last: the contract's one JSON object
