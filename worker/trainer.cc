@@ -306,6 +306,9 @@ class Trainer {
     lo.skip_bad = cfg_.skip_bad;
     lo.shuffle_buffer = cfg_.shuffle_buffer;
     lo.token_offsets = true;  // tokens only: each epoch cuts the text at other places
+    // Batches wait in the backend's staging memory: page-locked on CUDA workers, so copying
+    // one to the device is an asynchronous DMA; plain memory on CPU workers.
+    lo.host_memory = std::make_shared<HostMemory>([be = backend_.get()](size_t n) { return be->AllocHost(n); });
     lo.build_threads = int(cfg_.loader_threads);
     if (lo.build_threads == 0 && train_set_->is_encoded()) {
       // Decoding is the work here: the cores of this host, shared with the workers on it.
@@ -590,6 +593,8 @@ class Trainer {
   // log_every_steps. False when the epoch has no batch left.
   bool TrainStep(int64_t epoch) {
     auto t0 = Clock::now();
+    if (batch_copied_) batch_copied_->Wait();  // Next hands the last batch's buffer back to the loader
+    batch_copied_ = nullptr;
     if (!train_->Next(&batch_)) return false;
     wait_s_ += Since(t0);
     if (cfg_.skip_bad) ReportSkips();
@@ -597,7 +602,8 @@ class Trainer {
     Shape shape = {batch_.n};
     for (int64_t d : train_set_->sample_shape()) shape.push_back(d);
     if (!x_.defined() || x_.shape() != shape) x_ = backend_->Empty(shape);
-    backend_->CopyFromHost(x_, batch_.images.data());
+    backend_->CopyFromHostAsync(x_, batch_.images.data());
+    batch_copied_ = backend_->RecordFence();
     model_->ZeroGrad();
     overlap_ = algo_->WantsGradReady();
     if (overlap_) algo_->BeginBackward(params_->views());
@@ -879,6 +885,7 @@ class Trainer {
   int64_t epoch_loss_n_ = 0;
   bool warned_dead_ = false;  // an epoch's evaluation ran in this process
   Tensor x_;
+  std::shared_ptr<const DeviceFence> batch_copied_;  // the copy of batch_ to x_ (null: done)
   Batch batch_;
   int64_t step_ = 0, samples_ = 0, window_samples_ = 0, loss_n_ = 0;
   double compute_s_ = 0, comm_s_ = 0, wait_s_ = 0, loss_sum_ = 0, accuracy_ = 0;

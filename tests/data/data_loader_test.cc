@@ -5,6 +5,7 @@
 #include <cmath>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -35,7 +36,7 @@ std::vector<std::vector<float>> Drain(DataLoader& l) {
   std::vector<std::vector<float>> out;
   Batch b;
   while (l.Next(&b)) {
-    out.push_back(b.images);
+    out.emplace_back(b.images.begin(), b.images.end());
     EXPECT_EQ(int64_t(b.labels.size()), b.n);
   }
   return out;
@@ -395,6 +396,67 @@ TEST(Synthetic, DeterministicImageNetShaped) {
 
   o.synthetic_image_size = 0;
   EXPECT_THROW(LoadDataset("synthetic", "train", o), Error);
+}
+
+// A CUDA worker's loader draws its batches from page-locked memory (host_memory.h); here a
+// counting heap stands in for cudaMallocHost (the GPU case is tests/engine_cuda's
+// pinned_batch_test). Every batch handed out, with or without prefetch, shuffled (training)
+// or in order (evaluation), sits in a block of that memory and holds what a plain loader's
+// batch holds; the loader reuses a few blocks rather than allocating per batch, and every
+// block goes back once loader and batches are gone.
+TEST(DataLoader, BatchesLiveInTheGivenHostMemory) {
+  auto d = Tagged(100);
+  std::mutex mu;
+  std::set<const void*> live;
+  int64_t allocated = 0;
+  auto mem = std::make_shared<HostMemory>([&](size_t n) {
+    void* p = std::malloc(n);
+    std::lock_guard<std::mutex> lock(mu);
+    live.insert(p);
+    ++allocated;
+    return std::shared_ptr<void>(p, [&](void* q) {
+      std::lock_guard<std::mutex> lock(mu);
+      live.erase(q);
+      std::free(q);
+    });
+  });
+  for (int prefetch : {0, 2}) {
+    for (bool eval : {false, true}) {
+      DataLoaderOptions o;
+      o.batch_size = 8;
+      o.seed = 3;
+      o.prefetch = prefetch;
+      o.shuffle = !eval;
+      o.drop_last = !eval;
+      DataLoader plain(d, o);
+      o.host_memory = mem;
+      DataLoader pinned(d, o);
+      Batch a, b;
+      for (int64_t epoch : {0, 1}) {
+        plain.StartEpoch(epoch);
+        pinned.StartEpoch(epoch);
+        int64_t batches = 0;
+        while (plain.Next(&a)) {
+          ASSERT_TRUE(pinned.Next(&b));
+          ++batches;
+          EXPECT_EQ(std::vector<float>(a.images.begin(), a.images.end()),
+                    std::vector<float>(b.images.begin(), b.images.end()));
+          EXPECT_EQ(a.labels, b.labels);
+          EXPECT_EQ(b.images.get_allocator().memory(), mem);
+          std::lock_guard<std::mutex> lock(mu);
+          EXPECT_EQ(live.count(b.images.data()), 1u) << "batch " << b.index << " is not in the given memory";
+        }
+        EXPECT_FALSE(pinned.Next(&b));
+        EXPECT_EQ(batches, plain.batches_per_epoch());
+      }
+      // the batch in hand, those prefetched and the spare ones: never one per batch
+      EXPECT_LE(mem->live_blocks(), size_t(2 * prefetch + 2)) << "prefetch " << prefetch;
+    }
+    EXPECT_EQ(mem->live_blocks(), 0u);
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(live.empty());
+  }
+  EXPECT_LE(allocated, 2 * (2 * 2 + 2)) << "blocks are reused across batches and epochs";
 }
 
 }  // namespace

@@ -207,6 +207,7 @@ bool DataLoader::Next(Batch* out) {
     auto indices = indices_;
     const int64_t epoch = epoch_, start = StartOf(index), count = opt_.global_slices ? share_count_ : opt_.batch_size;
     lk.unlock();
+    UseHostMemory(out);
     Build(*indices, epoch, index, start, count, out);
     return true;
   }
@@ -221,6 +222,11 @@ bool DataLoader::Next(Batch* out) {
   lk.unlock();
   cv_.notify_all();
   return true;
+}
+
+void DataLoader::UseHostMemory(Batch* b) const {
+  if (b->images.get_allocator().memory() != opt_.host_memory)
+    b->images = HostFloats(HostAllocator<float>(opt_.host_memory));  // the old buffer goes back where it came from
 }
 
 void DataLoader::ProducerLoop() {
@@ -239,6 +245,7 @@ void DataLoader::ProducerLoop() {
       b = std::move(free_.back());
       free_.pop_back();
     }
+    UseHostMemory(&b);
     lk.unlock();
     std::exception_ptr err;
     try {
@@ -278,7 +285,12 @@ void DataLoader::Build(const std::vector<int64_t>& indices, int64_t epoch, int64
     std::lock_guard<std::mutex> lk(cache_mu_);
     // Batches past the bound are built every epoch; those before it are kept.
     if (!cache_[size_t(index)] && cache_used_ + bytes <= opt_.cache_bytes) {
-      cache_[size_t(index)] = std::make_unique<const Batch>(*b);
+      // kept in plain memory: page-locked memory is scarce, and only the batches in flight need it
+      auto kept = std::make_unique<Batch>();
+      kept->images.assign(b->images.begin(), b->images.end());
+      kept->labels = b->labels;
+      kept->n = b->n;
+      cache_[size_t(index)] = std::move(kept);
       cache_used_ += bytes;
     }
   }

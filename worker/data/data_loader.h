@@ -55,12 +55,13 @@
 #include <vector>
 
 #include "worker/data/dataset.h"
+#include "worker/data/host_memory.h"
 
 namespace shoal {
 namespace data {
 
 struct Batch {
-  std::vector<float> images;    // n x C x H x W, normalized with the data set's mean/std (tokens: n x T ids)
+  HostFloats images;            // n x C x H x W, normalized with the data set's mean/std (tokens: n x T ids)
   std::vector<int32_t> labels;  // n x labels_per_sample() (tokens: n x T, the next token at each position)
   int64_t n = 0;
   int64_t epoch = 0;  // where it came from
@@ -94,6 +95,9 @@ struct DataLoaderOptions {
   // built are kept, up to this many bytes of them, and later epochs copy them instead of
   // decoding again (each is the same every epoch). 0: nothing kept.
   int64_t cache_bytes = 0;
+  // Where the batches' images live (host_memory.h): page-locked memory on CUDA workers;
+  // null, plain memory.
+  std::shared_ptr<HostMemory> host_memory;
 };
 
 struct Position {
@@ -142,6 +146,8 @@ class DataLoader {
  private:
   void Restart(int64_t epoch, int64_t batch);
   void ProducerLoop();
+  // Gives b's images a buffer from options().host_memory unless it has one.
+  void UseHostMemory(Batch* b) const;
   void Build(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t n,
              Batch* b) const;  // from the cache, or BuildNew (and kept)
   void BuildNew(const std::vector<int64_t>& indices, int64_t epoch, int64_t index, int64_t start, int64_t n,
