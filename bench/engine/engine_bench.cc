@@ -55,7 +55,7 @@ int Estimate(Model& m, const Shape& sample) {
   Shape xs = {FLAGS_estimate_batch};
   xs.insert(xs.end(), sample.begin(), sample.end());
   std::vector<Shape> shapes;
-  const MemoryPlan plan = m.PlanFor(xs, &shapes);
+  const MemoryPlan plan = m.PlanFor(xs, true, &shapes);
   int64_t conv_inputs = 0;
   for (int id = 1; id < m.NumNodes(); ++id)
     if (m.NodeLayer(id)->Kind() == "Conv2d") conv_inputs += NumElements(shapes[size_t(m.NodeInputs(id)[0])]);

@@ -43,6 +43,12 @@ TEST(PlanMemory, HandWorkedChain) {
   EXPECT_EQ(p.buffers, 5);
   EXPECT_EQ(p.buffer_bytes, 5 * 128);
   EXPECT_EQ(p.block_bytes, 3 * 128);
+  // Evaluation: no gradients, and o1 is dead once node 2 has read it, so o3 takes its place.
+  const MemoryPlan e = PlanMemory(g, 64, /*backward=*/false);
+  EXPECT_EQ(e.output, std::vector<int64_t>({MemoryPlan::kNotPlaced, 0, 128, 0}));
+  EXPECT_EQ(e.input_grad[3], std::vector<int64_t>({MemoryPlan::kNotPlaced}));
+  EXPECT_EQ(e.buffers, 3);
+  EXPECT_EQ(e.block_bytes, 2 * 128);
 }
 
 // A residual: node 1 feeds node 2 and the sum (node 3, Add: gradients are dy). Node 1's
@@ -101,6 +107,13 @@ void ExpectReuseChangesNothing(const Factory& make, const Shape& sample, int cla
       be[k]->CopyFromHost(x, xh.data());
       if (s == 2) {  // an evaluation at another batch: planned anew, then again for training
         logits[k] = Host(*be[k], m[k]->Forward(x, false));
+        if (k == 0) {  // in a plan of its own: no gradients, outputs dead after their last reader
+          const MemoryPlan& eval = m[0]->memory_plan();
+          EXPECT_FALSE(eval.backward);
+          for (const auto& grads : eval.input_grad)
+            for (int64_t at : grads) EXPECT_EQ(at, MemoryPlan::kNotPlaced);
+          EXPECT_LT(eval.block_bytes, m[0]->PlanFor(xs, true).block_bytes);
+        }
         continue;
       }
       m[k]->ZeroGrad();

@@ -51,7 +51,7 @@ std::vector<int64_t> Place(const std::vector<Life>& lives, int64_t* block_bytes)
 
 }  // namespace
 
-MemoryPlan PlanMemory(const std::vector<PlanNode>& nodes, int64_t alignment) {
+MemoryPlan PlanMemory(const std::vector<PlanNode>& nodes, int64_t alignment, bool backward) {
   SHOAL_CHECK(alignment > 0, "PlanMemory: alignment must be positive");
   const int n = int(nodes.size());
   std::vector<Life> lives;
@@ -94,7 +94,7 @@ MemoryPlan PlanMemory(const std::vector<PlanNode>& nodes, int64_t alignment) {
   if (n > 1) read(out[size_t(n - 1)], end);
 
   // ---- what each backward reads of the forward
-  for (int i = 1; i < n; ++i) {
+  for (int i = 1; i < n && backward; ++i) {
     const PlanNode& node = nodes[size_t(i)];
     for (size_t k = 0; k < node.inputs.size(); ++k)
       if (node.use.ReadsInput(k)) read(out[size_t(node.inputs[k])], back(i));
@@ -104,7 +104,7 @@ MemoryPlan PlanMemory(const std::vector<PlanNode>& nodes, int64_t alignment) {
   // ---- backward: gradients
   std::vector<Lives> grad(static_cast<size_t>(n));
   std::vector<bool> has(static_cast<size_t>(n), false);
-  if (n > 1) has[size_t(n - 1)] = true;  // dlogits: the loss's own buffer
+  if (n > 1) has[size_t(n - 1)] = backward;  // dlogits: the loss's own buffer
   for (int i = n - 1; i >= 1; --i) {
     if (!has[size_t(i)]) continue;
     const PlanNode& node = nodes[size_t(i)];
@@ -148,6 +148,7 @@ MemoryPlan PlanMemory(const std::vector<PlanNode>& nodes, int64_t alignment) {
   }
   for (const Life& l : lives) plan.buffer_bytes += l.bytes;
   plan.buffers = int(lives.size());
+  plan.backward = backward;
   return plan;
 }
 

@@ -14,6 +14,8 @@
 // buffers it may point into, and a layer that promises nothing (BufferUse::kUnknown) may
 // point into any of its inputs (output) or into dy (gradients).
 //
+// A plan for evaluation (no backward) keeps outputs alive only to their last forward reader.
+//
 // Buffers are then placed greedily, largest first, each at the lowest offset free of every
 // placed buffer it is alive with. The plan is a property of the graph and the batch, the
 // same on every backend but for the alignment.
@@ -42,10 +44,12 @@ struct MemoryPlan {
   int64_t block_bytes = 0;                       // the shared block
   int64_t buffer_bytes = 0;                      // the placed buffers one by one (what they take unshared)
   int buffers = 0;                               // how many were placed
+  bool backward = false;                         // planned for a training step (else forwards only)
 };
 
 // alignment: every buffer's size is rounded up to it and its offset is a multiple of it
 // (the backend's AllocationAlignment, so that unshared the buffers would take buffer_bytes).
-MemoryPlan PlanMemory(const std::vector<PlanNode>& nodes, int64_t alignment);
+// backward: plan a training step; false, forwards only (evaluation).
+MemoryPlan PlanMemory(const std::vector<PlanNode>& nodes, int64_t alignment, bool backward = true);
 
 }  // namespace shoal

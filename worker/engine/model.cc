@@ -74,7 +74,9 @@ const Tensor& Model::Forward(const Tensor& x, bool train) {
     batch_hook_(x.dim(0));
     bound_batch_ = x.dim(0);
   }
-  if (memory_reuse_ && x.shape() != planned_input_) PlanBuffers(x.shape());
+  // An evaluation runs in a training step's plan of its shape, or in a plan of its own whose
+  // outputs live only to their last reader.
+  if (memory_reuse_ && (x.shape() != planned_input_ || (train && !plan_.backward))) PlanBuffers(x.shape(), train);
   input_ = x;
   outs_.assign(nodes_.size(), nullptr);
   in_ptrs_.resize(nodes_.size());
@@ -112,7 +114,7 @@ void Model::UnplaceBuffers() {
   planned_input_.clear();
 }
 
-MemoryPlan Model::PlanFor(const Shape& input, std::vector<Shape>* shapes) const {
+MemoryPlan Model::PlanFor(const Shape& input, bool backward, std::vector<Shape>* shapes) const {
   std::vector<Shape> own;
   std::vector<Shape>& out = shapes ? *shapes : own;
   out.assign(nodes_.size(), Shape());
@@ -130,16 +132,17 @@ MemoryPlan Model::PlanFor(const Shape& input, std::vector<Shape>* shapes) const 
     p.output_bytes = NumElements(out[i]) * int64_t(sizeof(float));  // layers write fp32 (Layer::Ensure)
     for (int id : n.inputs) p.input_grads |= id != kInput;
   }
-  return PlanMemory(graph, int64_t(be_.AllocationAlignment()));
+  return PlanMemory(graph, int64_t(be_.AllocationAlignment()), backward);
 }
 
-void Model::PlanBuffers(const Shape& input) {
+void Model::PlanBuffers(const Shape& input, bool backward) {
   UnplaceBuffers();
   std::vector<Shape> shapes;
   try {
-    plan_ = PlanFor(input, &shapes);
+    plan_ = PlanFor(input, backward, &shapes);
   } catch (const Error&) {
     plan_ = MemoryPlan();
+    plan_.backward = backward;
     planned_input_ = input;
     return;  // a shape only the forward itself finds: every layer keeps buffers of its own
   }

@@ -112,10 +112,10 @@ class Model {
   bool memory_reuse() const { return memory_reuse_; }
   // The plan of the last Forward's input shape (empty with reuse off or before a Forward).
   const MemoryPlan& memory_plan() const { return plan_; }
-  // The plan for an input of this shape ([N, sample...]), computed without allocating;
-  // shapes, when given, gets every node's output shape. Imported graphs: at the batch bound
-  // by the last Forward.
-  MemoryPlan PlanFor(const Shape& input, std::vector<Shape>* shapes = nullptr) const;
+  // The plan for an input of this shape ([N, sample...]) in a training step (backward) or an
+  // evaluation, computed without allocating; shapes, when given, gets every node's output
+  // shape. Imported graphs: at the batch bound by the last Forward.
+  MemoryPlan PlanFor(const Shape& input, bool backward = true, std::vector<Shape>* shapes = nullptr) const;
   void set_label_smoothing(float s) { loss_.set_smoothing(s); }
 
   // ---- parameters
@@ -165,7 +165,7 @@ class Model {
   const Node& NodeAt(int id) const;
   const Tensor& Output(int id) const;
   void Accumulate(int id, const Tensor& g);
-  void PlanBuffers(const Shape& input);
+  void PlanBuffers(const Shape& input, bool backward);
   void UnplaceBuffers();
 
   Backend& be_;
