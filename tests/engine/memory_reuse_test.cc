@@ -172,27 +172,27 @@ TEST(MemoryReuse, ImportedResnet20SameBits) { ExpectReuseChangesNothing(Imported
 
 // PyTorch's nn.TransformerEncoder: residual adds, Q/K/V branching off one input, and many
 // operators that promise nothing about their buffers (kept as they are, read conservatively).
-TEST(MemoryReuse, ImportedTransformerSameBits) {
-  ExpectReuseChangesNothing(
-      [](Backend& be) {
-        OnnxOptions o;
-        o.input_shape = {12};
-        o.num_classes = 5;
-        o.batch = 8;
-        return ImportOnnx(kDir + "tiny_transformer.onnx", be, o);
-      },
-      {12}, 5, true);
+Factory ImportedTransformer() {
+  return [](Backend& be) {
+    OnnxOptions o;
+    o.input_shape = {12};
+    o.num_classes = 5;
+    o.batch = 8;
+    return ImportOnnx(kDir + "tiny_transformer.onnx", be, o);
+  };
 }
+
+TEST(MemoryReuse, ImportedTransformerSameBits) { ExpectReuseChangesNothing(ImportedTransformer(), {12}, 5, true); }
 
 // The peak over a step after the first (every buffer allocated by then) without reuse,
 // minus the same with reuse, is what the plan saves: its buffers one by one minus its block.
-int64_t SecondStepPeak(const Factory& make, const Shape& xs, bool reuse, MemoryPlan* plan) {
+int64_t SecondStepPeak(const Factory& make, const Shape& xs, bool tokens, bool reuse, MemoryPlan* plan) {
   auto be = MakeCpuBackend(1);
   auto m = make(*be);
   m->set_memory_reuse(reuse);
   m->InitParameters(3);
   Tensor x = be->Empty(xs);
-  const std::vector<float> xh = Inputs(xs, false, 1);
+  const std::vector<float> xh = Inputs(xs, tokens, 1);
   be->CopyFromHost(x, xh.data());
   std::vector<int32_t> labels(size_t(xs[0]), 1);
   m->TrainStep(x, labels.data());
@@ -203,10 +203,10 @@ int64_t SecondStepPeak(const Factory& make, const Shape& xs, bool reuse, MemoryP
   return be->Memory().peak_bytes;
 }
 
-void ExpectPeakFallsByThePlan(const Factory& make, const Shape& xs) {
+void ExpectPeakFallsByThePlan(const Factory& make, const Shape& xs, bool tokens = false) {
   MemoryPlan plan, none;
-  const int64_t without = SecondStepPeak(make, xs, false, &none);
-  const int64_t with = SecondStepPeak(make, xs, true, &plan);
+  const int64_t without = SecondStepPeak(make, xs, tokens, false, &none);
+  const int64_t with = SecondStepPeak(make, xs, tokens, true, &plan);
   EXPECT_EQ(none.buffers, 0);
   EXPECT_LT(plan.block_bytes, plan.buffer_bytes);
   EXPECT_EQ(without - with, plan.buffer_bytes - plan.block_bytes)
@@ -221,6 +221,10 @@ TEST(MemoryReuse, Resnet20PeakFallsByThePlan) {
 }
 
 TEST(MemoryReuse, ImportedResnet20PeakFallsByThePlan) { ExpectPeakFallsByThePlan(ImportedResnet20(), {8, 3, 16, 16}); }
+
+TEST(MemoryReuse, ImportedTransformerPeakFallsByThePlan) {
+  ExpectPeakFallsByThePlan(ImportedTransformer(), {8, 12}, true);
+}
 
 }  // namespace
 }  // namespace shoal

@@ -37,6 +37,9 @@ class GraphLayer : public Layer {
   virtual Tensor ExtraOutput(int k) const;
 
  protected:
+  // For a layer whose Forward writes its output into y_ (Ensure) and nothing else: the
+  // plan may place the output; gradients and what the backward reads stay unknown.
+  static BufferUse OutputInY() { return BufferUse{BufferUse::kOwn, BufferUse::kUnknown, true, {}}; }
   const HostValue* Host(int i) const { return i < int(host_.size()) ? host_[size_t(i)] : nullptr; }
   // Tensor `t` with the gradient g of a broadcast operand of shape `s` (summed over what
   // was broadcast); returns g itself when nothing was.

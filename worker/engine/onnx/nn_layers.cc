@@ -182,6 +182,7 @@ class ConvLayer final : public GraphLayer {
 // C = alpha op(A) op(B) + beta C.
 class GemmLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   GemmLayer(Backend& be, const onnx::NodeProto& n, int inputs)
       : GraphLayer(be, n, inputs),
         alpha_(AttrFloat(n, "alpha", 1.0f)),
@@ -254,6 +255,7 @@ class GemmLayer final : public GraphLayer {
 // and lose a dimension as numpy's rules say.
 class MatMulLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   MatMulLayer(Backend& be, const onnx::NodeProto& n) : GraphLayer(be, n, 2) {}
   Shape OutputShape(const std::vector<Shape>& in) const override { return Plan(in[0], in[1]).out; }
   const Tensor& Forward(const std::vector<const Tensor*>& x, bool) override {
@@ -442,6 +444,7 @@ class BatchNormLayer final : public GraphLayer {
 
 class LayerNormLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   LayerNormLayer(Backend& be, const onnx::NodeProto& n, int inputs)
       : GraphLayer(be, n, inputs), axis_(AttrInt(n, "axis", -1)), eps_(AttrFloat(n, "epsilon", 1e-5f)) {}
   Shape OutputShape(const std::vector<Shape>& in) const override {
@@ -613,6 +616,7 @@ class PoolLayer final : public GraphLayer {
 
 class SoftmaxLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   SoftmaxLayer(Backend& be, const onnx::NodeProto& n, int opset, bool log)
       : GraphLayer(be, n, 1), axis_(AttrInt(n, "axis", opset >= 13 ? -1 : 1)), legacy_(opset < 13), log_(log) {}
   Shape OutputShape(const std::vector<Shape>& in) const override { return in[0]; }

@@ -18,6 +18,7 @@ int64_t Axis(int64_t axis, int64_t rank, const std::string& where) {
 
 class TransposeLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   TransposeLayer(Backend& be, const onnx::NodeProto& n) : GraphLayer(be, n, 1), node_(n) {}
   Shape OutputShape(const std::vector<Shape>& in) const override {
     const std::vector<int64_t> p = Perm(int64_t(in[0].size()));
@@ -70,6 +71,7 @@ void SliceCopy(Backend& be, const SliceWindow& s, const Tensor& x, Tensor& y, bo
 
 class SliceLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   // Slice (bounds bound on the host), or Split's output `part` (bounds from the split sizes).
   SliceLayer(Backend& be, const onnx::NodeProto& n, int opset, int part)
       : GraphLayer(be, n, 1), node_(n), opset_(opset), part_(part) {}
@@ -120,6 +122,7 @@ class SliceLayer final : public GraphLayer {
 
 class ConcatLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   ConcatLayer(Backend& be, const onnx::NodeProto& n, int inputs)
       : GraphLayer(be, n, inputs), axis_(AttrInt(n, "axis", 0)) {}
   Shape OutputShape(const std::vector<Shape>& in) const override {
@@ -174,6 +177,7 @@ class ConcatLayer final : public GraphLayer {
 
 class GatherLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   GatherLayer(Backend& be, const onnx::NodeProto& n) : GraphLayer(be, n, 2), axis_(AttrInt(n, "axis", 0)) {}
   Shape OutputShape(const std::vector<Shape>& in) const override {
     const int64_t a = Axis(axis_, int64_t(in[0].size()), where_);
@@ -202,6 +206,7 @@ class GatherLayer final : public GraphLayer {
 
 class ExpandLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   ExpandLayer(Backend& be, const onnx::NodeProto& n) : GraphLayer(be, n, 1) {}
   Shape OutputShape(const std::vector<Shape>& in) const override {
     SHOAL_CHECK(Host(1), where_ + ": the shape must be known before training");
@@ -228,6 +233,7 @@ class ExpandLayer final : public GraphLayer {
 
 class PadLayer final : public GraphLayer {
  public:
+  BufferUse Buffers() const override { return OutputInY(); }
   PadLayer(Backend& be, const onnx::NodeProto& n, int opset) : GraphLayer(be, n, 1), node_(n), opset_(opset) {
     const std::string mode = AttrString(n, "mode", "constant");
     SHOAL_CHECK(mode == "constant", where_ + ": mode " + mode + " is not supported (constant is)");
