@@ -114,31 +114,29 @@ class ConvLayer final : public GraphLayer {
     const Tensor dy4 = dy.Reshape(As4d(dy.shape(), where_));
     const bool pad = !Symmetric(w);
     const Tensor& in = pad ? padded_ : x4;
-    Ensure(dw_, x[1]->shape());
-    be_.Fill(dw_, 0.0f);
-    Tensor dw4 = dw_.Reshape(w4.shape());
+    Tensor& dw = InputGrad(1, x[1]->shape());
+    be_.Fill(dw, 0.0f);
+    Tensor dw4 = dw.Reshape(w4.shape());
     Tensor* db = nullptr;
     if (x.size() > 2) {
-      Ensure(db_, x[2]->shape());
-      be_.Fill(db_, 0.0f);
-      db = &db_;
+      db = &InputGrad(2, x[2]->shape());
+      be_.Fill(*db, 0.0f);
     }
-    Ensure(dxin_, in.shape());
-    be_.ConvBackwardSaved(in, saved_, w4, dy4, Params(w), &dxin_, dw4, db);
-    if (pad) {
-      Ensure(dx_, x[0]->shape());
-      Tensor dx4 = dx_.Reshape(x4.shape());
-      be_.StridedCopy(dxin_, pad_.inner, dx4, StridedView{0, ContiguousStrides(x4.shape())}, x4.shape());
-      dx[0] = dx_;
+    Tensor& g = InputGrad(0, x[0]->shape());
+    Tensor g4 = g.Reshape(x4.shape());
+    if (pad) {  // the gradient of the padded copy, then its inner part
+      Ensure(dxin_, in.shape());
+      be_.ConvBackwardSaved(in, saved_, w4, dy4, Params(w), &dxin_, dw4, db);
+      be_.StridedCopy(dxin_, pad_.inner, g4, StridedView{0, ContiguousStrides(x4.shape())}, x4.shape());
     } else {
-      dx[0] = dxin_.Reshape(x[0]->shape());
+      be_.ConvBackwardSaved(in, saved_, w4, dy4, Params(w), &g4, dw4, db);
     }
-    dx[1] = dw_;
-    if (db) dx[2] = db_;
+    dx[0] = g;
+    dx[1] = dw;
+    if (db) dx[2] = *db;
   }
-  // Input gradients are its own buffers or views of them; the backward reads the inputs
-  // (or its padded copy), not y.
-  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kUnknown, false, {}}; }
+  // The backward reads the inputs (or its padded copy), not y.
+  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, false, {}}; }
 
  private:
   static std::vector<Shape> Shapes(const std::vector<const Tensor*>& x) {
@@ -176,7 +174,7 @@ class ConvLayer final : public GraphLayer {
   onnx::NodeProto node_;
   int64_t groups_;
   ExplicitPad pad_;
-  Tensor padded_, saved_, dw_, db_, dx_, dxin_;
+  Tensor padded_, saved_, dxin_;
 };
 
 // C = alpha op(A) op(B) + beta C.
