@@ -1,9 +1,11 @@
 // Layer: one node type of a model graph. Layers are backend-agnostic: they call only
 // Backend ops, so the same layer runs on the CPU and on CUDA.
 //
-// A layer owns its output and input-gradient tensors and reuses them across steps while
-// the batch shape stays the same (no allocation per step). Parameter gradients follow the
-// Backend contract: they accumulate, and the model zeroes them once per step.
+// A layer writes its output and input gradients into tensors it keeps across steps while
+// the batch shape stays the same (no allocation per step): views into the model's shared
+// block where the model's memory plan placed them (Buffers(), memory_plan.h), else buffers
+// of its own. Parameter gradients follow the Backend contract: they accumulate, and the
+// model zeroes them once per step.
 #pragma once
 #include <memory>
 #include <random>
