@@ -32,6 +32,8 @@ const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
       {"bmuf", false, D::kNone, U::kNone,
        comm({"bucket_bytes", "block_steps", "block_momentum", "block_lr", "nesterov", "sync_warmup_epochs", "balance",
              "balance_every_steps"})},
+      {"diloco", false, D::kNone, U::kNone,
+       comm({"sync_every", "outer_optimizer", "outer_lr", "outer_momentum", "balance", "balance_every_steps"})},
       {"dgc",
        false,
        D::kNone,

@@ -3,6 +3,7 @@
 // registry: every registered algorithm has facts, duplicates and unknown names are refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "algorithms/algorithm.h"
@@ -49,14 +50,19 @@ struct Model {
 
 // Runs `algorithm` on 2 ranks: Init, then one Step per gradient set (grads(rank, step)),
 // then Finish; returns each rank's final weights of tensor "w".
+// `world` ranks (default 2); `samples(rank)`: each rank's share of a global batch of their
+// sum, as a balanced job's trainer reports it (default: unknown, all equal).
 std::vector<std::vector<float>> RunAlgorithm(const JobConfig& cfg, std::vector<float> init,
                                              const std::function<std::vector<float>(int rank, int step)>& grads,
                                              int steps,
-                                             std::vector<std::vector<std::vector<float>>>* after_each = nullptr) {
-  FakeCluster cluster(2);
-  std::vector<std::vector<float>> out(2);
-  if (after_each) after_each->assign(2, {});
-  RunRankThreads(2, [&](int rank) {
+                                             std::vector<std::vector<std::vector<float>>>* after_each = nullptr,
+                                             int world = 2, const std::vector<int64_t>& samples = {}) {
+  FakeCluster cluster(world);
+  std::vector<std::vector<float>> out(size_t(world), std::vector<float>{});
+  if (after_each) after_each->assign(size_t(world), {});
+  int64_t global = 0;
+  for (int64_t n : samples) global += n;
+  RunRankThreads(world, [&](int rank) {
     AlgorithmEnv env = cluster.EnvFor(cfg, rank, 100);
     auto algo = MakeAlgorithm(cfg.algorithm, env);
     Model m;
@@ -69,6 +75,10 @@ std::vector<std::vector<float>> RunAlgorithm(const JobConfig& cfg, std::vector<f
       m.g["w"] = grads(rank, s);
       StepInfo info;
       info.step = s;
+      if (!samples.empty()) {
+        info.samples = samples[size_t(rank)];
+        info.global_samples = global;
+      }
       algo->Step(m.View(), info);
       if (after_each) (*after_each)[size_t(rank)].push_back(m.w["w"]);
     }
@@ -128,6 +138,86 @@ TEST(BmufAlgorithm, ABlockAveragesTheDeltasThroughBlockMomentum) {
   EXPECT_NEAR(after[0][0][0], 0.9f, 1e-6);  // the first step is local
   EXPECT_NEAR(after[1][0][0], 0.8f, 1e-6);
   ExpectAll(got, {0.775f});
+}
+
+TEST(DilocoAlgorithm, OuterNesterovStepsByHand) {
+  // Inner SGD at lr 0.1 with gradient r+1 for 2 steps from 1: rank 0 ends a round 0.2 below
+  // its start, rank 1 0.4 below; the mean pseudo-gradient is 0.3 both rounds. PyTorch's
+  // SGD(lr=0.5, momentum=0.5, nesterov=True) on it (checked with torch 1.13):
+  //   round 1: b = 0.3, step = 0.3 + 0.5 * 0.3 = 0.45, w = 1 - 0.5 * 0.45 = 0.775
+  //   round 2: b = 0.5 * 0.3 + 0.3 = 0.45, step = 0.3 + 0.5 * 0.45 = 0.525, w = 0.775 - 0.2625 = 0.5125
+  std::vector<std::vector<std::vector<float>>> after;
+  auto got = RunAlgorithm(
+      Job("diloco", "sync_every = 2\nouter_optimizer = \"nesterov\"\nouter_lr = 0.5\nouter_momentum = 0.5\n"), {1},
+      [](int r, int) { return std::vector<float>{float(r + 1)}; }, 4, &after);
+  EXPECT_NEAR(after[0][0][0], 0.9f, 1e-6);  // inner steps are local
+  EXPECT_NEAR(after[1][0][0], 0.8f, 1e-6);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(after[size_t(r)][1][0], 0.775f, 1e-6) << "rank " << r;
+    EXPECT_NEAR(after[size_t(r)][2][0], 0.775f - 0.1f * float(r + 1), 1e-6) << "rank " << r;
+  }
+  ExpectAll(got, {0.5125f});
+}
+
+TEST(DilocoAlgorithm, OuterSgdAtLrOneIsModelAveraging) {
+  auto got = RunAlgorithm(
+      Job("diloco", "sync_every = 2\nouter_optimizer = \"sgd\"\nouter_lr = 1.0\n"), {1, 2},
+      [](int r, int) {
+        return std::vector<float>{float(r + 1), -float(r)};
+      },
+      2);
+  // Rank 0 ends at (0.8, 2), rank 1 at (0.6, 2.2): their mean.
+  ExpectAll(got, {0.7f, 2.1f});
+}
+
+TEST(DilocoAlgorithm, PseudoGradientsCountByTheSamplesEachWorkerProcessed) {
+  // One inner step per round; rank 0 processed 3 of 4 samples, rank 1 one: the pseudo-
+  // gradients 0.1 and 0.2 count 3 : 1, so plain averaging gives 1 - (3 * 0.1 + 0.2) / 4.
+  auto got = RunAlgorithm(Job("diloco", "sync_every = 1\nouter_optimizer = \"sgd\"\nouter_lr = 1.0\n"), {1},
+                          [](int r, int) { return std::vector<float>{float(r + 1)}; }, 1, nullptr, 2, {3, 1});
+  ExpectAll(got, {0.875f});
+}
+
+// Three ranks with irregular gradients (a ring's a + b = b + a would hide an order that
+// differs between ranks): after every outer step, and at the end of a partial round, every
+// rank holds the same bits.
+TEST(DilocoAlgorithm, EveryWorkerHoldsTheSameBitsAfterEveryOuterStep) {
+  const int steps = 7;
+  std::vector<std::vector<std::vector<float>>> after;
+  auto got = RunAlgorithm(
+      Job("diloco", "sync_every = 3\nouter_lr = 0.7\nouter_momentum = 0.9\n"), {0.3f, -1.7f, 2.2f, 0.01f},
+      [](int r, int s) {
+        std::vector<float> g(4);
+        for (int i = 0; i < 4; ++i) g[size_t(i)] = std::sin(float(1 + r * 31 + s * 7 + i * 3)) * float(1 + i);
+        return g;
+      },
+      steps, &after, 3);
+  for (int s : {2, 5}) {
+    EXPECT_EQ(after[1][size_t(s)], after[0][size_t(s)]) << "after step " << s;
+    EXPECT_EQ(after[2][size_t(s)], after[0][size_t(s)]) << "after step " << s;
+  }
+  EXPECT_NE(after[1][6], after[0][6]) << "mid-round the workers' weights are their own";
+  EXPECT_EQ(got[1], got[0]);
+  EXPECT_EQ(got[2], got[0]);
+}
+
+TEST(DilocoAlgorithm, BadKeysAreNamed) {
+  auto error = [](const std::string& keys) {
+    FakeCluster cluster(1);
+    JobConfig cfg = Job("diloco", keys);
+    try {
+      MakeAlgorithm("diloco", cluster.EnvFor(cfg, 0, 100));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("outer_optimizer = \"adam\"\n").find("job.toml: [algorithm] outer_optimizer: \"adam\""),
+            std::string::npos);
+  EXPECT_NE(error("outer_lr = -1.0\n").find("[algorithm] outer_lr"), std::string::npos);
+  EXPECT_NE(error("outer_momentum = 1.5\n").find("[algorithm] outer_momentum"), std::string::npos);
+  EXPECT_NE(error("sync_every = 0\n").find("[algorithm] sync_every"), std::string::npos);
+  EXPECT_NE(error("sync_every = \"often\"\n").find("[algorithm] sync_every"), std::string::npos);
 }
 
 TEST(DgcAlgorithm, SendsTheTopEntryAndKeepsTheRestAsResidual) {

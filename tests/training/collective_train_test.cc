@@ -206,6 +206,17 @@ TEST(CollectiveTraining, BmufReachesTarget) {
   EXPECT_EQ(o.hashes.size(), 1u) << "the final block sync leaves one model";
 }
 
+// DiLoCo with its usual inner optimizer: AdamW local steps, an outer Nesterov step every 10
+// steps; one model at the end, and the outer steps' bytes reported.
+TEST(CollectiveTraining, DilocoReachesTarget) {
+  Outcome o = Train("diloco", 4, "mlp", 12000, 2,
+                    "[algorithm]\nname = \"diloco\"\nsync_every = 10\nouter_lr = 0.7\nouter_momentum = 0.9\n\n",
+                    "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n");
+  EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u) << "the final outer step leaves one model";
+  EXPECT_GT(JsonNumber(o.run.done_line, "bytes_per_outer_step").value_or(0), 0) << o.run.done_line;
+}
+
 TEST(CollectiveTraining, AdpsgdReachesTargetAndReportsConsensus) {
   Outcome o = Train("adpsgd", 4, "mlp", 12000, 2, "[algorithm]\nname = \"adpsgd\"\n\n");
   EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
