@@ -4,9 +4,15 @@
 // weighted by the samples each processed) over the ring and every worker applies the same
 // outer step (algorithms/outer_optimizer.h: Nesterov momentum or SGD) to the global weights,
 // from which all continue. Built on bmuf's block bookkeeping (algorithms/local_block.h).
+// outer_wire picks how pseudo-gradients travel: fp32 or bf16 through the ring's all-reduce,
+// or int8 / int4 with a scale per block of 256 (algorithms/compressors/block_quant.h), each
+// worker encoding its own, all-gathered, and every worker decoding and summing them in rank
+// order, so every worker applies the same decoded values.
+#include <algorithm>
 #include <cstdio>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/compressors/block_quant.h"
 #include "algorithms/local_block.h"
 #include "algorithms/outer_optimizer.h"
 #include "common/error.h"
@@ -21,6 +27,17 @@ OuterRule ParseOuterRule(const ConfigSection& a) {
   throw InputError(a.Where("outer_optimizer") + ": \"" + rule + "\" is no outer optimizer (nesterov | sgd)");
 }
 
+enum class OuterWire { kFp32, kBf16, kInt8, kInt4 };
+
+OuterWire ParseOuterWire(const ConfigSection& a) {
+  const std::string wire = a.GetString("outer_wire", "fp32");
+  if (wire == "fp32") return OuterWire::kFp32;
+  if (wire == "bf16") return OuterWire::kBf16;
+  if (wire == "int8") return OuterWire::kInt8;
+  if (wire == "int4") return OuterWire::kInt4;
+  throw InputError(a.Where("outer_wire") + ": \"" + wire + "\" is no outer wire format (fp32 | bf16 | int8 | int4)");
+}
+
 class Diloco : public LocalBlockAlgorithm {
  public:
   explicit Diloco(const AlgorithmEnv& env) : LocalBlockAlgorithm(env, "diloco", "sync_every", 100) {
@@ -28,6 +45,8 @@ class Diloco : public LocalBlockAlgorithm {
     outer_.rule = ParseOuterRule(a);
     outer_.lr = float(a.GetDouble("outer_lr", 0.7, 0, 1000));
     outer_.momentum = float(a.GetDouble("outer_momentum", outer_.rule == OuterRule::kNesterov ? 0.9 : 0.0, 0, 0.9999));
+    wire_ = ParseOuterWire(a);
+    wire_name_ = a.GetString("outer_wire", "fp32");
   }
   std::string Name() const override { return "diloco"; }
 
@@ -39,8 +58,8 @@ class Diloco : public LocalBlockAlgorithm {
   void Finish(const std::vector<ParamView>& params) override {
     LocalBlockAlgorithm::Finish(params);
     if (env_.rank == 0)
-      printf("diloco: %lld outer steps, %lld bytes sent per outer step by rank 0\n", (long long)block_.blocks(),
-             (long long)BytesPerOuterStep());
+      printf("diloco: %lld outer steps, %s pseudo-gradients, %lld bytes sent per outer step by rank 0\n",
+             (long long)block_.blocks(), wire_name_.c_str(), (long long)BytesPerOuterStep());
   }
 
   std::string ReshapeNote() const override { return "diloco starts its round again from the shared global weights"; }
@@ -69,13 +88,34 @@ class Diloco : public LocalBlockAlgorithm {
   void EndBlock(const std::vector<ParamView>& params) override {
     std::vector<float> delta = block_.WeightedDelta(params, comm_->size());
     const int64_t before = comm_->bytes_sent();
-    comm_->AllReduce(delta.data(), block_.elements(), ReduceOp::kMean);
+    MeanOverWorkers(delta);
     outer_bytes_ += comm_->bytes_sent() - before;
     ApplyOuterStep(outer_, delta.data(), block_.elements(), block_.start().data(), momentum_.data());
     block_.Restart(params);
   }
 
+  // delta becomes the mean of every worker's delta as outer_wire carries it: the same bits on
+  // every worker.
+  void MeanOverWorkers(std::vector<float>& delta) {
+    const int64_t n = block_.elements();
+    if (wire_ == OuterWire::kFp32 || wire_ == OuterWire::kBf16)
+      return comm_->AllReduce(delta.data(), n, ReduceOp::kMean, wire_ == OuterWire::kBf16 ? DType::kBF16 : DType::kF32);
+    const BlockQuant q = wire_ == OuterWire::kInt8 ? BlockQuant::kInt8 : BlockQuant::kInt4;
+    const int64_t bytes = QuantizedBytes(q, n);
+    const int W = comm_->size();
+    std::vector<uint8_t> mine(static_cast<size_t>(bytes)), all(static_cast<size_t>(bytes) * size_t(W));
+    QuantizeBlocks(q, delta.data(), n, mine.data());
+    comm_->AllGather(mine.data(), bytes, all.data());
+    std::fill(delta.begin(), delta.end(), 0.f);
+    for (int r = 0; r < W; ++r)
+      AddDequantized(q, all.data() + size_t(r) * size_t(bytes), bytes, n, delta.data(),
+                     "diloco: rank " + std::to_string(r) + "'s " + wire_name_ + " pseudo-gradient");
+    for (auto& d : delta) d /= float(W);
+  }
+
   OuterOptimizerParams outer_;
+  OuterWire wire_ = OuterWire::kFp32;
+  std::string wire_name_;
   std::vector<float> momentum_;  // the outer optimizer's buffer b
   int64_t outer_bytes_ = 0;      // sent in outer steps so far
 };

@@ -201,6 +201,31 @@ TEST(DilocoAlgorithm, EveryWorkerHoldsTheSameBitsAfterEveryOuterStep) {
   EXPECT_EQ(got[2], got[0]);
 }
 
+// Quantized pseudo-gradients: every rank applies the same decoded values, so the weights stay
+// bit-identical after every outer step; they differ from fp32's by the rounding alone (int8:
+// at most absmax / 254 of a block per worker's pseudo-gradient, int4 absmax / 14).
+TEST(DilocoAlgorithm, QuantizedWiresKeepEveryWorkerIdentical) {
+  const int steps = 6;
+  const std::vector<float> init = {0.3f, -1.7f, 2.2f, 0.01f, 5.f};
+  auto grads = [](int r, int s) {
+    std::vector<float> g(5);
+    for (int i = 0; i < 5; ++i) g[size_t(i)] = std::sin(float(2 + r * 17 + s * 5 + i * 11)) * float(1 + i);
+    return g;
+  };
+  const std::string keys = "sync_every = 3\nouter_optimizer = \"sgd\"\nouter_lr = 1.0\n";
+  auto exact = RunAlgorithm(Job("diloco", keys), init, grads, steps, nullptr, 3);
+  for (const char* wire : {"bf16", "int8", "int4"}) {
+    std::vector<std::vector<std::vector<float>>> after;
+    auto got = RunAlgorithm(Job("diloco", keys + "outer_wire = \"" + wire + "\"\n"), init, grads, steps, &after, 3);
+    for (int s : {2, 5})
+      for (int r : {1, 2}) EXPECT_EQ(after[size_t(r)][size_t(s)], after[0][size_t(s)]) << wire << " step " << s;
+    // Two outer steps of plain averaging; each worker's pseudo-gradient is at most 0.1 x 3 x 5 = 1.5.
+    const float bound = std::string(wire) == "int4" ? 2 * 1.5f / 14 : 2 * 1.5f / 254;
+    for (size_t i = 0; i < init.size(); ++i) EXPECT_NEAR(got[0][i], exact[0][i], bound) << wire << " element " << i;
+    EXPECT_NE(got[0], exact[0]) << wire << " changed nothing";
+  }
+}
+
 TEST(DilocoAlgorithm, BadKeysAreNamed) {
   auto error = [](const std::string& keys) {
     FakeCluster cluster(1);
@@ -217,6 +242,8 @@ TEST(DilocoAlgorithm, BadKeysAreNamed) {
   EXPECT_NE(error("outer_lr = -1.0\n").find("[algorithm] outer_lr"), std::string::npos);
   EXPECT_NE(error("outer_momentum = 1.5\n").find("[algorithm] outer_momentum"), std::string::npos);
   EXPECT_NE(error("sync_every = 0\n").find("[algorithm] sync_every"), std::string::npos);
+  EXPECT_NE(error("outer_wire = \"int2\"\n").find("job.toml: [algorithm] outer_wire: \"int2\" is no outer wire format"),
+            std::string::npos);
   EXPECT_NE(error("sync_every = \"often\"\n").find("[algorithm] sync_every"), std::string::npos);
 }
 
