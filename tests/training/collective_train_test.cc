@@ -101,7 +101,8 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
 }
 
 // "auto" measures, then picks: an uneven worker -> balanced allreduce (adpsgd when balancing
-// is off), slow links -> dgc; the auto event carries the figures it weighed.
+// is off), slow links -> dgc, an exchange that dwarfs compute -> diloco; the auto event
+// carries the figures it weighed.
 TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   auto decide = [](const std::string& name, const std::string& workers, const std::string& keys = "") {
     std::string dir = FreshDir(name);
@@ -118,7 +119,7 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
     EXPECT_EQ(picks.size(), 1u) << "every worker must decide the same";
     // Why it chose: the figures it weighed, as plain fields.
     for (const char* k : {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share",
-                          "est_allreduce_s", "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s"})
+                          "est_allreduce_s", "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "est_diloco_s"})
       EXPECT_TRUE(!events.empty() && JsonNumber(events[0], k).has_value()) << k;
     return picks.empty() ? std::string("none") : *picks.begin();
   };
@@ -126,9 +127,12 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   // (else balanced bmuf is as right a choice); without balancing: adpsgd.
   EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\n"), "allreduce+balance");
   EXPECT_EQ(decide("auto_uneven_unbalanced", "[{slowdown = 4.0}, {}, {}, {}]", "balance = false\n"), "adpsgd");
-  EXPECT_EQ(decide("auto_slow_links",
-                   "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]"),
-            "dgc");
+  // At 80 Mbit/s the mlp's exchange costs about 50x its compute here (0.16 s against 3 ms):
+  // over dgc_ratio (4), and over diloco_ratio when that is set to 10; set out of reach, dgc.
+  const std::string slow =
+      "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]";
+  EXPECT_EQ(decide("auto_slow_links", slow, "diloco_ratio = 1e6\n"), "dgc");
+  EXPECT_EQ(decide("auto_slow_links_diloco", slow, "diloco_ratio = 10.0\nsync_every = 10\n"), "diloco");
 }
 
 // auto hands the backward pass's gradients to the algorithm it chose when that one overlaps:
