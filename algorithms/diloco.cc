@@ -5,10 +5,8 @@
 // outer step (algorithms/outer_optimizer.h: Nesterov momentum or SGD) to the global weights,
 // from which all continue. Built on bmuf's block bookkeeping (algorithms/local_block.h).
 // outer_wire picks how pseudo-gradients travel: fp32 or bf16 through the ring's all-reduce,
-// or int8 / int4 with a scale per block of 256 (algorithms/compressors/block_quant.h), each
-// worker encoding its own, all-gathered, and every worker decoding and summing them in rank
-// order, so every worker applies the same decoded values.
-#include <algorithm>
+// or int8 / int4 with a scale per block of 256 (algorithms/compressors/block_quant.h) through
+// Communicator::AllReduceQuantized; every worker applies the same decoded values.
 #include <cstdio>
 
 #include "algorithms/algorithm.h"
@@ -98,19 +96,16 @@ class Diloco : public LocalBlockAlgorithm {
   // every worker.
   void MeanOverWorkers(std::vector<float>& delta) {
     const int64_t n = block_.elements();
-    if (wire_ == OuterWire::kFp32 || wire_ == OuterWire::kBf16)
-      return comm_->AllReduce(delta.data(), n, ReduceOp::kMean, wire_ == OuterWire::kBf16 ? DType::kBF16 : DType::kF32);
-    const BlockQuant q = wire_ == OuterWire::kInt8 ? BlockQuant::kInt8 : BlockQuant::kInt4;
-    const int64_t bytes = QuantizedBytes(q, n);
-    const int W = comm_->size();
-    std::vector<uint8_t> mine(static_cast<size_t>(bytes)), all(static_cast<size_t>(bytes) * size_t(W));
-    QuantizeBlocks(q, delta.data(), n, mine.data());
-    comm_->AllGather(mine.data(), bytes, all.data());
-    std::fill(delta.begin(), delta.end(), 0.f);
-    for (int r = 0; r < W; ++r)
-      AddDequantized(q, all.data() + size_t(r) * size_t(bytes), bytes, n, delta.data(),
-                     "diloco: rank " + std::to_string(r) + "'s " + wire_name_ + " pseudo-gradient");
-    for (auto& d : delta) d /= float(W);
+    switch (wire_) {
+      case OuterWire::kFp32:
+        return comm_->AllReduce(delta.data(), n, ReduceOp::kMean);
+      case OuterWire::kBf16:
+        return comm_->AllReduce(delta.data(), n, ReduceOp::kMean, DType::kBF16);
+      case OuterWire::kInt8:
+        return comm_->AllReduceQuantized(delta.data(), n, ReduceOp::kMean, BlockQuant::kInt8);
+      case OuterWire::kInt4:
+        return comm_->AllReduceQuantized(delta.data(), n, ReduceOp::kMean, BlockQuant::kInt4);
+    }
   }
 
   OuterOptimizerParams outer_;
