@@ -163,10 +163,10 @@ TEST(CollectiveTraining, AutoOverlapsTheAllReduceItChose) {
 // [algorithm] balance = true with one slowed worker: its batch shrinks, the others' grow,
 // every step still uses the global batch of 4 x 32, and the job reaches its target with
 // identical weights everywhere. (Asserts on the batch sizes in metrics, not on timings.)
-TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
-  std::string dir = FreshDir("balanced");
-  std::string job = FmnistJob("balanced", dir + "/out", 4, "mlp", 6000, 2,
-                              std::string("[algorithm]\nname = \"allreduce\"\nbalance = true\n\n") + kMomentum);
+void ExpectBalancedRunShrinksTheSlowWorkersBatch(const std::string& name, const std::string& sections,
+                                                 int64_t samples = 6000) {
+  std::string dir = FreshDir(name);
+  std::string job = FmnistJob(name, dir + "/out", 4, "mlp", samples, 2, sections);
   job.replace(job.find("workers = 4"), 11, "workers = [{}, {}, {slowdown = 3.0}, {}]");
   JobRun r = RunJob(dir, job, 300);
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
@@ -194,6 +194,22 @@ TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
     for (int r : {0, 1, 3}) EXPECT_LT(b.at(2), b.at(r)) << "step " << it->first << " rank " << r;
   }
   EXPECT_GE(Events(r, "balance").size(), 2u);
+}
+
+TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
+  ExpectBalancedRunShrinksTheSlowWorkersBatch(
+      "balanced", std::string("[algorithm]\nname = \"allreduce\"\nbalance = true\n\n") + kMomentum);
+}
+
+// diloco's inner steps on balanced batches: the slow worker processes fewer samples in a
+// round, and its pseudo-gradient counts by them. (Twice the data: 9 outer steps left diloco
+// at 0.69.)
+TEST(CollectiveTraining, BalancedDilocoShrinksTheSlowWorkersBatch) {
+  ExpectBalancedRunShrinksTheSlowWorkersBatch(
+      "balanced_diloco",
+      "[algorithm]\nname = \"diloco\"\nsync_every = 10\nbalance = true\n\n"
+      "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n",
+      12000);
 }
 
 TEST(CollectiveTraining, DoubleBufferReachesTarget) {
