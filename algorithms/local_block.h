@@ -29,6 +29,7 @@ class LocalBlock {
   bool mid_block() const { return in_block_ > 0; }
   int64_t blocks() const { return blocks_; }
   int64_t elements() const { return int64_t(start_.size()); }
+  int64_t steps() const { return block_steps_; }
   std::vector<float>& start() { return start_; }
   // start - w for every element, each times the factor that makes a mean over `world`
   // workers the sample-weighted mean (uneven batches: each delta counts by the samples it

@@ -23,6 +23,7 @@ namespace testing {
 namespace {
 
 const char* kMomentum = "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4\n\n";
+const char* kAdamW = "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n";
 
 struct Outcome {
   double accuracy = -1;
@@ -206,9 +207,7 @@ TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
 // at 0.69.)
 TEST(CollectiveTraining, BalancedDilocoShrinksTheSlowWorkersBatch) {
   ExpectBalancedRunShrinksTheSlowWorkersBatch(
-      "balanced_diloco",
-      "[algorithm]\nname = \"diloco\"\nsync_every = 10\nbalance = true\n\n"
-      "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n",
+      "balanced_diloco", std::string("[algorithm]\nname = \"diloco\"\nsync_every = 10\nbalance = true\n\n") + kAdamW,
       12000);
 }
 
@@ -227,39 +226,50 @@ TEST(CollectiveTraining, BmufReachesTarget) {
   EXPECT_EQ(o.hashes.size(), 1u) << "the final block sync leaves one model";
 }
 
-// DiLoCo with its usual inner optimizer: AdamW local steps, an outer Nesterov step every 10
-// steps; one model at the end, and the outer steps' bytes reported.
-TEST(CollectiveTraining, DilocoReachesTarget) {
-  Outcome o = Train("diloco", 4, "mlp", 12000, 2,
-                    "[algorithm]\nname = \"diloco\"\nsync_every = 10\nouter_lr = 0.7\nouter_momentum = 0.9\n\n",
-                    "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n");
+// mlp's parameters, and what one dense fp32 ring all-reduce of them sends per worker on 4.
+constexpr int64_t kMlpParams = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;
+constexpr double kDenseRingBytes = 2.0 * 3 / 4 * 4 * double(kMlpParams);
+
+// DiLoCo with its usual inner optimizer (AdamW local steps) on 4 workers, outer steps every 10
+// steps plus `keys`: it reaches 0.78 and ends on one model; returns the bytes one worker sent
+// per outer step.
+double TrainDiloco(const std::string& name, const std::string& keys) {
+  Outcome o =
+      Train(name, 4, "mlp", 12000, 2, "[algorithm]\nname = \"diloco\"\nsync_every = 10\n" + keys + "\n", kAdamW);
   EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
-  EXPECT_EQ(o.hashes.size(), 1u) << "the final outer step leaves one model";
-  EXPECT_GT(JsonNumber(o.run.done_line, "bytes_per_outer_step").value_or(0), 0) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u) << "the workers ended on different models";
+  const double bytes = JsonNumber(o.run.done_line, "bytes_per_outer_step").value_or(0);
+  printf("%s: accuracy %.4f, %.0f bytes per outer step per worker (%.2fx fewer than fp32's %.0f)\n", name.c_str(),
+         o.accuracy, bytes, kDenseRingBytes / bytes, kDenseRingBytes);
+  return bytes;
+}
+
+TEST(CollectiveTraining, DilocoReachesTarget) {
+  const double bytes = TrainDiloco("diloco", "outer_lr = 0.7\nouter_momentum = 0.9\n");
+  EXPECT_GE(bytes, kDenseRingBytes);
+  EXPECT_LE(bytes, kDenseRingBytes + 6 * 16);
 }
 
 // int8 and int4 pseudo-gradients: every worker applies the same decoded values (one model at
 // the end), training still reaches the target, and each worker sends what the ring's quantized
 // all-reduce costs: 2 (W - 1) encodings of a quarter of mlp's 269,322 parameters (chunks of
-// 67,330 or 67,331) with a 16-byte header each, against a dense fp32 ring all-reduce's
-// 2 (W - 1) / W x 4 bytes a parameter.
+// 67,330 or 67,331) with a 16-byte header each.
 TEST(CollectiveTraining, DilocoQuantizedPseudoGradientsKeepOneModel) {
-  const int64_t params = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;
-  const double dense = 2.0 * 3 / 4 * 4 * double(params);
   for (const char* wire : {"int8", "int4"}) {
     SCOPED_TRACE(wire);
-    Outcome o = Train(std::string("diloco_") + wire, 4, "mlp", 12000, 2,
-                      std::string("[algorithm]\nname = \"diloco\"\nsync_every = 10\nouter_wire = \"") + wire + "\"\n\n",
-                      "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n");
-    EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
-    EXPECT_EQ(o.hashes.size(), 1u) << "workers applied different values";
+    const double bytes = TrainDiloco(std::string("diloco_") + wire, std::string("outer_wire = \"") + wire + "\"\n");
     const BlockQuant q = std::string(wire) == "int8" ? BlockQuant::kInt8 : BlockQuant::kInt4;
-    const double got = JsonNumber(o.run.done_line, "bytes_per_outer_step").value_or(0);
-    EXPECT_GE(got, 6.0 * double(QuantizedBytes(q, params / 4))) << o.run.done_line;
-    EXPECT_LE(got, 6.0 * double(QuantizedBytes(q, params / 4 + 1) + 16)) << o.run.done_line;
-    printf("%s: accuracy %.4f, %.0f bytes per outer step per worker, %.2fx fewer than fp32's %.0f\n", wire, o.accuracy,
-           got, dense / got, dense);
+    EXPECT_GE(bytes, 6.0 * double(QuantizedBytes(q, kMlpParams / 4)));
+    EXPECT_LE(bytes, 6.0 * double(QuantizedBytes(q, kMlpParams / 4 + 1) + 16));
   }
+}
+
+// Streaming DiLoCo in 2 fragments: each exchange carries half the model (half a dense fp32
+// ring all-reduce's bytes), overlapped with the next inner step; one model at the end.
+TEST(CollectiveTraining, StreamingDilocoExchangesHalfTheModelAtATime) {
+  const double bytes = TrainDiloco("diloco_streaming", "streaming = 2\noverlap_steps = 1\n");
+  EXPECT_GE(bytes, 0.5 * kDenseRingBytes);
+  EXPECT_LE(bytes, 0.5 * kDenseRingBytes + 6 * 16);
 }
 
 TEST(CollectiveTraining, AdpsgdReachesTargetAndReportsConsensus) {

@@ -117,6 +117,13 @@ TEST(Recovery, DilocoRestartsMidRoundExactly) {
                   "[algorithm]\nname = \"diloco\"\nsync_every = 8\n\n"
                   "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n");
 }
+// Streaming in 2 fragments (offsets 0 and 4 of 8): fragment 1 leaves after step 20, so the
+// checkpoint there settles its exchange in flight and saves its merge as due at step 21.
+TEST(Recovery, StreamingDilocoRestartsWithAnExchangeInFlightExactly) {
+  RestartsExactly("diloco_streaming",
+                  "[algorithm]\nname = \"diloco\"\nsync_every = 8\nstreaming = 2\noverlap_steps = 2\n\n"
+                  "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n");
+}
 TEST(Recovery, DgcRestartsWithItsAccumulatorsExactly) {
   RestartsExactly("dgc", "[algorithm]\nname = \"dgc\"\nsparsity_warmup_epochs = 1\nmin_compress_elements = 256\n\n");
 }
