@@ -76,7 +76,7 @@ class Diloco : public LocalBlockAlgorithm {
     outer_.momentum = float(a.GetDouble("outer_momentum", outer_.rule == OuterRule::kNesterov ? 0.9 : 0.0, 0, 0.9999));
     wire_ = ParseOuterWire(a);
     wire_name_ = a.GetString("outer_wire", "fp32");
-    const int64_t H = a.GetInt("sync_every", 100, 1, 1 << 30);
+    const int64_t H = block_.steps();
     streaming_ = a.GetInt("streaming", 0, 0, H);
     if (streaming_ > 0) {
       overlap_steps_ = a.GetInt("overlap_steps", 1, 0, H / streaming_ - 1);

@@ -142,7 +142,7 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
 TEST(CollectiveTraining, AutoOverlapsTheAllReduceItChose) {
   auto run = [](const std::string& name, bool overlap) {
     const std::string section = std::string("[algorithm]\nname = \"auto\"\nprobe_steps = 5\nbucket_bytes = 65536\n") +
-                                "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\n" +
+                                "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\n" +
                                 (overlap ? "overlap = true\n" : "") + "\n";
     return Train(name, 3, "mlp", 3000, 1, section);
   };
