@@ -56,7 +56,7 @@ void AddDequantized(BlockQuant q, const uint8_t* in, int64_t bytes, int64_t n, f
     float scale;
     memcpy(&scale, p, 4);
     const std::string where = who + ": block " + std::to_string(b / kQuantBlock);
-    SHOAL_CHECK(std::isfinite(scale) && scale >= 0, where + " has scale " + std::to_string(scale));
+    SHOAL_CHECK(std::isfinite(scale * float(Levels(q))) && scale >= 0, where + " has scale " + std::to_string(scale));
     const uint8_t* v = p + 4;
     if (q == BlockQuant::kInt8) {
       for (int64_t i = 0; i < len; ++i) SHOAL_CHECK(v[i] != 0x80, where + " holds -128");

@@ -21,9 +21,9 @@ int64_t QuantizedBytes(BlockQuant q, int64_t n);
 // first value that is not finite.
 void QuantizeBlocks(BlockQuant q, const float* x, int64_t n, uint8_t* out);
 // acc[i] += the i-th decoded value, for an encoding of n values in `bytes` bytes. A corrupt
-// encoding (wrong size, a scale that is negative or not finite, an integer the encoder never
-// writes: -128 in int8, nibble 0 or a set padding nibble in int4) throws shoal::Error naming
-// `who` and the block, before acc is touched.
+// encoding (wrong size, a scale that is negative or so large that L x scale is not finite, an
+// integer the encoder never writes: -128 in int8, nibble 0 or a set padding nibble in int4)
+// throws shoal::Error naming `who` and the block, before acc is touched.
 void AddDequantized(BlockQuant q, const uint8_t* in, int64_t bytes, int64_t n, float* acc, const std::string& who);
 
 }  // namespace shoal

@@ -124,6 +124,9 @@ TEST(BlockQuant, CorruptEncodingsAreRefusedBeforeAnythingIsAdded) {
   refused(BlockQuant::kInt8, c, 3, "block 0 has scale");
   memcpy(c.data(), &inf, 4);
   refused(BlockQuant::kInt8, c, 3, "block 0 has scale");
+  const float huge = 3e38f;  // 127 x huge overflows
+  memcpy(c.data(), &huge, 4);
+  refused(BlockQuant::kInt8, c, 3, "block 0 has scale");
   c = e8;
   c[6] = 0x80;
   refused(BlockQuant::kInt8, c, 3, "holds -128");
