@@ -290,6 +290,22 @@ TEST(DilocoAlgorithm, StreamingFragmentsLeaveStaggeredAndMergeWhenTheyLand) {
   EXPECT_EQ(got[2], got[0]);
 }
 
+// Streaming on a quantized wire with balanced shares: the fragments' global weights agree on
+// every rank, so Finish leaves one model.
+TEST(DilocoAlgorithm, StreamingOnAnInt4WireWithUnevenSharesEndsOnOneModel) {
+  auto got = RunAlgorithm(Job("diloco", "sync_every = 6\nstreaming = 3\noverlap_steps = 1\nouter_wire = \"int4\"\n"),
+                          {0.3f, -1.7f, 2.2f, 0.01f, 5.f, -0.4f, 1.1f},
+                          [](int r, int s) {
+                            std::vector<float> g(7);
+                            for (int i = 0; i < 7; ++i)
+                              g[size_t(i)] = std::cos(float(3 + r * 13 + s * 7 + i * 5)) * float(1 + i % 3);
+                            return g;
+                          },
+                          11, nullptr, 3, {5, 2, 9}, {4, 3});
+  EXPECT_EQ(got[1], got[0]);
+  EXPECT_EQ(got[2], got[0]);
+}
+
 TEST(DilocoAlgorithm, BadKeysAreNamed) {
   auto error = [](const std::string& keys) {
     FakeCluster cluster(1);
