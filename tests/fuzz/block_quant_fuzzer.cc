@@ -1,9 +1,9 @@
 // Fuzzes the block-scaled int8/int4 decoder (algorithms/compressors/block_quant.h), which reads
 // what other workers send (diloco's outer_wire):
 //   u8 (bit 0: int4), u32 n (< 2^16), then the encoding (the rest)
-// It must refuse with shoal::Error leaving the accumulator untouched, or add finite values no
-// larger than their block's scale x L; encoding those values again and decoding gives them
-// back within half a step of the new scale.
+// It must refuse with shoal::Error leaving the accumulator untouched, or decode to finite
+// values no larger than their block's scale x L; encoding those values again and decoding
+// gives them back within half a step of the new scale.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -26,13 +26,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (v != 1.f) abort();  // refused before anything was added
     return 0;
   }
+  // Accepted: the values alone (added onto 1 they would round).
+  std::fill(acc.begin(), acc.end(), 0.f);
+  shoal::AddDequantized(q, in.p, int64_t(in.n), n, acc.data(), "fuzz");
   const float L = q == shoal::BlockQuant::kInt8 ? 127.f : 7.f;
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t b = 0; b < n; b += shoal::kQuantBlock) {
     float scale;
     memcpy(&scale, in.p + b / shoal::kQuantBlock * (shoal::QuantizedBytes(q, shoal::kQuantBlock)), 4);
     for (int64_t i = b; i < std::min(n, b + shoal::kQuantBlock); ++i) {
-      x[size_t(i)] = acc[size_t(i)] - 1.f;
+      x[size_t(i)] = acc[size_t(i)];
       if (!std::isfinite(acc[size_t(i)]) || std::fabs(x[size_t(i)]) > scale * L * 1.0001f + 1e-30f) abort();
     }
   }
