@@ -2,6 +2,8 @@
 // all-reduce for the first `probe_steps` steps while timing each worker's compute (the time
 // between two Step calls) and the exchange, agrees on the figures over the ring (every
 // worker decides the same), then hands over to:
+//   diloco    when the exchange costs > diloco_ratio x compute (the exchange dwarfs compute:
+//             one exchange per sync_every steps, whatever the optimizer),
 //   dgc       when the exchange costs > dgc_ratio x compute (very slow links),
 //   uneven workers (slowest compute > uneven_ratio x fastest):
 //     balanced allreduce (batches split by throughput, so nobody waits and the update is
@@ -39,6 +41,8 @@ class Auto : public Algorithm {
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
     bmuf_ratio_ = a.GetDouble("bmuf_ratio", 1.0, 0, 1e6);
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);
+    diloco_ratio_ = a.GetDouble("diloco_ratio", 100.0, 0, 1e6);
+    sync_every_ = a.GetInt("sync_every", 100, 1, 1 << 30);
     may_balance_ = a.GetBool("balance", true);
     block_steps_ = a.GetInt("block_steps", 8, 1, 1 << 30);
     comm_ = env.make_communicator("auto");
@@ -159,11 +163,15 @@ class Auto : public Algorithm {
     const double est_allreduce = cmax + exchange, est_balanced = hmean + exchange;
     const double est_bmuf = (can_balance && uneven ? hmean : cmax) + exchange / double(block_steps_);
     const double est_adpsgd = hmean + exchange / 2;
+    const double est_diloco = (can_balance && uneven ? hmean : cmax) + exchange / double(sync_every_);
     std::string choice = "allreduce", reason = "fast links, even workers";
     balanced_ = false;
     if (W > 1) {
       // Links first: a slow exchange dwarfs compute jitter between workers.
-      if (exchange > dgc_ratio_ * cmax) {
+      if (exchange > diloco_ratio_ * cmax) {
+        choice = "diloco";
+        reason = "exchange > diloco_ratio x compute";
+      } else if (exchange > dgc_ratio_ * cmax) {
         choice = "dgc";
         reason = "exchange > dgc_ratio x compute";
       } else if (uneven && can_balance) {
@@ -205,7 +213,8 @@ class Auto : public Algorithm {
                               .Add("est_allreduce_s", est_allreduce)
                               .Add("est_balanced_allreduce_s", est_balanced)
                               .Add("est_bmuf_s", est_bmuf)
-                              .Add("est_adpsgd_s", est_adpsgd));
+                              .Add("est_adpsgd_s", est_adpsgd)
+                              .Add("est_diloco_s", est_diloco));
     chosen_ = MakeChosen(choice);
     chosen_->Init(params);
   }
@@ -216,9 +225,9 @@ class Auto : public Algorithm {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Algorithm> chosen_;
   int64_t probe_steps_ = 20, probed_ = 0;
-  double uneven_ratio_, bmuf_ratio_, dgc_ratio_;
+  double uneven_ratio_, bmuf_ratio_, dgc_ratio_, diloco_ratio_;
   bool may_balance_ = true, balanced_ = false;
-  int64_t block_steps_ = 8;
+  int64_t block_steps_ = 8, sync_every_ = 100;
   double compute_s_ = 0, comm_s_ = 0;
   Clock::time_point last_step_end_;
 };

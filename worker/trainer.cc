@@ -570,21 +570,22 @@ class Trainer {
     res.test_accuracy = accuracy_;
     res.samples_per_s = double(samples_) / std::max(1e-9, Since(t_start_));
     res.bytes_sent = algo_->bytes_sent();
-    metrics_.Write("end", step_,
-                   JsonObject()
-                       .Add("rank", rank_)
-                       .Add("steps", step_)
-                       .Add("test_accuracy", accuracy_)
-                       .Add("samples_per_s", res.samples_per_s)
-                       .Add("bytes_sent", res.bytes_sent)
-                       .Add("compute_s", compute_s_)
-                       .Add("comm_s", comm_s_)
-                       .Add("wait_s", wait_s_)
-                       .Add("loss_scale", scaler_.scale_double())
-                       .Add("skipped_steps", scaler_.skipped_steps())
-                       .Add("weights_hash", hash)
-                       .Add("buffers_hash", Fnv1a(buffers_->ToHost()))
-                       .Add("data_skipped", DataSkipped()));
+    JsonObject end;
+    end.Add("rank", rank_)
+        .Add("steps", step_)
+        .Add("test_accuracy", accuracy_)
+        .Add("samples_per_s", res.samples_per_s)
+        .Add("bytes_sent", res.bytes_sent)
+        .Add("compute_s", compute_s_)
+        .Add("comm_s", comm_s_)
+        .Add("wait_s", wait_s_)
+        .Add("loss_scale", scaler_.scale_double())
+        .Add("skipped_steps", scaler_.skipped_steps())
+        .Add("weights_hash", hash)
+        .Add("buffers_hash", Fnv1a(buffers_->ToHost()))
+        .Add("data_skipped", DataSkipped());
+    algo_->AddMetrics(&end);  // the algorithm's own totals (diloco's bytes per outer step)
+    metrics_.Write("end", step_, end);
     return res;
   }
 

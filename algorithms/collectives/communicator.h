@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "algorithms/compressors/block_quant.h"
 #include "common/dtype.h"
 
 namespace shoal {
@@ -25,6 +26,13 @@ class Communicator {
   virtual bool HandlesDeviceBuffers() const { return false; }
   // In place; every rank ends with the same values, bit for bit.
   virtual void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) = 0;
+  // The same with block-scaled int8/int4 on the wire (algorithms/compressors/block_quant.h),
+  // host buffers only: every rank ends with the same values, bit for bit, each within the
+  // encoding's rounding of the exact result. This default all-gathers each rank's own
+  // encoding and every rank decodes and sums them in rank order (each rank sends size() - 1
+  // encodings); the ring overrides it with a reduction hop by hop (2(N-1)/N of one encoding,
+  // partial sums re-encoded at each hop).
+  virtual void AllReduceQuantized(float* data, int64_t n, ReduceOp op, BlockQuant q);
   // Each rank contributes `bytes` bytes; out gets size() * bytes, rank order. Every rank
   // passes the same `bytes`; 0 is a no-op (in and out may then be null).
   virtual void AllGather(const void* in, int64_t bytes, void* out) = 0;

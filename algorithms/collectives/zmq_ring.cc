@@ -209,7 +209,13 @@ void ZmqRing::Recv(PipeMessage* msg, const char* what) {
   }
 }
 
-void ZmqRing::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) { Pass(data, n, op, wire, true, true); }
+void ZmqRing::AllReduce(float* data, int64_t n, ReduceOp op, DType wire) {
+  Pass(data, n, op, WireFormat{wire}, true, true);
+}
+
+void ZmqRing::AllReduceQuantized(float* data, int64_t n, ReduceOp op, BlockQuant q) {
+  Pass(data, n, op, WireFormat{DType::kF32, true, q}, true, true);
+}
 
 std::pair<int64_t, int64_t> ZmqRing::OwnedChunk(int64_t n) const {
   int own = Mod(rank_ + 1, size_);
@@ -217,13 +223,28 @@ std::pair<int64_t, int64_t> ZmqRing::OwnedChunk(int64_t n) const {
 }
 
 std::pair<int64_t, int64_t> ZmqRing::ReduceScatter(float* data, int64_t n, ReduceOp op, DType wire) {
-  Pass(data, n, op, wire, true, false);
+  Pass(data, n, op, WireFormat{wire}, true, false);
   return OwnedChunk(n);
 }
 
-void ZmqRing::AllGatherChunks(float* data, int64_t n, DType wire) { Pass(data, n, ReduceOp::kSum, wire, false, true); }
+void ZmqRing::AllGatherChunks(float* data, int64_t n, DType wire) {
+  Pass(data, n, ReduceOp::kSum, WireFormat{wire}, false, true);
+}
 
-void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_scatter, bool all_gather) {
+int64_t ZmqRing::WireFormat::Bytes(int64_t count) const {
+  return quantized ? QuantizedBytes(q, count) : count * int64_t(DTypeSize(dtype));
+}
+
+int64_t ZmqRing::WireFormat::SegmentElems(int64_t segment_bytes) const {
+  if (!quantized) return std::max<int64_t>(1, segment_bytes / int64_t(DTypeSize(dtype)));
+  // Whole blocks, so a segment's blocks are the same elements at every hop; under one
+  // block's bytes, one partial block.
+  const int64_t block_bytes = QuantizedBytes(q, kQuantBlock);
+  if (segment_bytes >= block_bytes) return segment_bytes / block_bytes * kQuantBlock;
+  return std::max<int64_t>(1, (segment_bytes - 4) * (q == BlockQuant::kInt8 ? 1 : 2));
+}
+
+void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, const WireFormat& wire, bool reduce_scatter, bool all_gather) {
   if (size_ == 1) {
     return;
   }
@@ -231,26 +252,40 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
   try {
     ++seq_;
     const int N = size_;
-    const size_t es = DTypeSize(wire);
-    const int64_t seg_elems = std::max<int64_t>(1, opts_.segment_bytes / int64_t(es));
-    auto send_chunk = [&](int c, uint32_t step) {
+    const bool raw = !wire.quantized && wire.dtype == DType::kF32;
+    const int64_t seg_elems = wire.SegmentElems(SegmentBytes());
+    auto encode = [&](const float* src, int64_t cnt, uint8_t* out) {
+      if (wire.quantized)
+        QuantizeBlocks(wire.q, src, cnt, out);
+      else
+        EncodeFloats(src, size_t(cnt), wire.dtype, out);
+    };
+    // Quantized: each reduced chunk's encoding, segment by segment, as its owner made it. The
+    // all-gather passes these bytes on unchanged (encoding decoded values again may not give
+    // the same bytes), so every rank decodes what the owner decoded.
+    std::vector<std::vector<std::vector<uint8_t>>> kept(wire.quantized ? size_t(N) : 0);
+    auto send_chunk = [&](int c, uint32_t step, bool from_kept) {
       int64_t b = ChunkBegin(n, N, c), e = ChunkBegin(n, N, c + 1);
       uint32_t s = 0;
       do {
         int64_t sb = b + int64_t(s) * seg_elems, se = std::min(e, sb + seg_elems);
         Header h{kMagic, seq_, step, s};
         int64_t cnt = std::max<int64_t>(0, se - sb);
-        if (wire == DType::kF32) {
+        if (from_kept) {
+          const std::vector<uint8_t>& k = kept[size_t(c)][s];
+          Send(h, k.data(), k.size(), false);
+        } else if (raw) {
           Send(h, data + sb, size_t(cnt) * 4, /*zero_copy=*/true);
         } else {
-          scratch_.resize(size_t(cnt) * es);
-          EncodeFloats(data + sb, size_t(cnt), wire, scratch_.data());
+          scratch_.resize(size_t(wire.Bytes(cnt)));
+          encode(data + sb, cnt, scratch_.data());
           Send(h, scratch_.data(), scratch_.size(), false);
         }
         ++s;
       } while (b + int64_t(s) * seg_elems < e);
     };
-    // Receives chunk c segment by segment; reduce = add into data, else overwrite.
+    // Receives chunk c segment by segment; reduce = add into data, else overwrite (and, when
+    // quantized, keep the bytes to pass on).
     std::vector<float> tmp;
     auto recv_chunk = [&](int c, uint32_t step, bool reduce, const char* what) {
       int64_t b = ChunkBegin(n, N, c), e = ChunkBegin(n, N, c + 1);
@@ -260,14 +295,20 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
         int64_t cnt = std::max<int64_t>(0, se - sb);
         PipeMessage m;
         Recv(&m, what);
-        if (HeaderOf(m).step != step || HeaderOf(m).segment != s || m.body.size() != size_t(cnt) * es)
+        if (HeaderOf(m).step != step || HeaderOf(m).segment != s || m.body.size() != size_t(wire.Bytes(cnt)))
           throw Error(std::string("ring ") + what + ": unexpected segment (step " + std::to_string(HeaderOf(m).step) +
                       " segment " + std::to_string(HeaderOf(m).segment) + ", " + std::to_string(m.body.size()) +
                       " bytes)");
         const uint8_t* in = static_cast<const uint8_t*>(m.body.data());
-        if (wire != DType::kF32) {
+        if (wire.quantized) {
+          tmp.assign(size_t(cnt), 0.f);
+          AddDequantized(wire.q, in, int64_t(m.body.size()), cnt, tmp.data(),
+                         std::string("ring ") + what + ": rank " + std::to_string(Mod(rank_ - 1, N)) + "'s segment");
+          if (!reduce) kept[size_t(c)].emplace_back(in, in + m.body.size());
+          in = reinterpret_cast<const uint8_t*>(tmp.data());
+        } else if (!raw) {
           tmp.resize(size_t(cnt));
-          DecodeFloats(in, size_t(cnt), wire, tmp.data());
+          DecodeFloats(in, size_t(cnt), wire.dtype, tmp.data());
           in = reinterpret_cast<const uint8_t*>(tmp.data());
         }
         float* out = data + sb;
@@ -281,7 +322,7 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
     };
     // Reduce-scatter: after N-1 steps rank r holds the full sum of chunk (r+1) mod N.
     for (int step = 0; reduce_scatter && step < N - 1; ++step) {
-      send_chunk(Mod(rank_ - step, N), uint32_t(step));
+      send_chunk(Mod(rank_ - step, N), uint32_t(step), false);
       recv_chunk(Mod(rank_ - step - 1, N), uint32_t(step), true, "all-reduce");
     }
     // The owner rounds its chunk the way the wire will, so every rank ends identical.
@@ -289,14 +330,25 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_
     int64_t ob = ChunkBegin(n, N, own), oe = ChunkBegin(n, N, own + 1);
     if (reduce_scatter && op == ReduceOp::kMean)
       for (int64_t i = ob; i < oe; ++i) data[i] /= float(N);
-    if (wire != DType::kF32) {
-      scratch_.resize(size_t(oe - ob) * es);
-      EncodeFloats(data + ob, size_t(oe - ob), wire, scratch_.data());
-      DecodeFloats(scratch_.data(), size_t(oe - ob), wire, data + ob);
+    if (wire.quantized) {
+      int64_t sb = ob;
+      do {
+        const int64_t cnt = std::max<int64_t>(0, std::min(oe, sb + seg_elems) - sb);
+        std::vector<uint8_t> enc(static_cast<size_t>(wire.Bytes(cnt)));
+        encode(data + sb, cnt, enc.data());
+        std::fill(data + sb, data + sb + cnt, 0.f);
+        AddDequantized(wire.q, enc.data(), int64_t(enc.size()), cnt, data + sb, "ring: this rank's own chunk");
+        kept[size_t(own)].push_back(std::move(enc));
+        sb += seg_elems;
+      } while (sb < oe);
+    } else if (!raw) {
+      scratch_.resize(size_t(wire.Bytes(oe - ob)));
+      encode(data + ob, oe - ob, scratch_.data());
+      DecodeFloats(scratch_.data(), size_t(oe - ob), wire.dtype, data + ob);
     }
     // All-gather the reduced chunks.
     for (int step = 0; all_gather && step < N - 1; ++step) {
-      send_chunk(Mod(rank_ + 1 - step, N), uint32_t(N + step));
+      send_chunk(Mod(rank_ + 1 - step, N), uint32_t(N + step), wire.quantized);
       recv_chunk(Mod(rank_ - step, N), uint32_t(N + step), false, "all-reduce");
     }
     WaitSendsReleased();  // the caller may overwrite `data` once we return

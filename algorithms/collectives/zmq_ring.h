@@ -41,6 +41,9 @@ class ZmqRing : public Communicator {
   int size() const override { return size_; }
   std::string Name() const override { return "zmq-ring"; }
   void AllReduce(float* data, int64_t n, ReduceOp op, DType wire = DType::kF32) override;
+  // Reduce-scatter with each hop's partial sums block-quantized, then the owners' encodings
+  // passed on unchanged in the all-gather: every rank decodes the very bytes the owner decoded.
+  void AllReduceQuantized(float* data, int64_t n, ReduceOp op, BlockQuant q) override;
   void AllGather(const void* in, int64_t bytes, void* out) override;
   // The two halves of AllReduce, for composite collectives (2D torus, hierarchical):
   // ReduceScatter leaves this rank the reduced chunk it returns ([begin, end) of data);
@@ -60,7 +63,15 @@ class ZmqRing : public Communicator {
     uint32_t step;   // ring step within the collective
     uint32_t segment;
   };
-  void Pass(float* data, int64_t n, ReduceOp op, DType wire, bool reduce_scatter, bool all_gather);
+  // How a segment of floats travels: as fp32/fp16/bf16 values, or block-quantized.
+  struct WireFormat {
+    DType dtype = DType::kF32;
+    bool quantized = false;
+    BlockQuant q = BlockQuant::kInt8;
+    int64_t Bytes(int64_t count) const;
+    int64_t SegmentElems(int64_t segment_bytes) const;  // most values whose encoding fits
+  };
+  void Pass(float* data, int64_t n, ReduceOp op, const WireFormat& wire, bool reduce_scatter, bool all_gather);
   void Send(const Header& h, const void* payload, size_t bytes, bool zero_copy);
   void SendSegments(uint32_t step, const uint8_t* data, int64_t bytes);
   void RecvSegments(uint32_t step, uint8_t* data, int64_t bytes, bool forward, const char* what);

@@ -104,6 +104,53 @@ TEST(ZmqRing, MeanAndHalfPrecisionWireAreIdenticalOnEveryRank) {
   for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// Block-quantized all-reduce: every rank ends with the same bits, within the rounding bound
+// of the exact mean. Each hop k of the reduce-scatter rounds a partial sum of k values (at most
+// k M / 2L off, M the largest |value|, L = 127 or 7), the owner rounds the mean (M / 2L): on
+// the mean at most M / 2L x ((W - 1) / 2 + 1). Small segments: blocks cut at segment ends.
+TEST(ZmqRing, QuantizedAllReduceIsIdenticalOnEveryRankWithinItsBound) {
+  for (int size : {1, 2, 3, 5}) {
+    std::string dir = FreshDir("quant");
+    auto codes = RunRanks(size, [&](int rank) {
+      FileStore store(dir);
+      RingOptions o;
+      o.segment_bytes = 4096;
+      ZmqRing ring(rank, size, store, o);
+      for (BlockQuant q : {BlockQuant::kInt8, BlockQuant::kInt4})
+        for (int64_t n : {int64_t(0), int64_t(1), int64_t(3), int64_t(257), int64_t(4099), int64_t(100003)}) {
+          std::vector<float> v(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) v[size_t(i)] = Value(rank, i) * 0.37f + 0.001f * float(rank);
+          ring.AllReduceQuantized(v.data(), n, ReduceOp::kMean, q);
+          const double M = 11 * 0.37 + 0.001 * size, L = q == BlockQuant::kInt8 ? 127 : 7;
+          const double bound = M / (2 * L) * ((size - 1) / 2.0 + 1) + 1e-4;
+          uint64_t h = 1469598103934665603ull;
+          for (int64_t i = 0; i < n; ++i) {
+            double want = 0;
+            for (int r = 0; r < size; ++r) want += Value(r, i) * 0.37f + 0.001f * float(r);
+            want /= size;
+            if (std::fabs(v[size_t(i)] - want) > bound) {
+              fprintf(stderr, "size %d n %lld i %lld: got %g want %g (bound %g)\n", size, (long long)n, (long long)i,
+                      v[size_t(i)], want, bound);
+              return 1;
+            }
+            uint32_t bits;
+            memcpy(&bits, &v[size_t(i)], 4);
+            h = (h ^ bits) * 1099511628211ull;
+          }
+          std::vector<uint64_t> all(static_cast<size_t>(size));
+          ring.AllGather(&h, sizeof h, all.data());
+          for (int r = 0; r < size; ++r)
+            if (all[size_t(r)] != h) {
+              fprintf(stderr, "size %d n %lld: rank %d differs\n", size, (long long)n, r);
+              return 2;
+            }
+        }
+      return 0;
+    });
+    for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "size " << size << " rank " << r;
+  }
+}
+
 TEST(Torus2D, AllReduceExactOnGrids) {
   for (auto [size, cols] : {std::pair<int, int>{4, 2}, {6, 3}, {6, 2}, {3, 3}, {4, 1}}) {
     std::string dir = FreshDir("torus");

@@ -124,6 +124,19 @@ def dgc():
         (7 | (262000 << 18) | (9 << 36)).to_bytes(5, "little"))
 
 
+def block_quant():
+    # 300 values: a full block of 256 and one of 44; int8 a byte each, int4 a nibble (q + 8).
+    int8 = (struct.pack("<f", 0.01) + bytes((i % 255) - 127 & 255 for i in range(256)) +
+            struct.pack("<f", 0.5) + bytes(range(44)))
+    put("block_quant", "int8_two_blocks", struct.pack("<BI", 0, 300) + int8)
+    int4 = struct.pack("<f", 0.25) + bytes(0x9f for _ in range(128)) + struct.pack("<f", 1.0) + bytes([0x18] * 22)
+    put("block_quant", "int4_two_blocks", struct.pack("<BI", 1, 300) + int4)
+    put("block_quant", "int4_odd_padding", struct.pack("<BI", 1, 3) + struct.pack("<f", 2.0) + bytes([0x19, 0x0a]))
+    put("block_quant", "negative_scale", struct.pack("<BI", 0, 2) + struct.pack("<f", -1.0) + bytes([1, 2]))
+    put("block_quant", "truncated", struct.pack("<BI", 0, 300) + int8[:-1])
+
+
 if __name__ == "__main__":
-    for what in sys.argv[1:] or ["message", "config", "idx", "cifar", "dgc"]:
-        {"message": messages, "config": configs, "idx": idx, "cifar": cifar, "dgc": dgc}[what]()
+    for what in sys.argv[1:] or ["message", "config", "idx", "cifar", "dgc", "block_quant"]:
+        {"message": messages, "config": configs, "idx": idx, "cifar": cifar, "dgc": dgc,
+         "block_quant": block_quant}[what]()

@@ -13,6 +13,7 @@
 
 #include <zmq.h>
 
+#include "algorithms/compressors/block_quant.h"
 #include "common/json_fields.h"
 #include "tests/ps/ps_test_util.h"
 #include "tests/training/job_runner.h"
@@ -22,6 +23,7 @@ namespace testing {
 namespace {
 
 const char* kMomentum = "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4\n\n";
+const char* kAdamW = "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n";
 
 struct Outcome {
   double accuracy = -1;
@@ -100,7 +102,8 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
 }
 
 // "auto" measures, then picks: an uneven worker -> balanced allreduce (adpsgd when balancing
-// is off), slow links -> dgc; the auto event carries the figures it weighed.
+// is off), slow links -> dgc, an exchange that dwarfs compute -> diloco; the auto event
+// carries the figures it weighed.
 TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   auto decide = [](const std::string& name, const std::string& workers, const std::string& keys = "") {
     std::string dir = FreshDir(name);
@@ -117,7 +120,7 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
     EXPECT_EQ(picks.size(), 1u) << "every worker must decide the same";
     // Why it chose: the figures it weighed, as plain fields.
     for (const char* k : {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share",
-                          "est_allreduce_s", "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s"})
+                          "est_allreduce_s", "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "est_diloco_s"})
       EXPECT_TRUE(!events.empty() && JsonNumber(events[0], k).has_value()) << k;
     return picks.empty() ? std::string("none") : *picks.begin();
   };
@@ -125,9 +128,12 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   // (else balanced bmuf is as right a choice); without balancing: adpsgd.
   EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\n"), "allreduce+balance");
   EXPECT_EQ(decide("auto_uneven_unbalanced", "[{slowdown = 4.0}, {}, {}, {}]", "balance = false\n"), "adpsgd");
-  EXPECT_EQ(decide("auto_slow_links",
-                   "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]"),
-            "dgc");
+  // At 80 Mbit/s the mlp's exchange costs about 50x its compute here (0.16 s against 3 ms):
+  // over dgc_ratio (4), and over diloco_ratio when that is set to 10; set out of reach, dgc.
+  const std::string slow =
+      "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]";
+  EXPECT_EQ(decide("auto_slow_links", slow, "diloco_ratio = 1e6\n"), "dgc");
+  EXPECT_EQ(decide("auto_slow_links_diloco", slow, "diloco_ratio = 10.0\nsync_every = 10\n"), "diloco");
 }
 
 // auto hands the backward pass's gradients to the algorithm it chose when that one overlaps:
@@ -136,7 +142,7 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
 TEST(CollectiveTraining, AutoOverlapsTheAllReduceItChose) {
   auto run = [](const std::string& name, bool overlap) {
     const std::string section = std::string("[algorithm]\nname = \"auto\"\nprobe_steps = 5\nbucket_bytes = 65536\n") +
-                                "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\n" +
+                                "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\n" +
                                 (overlap ? "overlap = true\n" : "") + "\n";
     return Train(name, 3, "mlp", 3000, 1, section);
   };
@@ -158,10 +164,10 @@ TEST(CollectiveTraining, AutoOverlapsTheAllReduceItChose) {
 // [algorithm] balance = true with one slowed worker: its batch shrinks, the others' grow,
 // every step still uses the global batch of 4 x 32, and the job reaches its target with
 // identical weights everywhere. (Asserts on the batch sizes in metrics, not on timings.)
-TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
-  std::string dir = FreshDir("balanced");
-  std::string job = FmnistJob("balanced", dir + "/out", 4, "mlp", 6000, 2,
-                              std::string("[algorithm]\nname = \"allreduce\"\nbalance = true\n\n") + kMomentum);
+void ExpectBalancedRunShrinksTheSlowWorkersBatch(const std::string& name, const std::string& sections,
+                                                 int64_t samples = 6000) {
+  std::string dir = FreshDir(name);
+  std::string job = FmnistJob(name, dir + "/out", 4, "mlp", samples, 2, sections);
   job.replace(job.find("workers = 4"), 11, "workers = [{}, {}, {slowdown = 3.0}, {}]");
   JobRun r = RunJob(dir, job, 300);
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
@@ -191,6 +197,20 @@ TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
   EXPECT_GE(Events(r, "balance").size(), 2u);
 }
 
+TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
+  ExpectBalancedRunShrinksTheSlowWorkersBatch(
+      "balanced", std::string("[algorithm]\nname = \"allreduce\"\nbalance = true\n\n") + kMomentum);
+}
+
+// diloco's inner steps on balanced batches: the slow worker processes fewer samples in a
+// round, and its pseudo-gradient counts by them. (Twice the data: 9 outer steps left diloco
+// at 0.69.)
+TEST(CollectiveTraining, BalancedDilocoShrinksTheSlowWorkersBatch) {
+  ExpectBalancedRunShrinksTheSlowWorkersBatch(
+      "balanced_diloco", std::string("[algorithm]\nname = \"diloco\"\nsync_every = 10\nbalance = true\n\n") + kAdamW,
+      12000);
+}
+
 TEST(CollectiveTraining, DoubleBufferReachesTarget) {
   // A 1-step-stale gradient lowers the stable learning rate under momentum 0.9.
   Outcome o = Train("double_buffer", 4, "mlp", 12000, 3, "[algorithm]\nname = \"double_buffer\"\n\n",
@@ -204,6 +224,52 @@ TEST(CollectiveTraining, BmufReachesTarget) {
                     "[algorithm]\nname = \"bmuf\"\nblock_steps = 4\nblock_momentum = 0.5\nblock_lr = 1.0\n\n");
   EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
   EXPECT_EQ(o.hashes.size(), 1u) << "the final block sync leaves one model";
+}
+
+// mlp's parameters, and what one dense fp32 ring all-reduce of them sends per worker on 4.
+constexpr int64_t kMlpParams = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;
+constexpr double kDenseRingBytes = 2.0 * 3 / 4 * 4 * double(kMlpParams);
+
+// DiLoCo with its usual inner optimizer (AdamW local steps) on 4 workers, outer steps every 10
+// steps plus `keys`: it reaches 0.78 and ends on one model; returns the bytes one worker sent
+// per outer step.
+double TrainDiloco(const std::string& name, const std::string& keys) {
+  Outcome o =
+      Train(name, 4, "mlp", 12000, 2, "[algorithm]\nname = \"diloco\"\nsync_every = 10\n" + keys + "\n", kAdamW);
+  EXPECT_GE(o.accuracy, 0.78) << o.run.done_line;
+  EXPECT_EQ(o.hashes.size(), 1u) << "the workers ended on different models";
+  const double bytes = JsonNumber(o.run.done_line, "bytes_per_outer_step").value_or(0);
+  printf("%s: accuracy %.4f, %.0f bytes per outer step per worker (%.2fx fewer than fp32's %.0f)\n", name.c_str(),
+         o.accuracy, bytes, kDenseRingBytes / bytes, kDenseRingBytes);
+  return bytes;
+}
+
+TEST(CollectiveTraining, DilocoReachesTarget) {
+  const double bytes = TrainDiloco("diloco", "outer_lr = 0.7\nouter_momentum = 0.9\n");
+  EXPECT_GE(bytes, kDenseRingBytes);
+  EXPECT_LE(bytes, kDenseRingBytes + 6 * 16);
+}
+
+// int8 and int4 pseudo-gradients: every worker applies the same decoded values (one model at
+// the end), training still reaches the target, and each worker sends what the ring's quantized
+// all-reduce costs: 2 (W - 1) encodings of a quarter of mlp's 269,322 parameters (chunks of
+// 67,330 or 67,331) with a 16-byte header each.
+TEST(CollectiveTraining, DilocoQuantizedPseudoGradientsKeepOneModel) {
+  for (const char* wire : {"int8", "int4"}) {
+    SCOPED_TRACE(wire);
+    const double bytes = TrainDiloco(std::string("diloco_") + wire, std::string("outer_wire = \"") + wire + "\"\n");
+    const BlockQuant q = std::string(wire) == "int8" ? BlockQuant::kInt8 : BlockQuant::kInt4;
+    EXPECT_GE(bytes, 6.0 * double(QuantizedBytes(q, kMlpParams / 4)));
+    EXPECT_LE(bytes, 6.0 * double(QuantizedBytes(q, kMlpParams / 4 + 1) + 16));
+  }
+}
+
+// Streaming DiLoCo in 2 fragments: each exchange carries half the model (half a dense fp32
+// ring all-reduce's bytes), overlapped with the next inner step; one model at the end.
+TEST(CollectiveTraining, StreamingDilocoExchangesHalfTheModelAtATime) {
+  const double bytes = TrainDiloco("diloco_streaming", "streaming = 2\noverlap_steps = 1\n");
+  EXPECT_GE(bytes, 0.5 * kDenseRingBytes);
+  EXPECT_LE(bytes, 0.5 * kDenseRingBytes + 6 * 16);
 }
 
 TEST(CollectiveTraining, AdpsgdReachesTargetAndReportsConsensus) {

@@ -78,6 +78,13 @@ TEST(JobKeys, EveryKeyAnAlgorithmOrOptimizerReadsIsAccepted) {
   EXPECT_EQ(KeyError("name = \"bmuf\"\nblock_steps = 8\nblock_momentum = 0.5\nblock_lr = 1.0\nrendezvous_dir = \"/x\"",
                      "name = \"rmsprop_sgd\"\nrms_decay = 0.9\nrms_lr_ratio = 0.1"),
             "");
+  EXPECT_EQ(KeyError("name = \"diloco\"\nsync_every = 20\nouter_optimizer = \"nesterov\"\nouter_lr = 0.7\n"
+                     "outer_momentum = 0.9\nouter_wire = \"int4\"\nbalance = true",
+                     "name = \"adamw\"\nlr = 1e-3\nweight_decay = 1e-2"),
+            "");
+  // auto may hand the job to diloco.
+  EXPECT_EQ(
+      KeyError("name = \"auto\"\ndiloco_ratio = 50.0\nsync_every = 20\nouter_wire = \"int8\"", "name = \"adamw\""), "");
   for (auto& name : AlgorithmNames()) EXPECT_NO_THROW(KnownAlgorithmKeys(name)) << name;
 }
 

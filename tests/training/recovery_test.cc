@@ -25,10 +25,13 @@ namespace {
 
 const char* kMomentum = "[optimizer]\nname = \"momentum\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4\n\n";
 
-// 2 workers, batch 32, 3200 samples: 50 steps an epoch.
+// 2 workers, batch 32, 3200 samples: 50 steps an epoch. The optimizer is kMomentum unless the
+// section brings its own [optimizer].
 std::string Job(const std::string& name, const std::string& dir, const std::string& algorithm_section, int epochs,
                 int every, int max_restarts, int workers = 2, int64_t samples = 3200) {
-  std::string t = FmnistJob(name, dir + "/out", workers, "mlp", samples, epochs, algorithm_section + kMomentum);
+  const bool own_optimizer = algorithm_section.find("[optimizer]") != std::string::npos;
+  std::string t = FmnistJob(name, dir + "/out", workers, "mlp", samples, epochs,
+                            algorithm_section + (own_optimizer ? "" : kMomentum));
   t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir +
                                            "/ckpt\"\ncheckpoint_every_steps = " + std::to_string(every) +
                                            "\nmax_restarts = " + std::to_string(max_restarts) + "\n");
@@ -105,6 +108,21 @@ TEST(Recovery, DoubleBufferRestartsWithItsPendingExchangeExactly) {
 TEST(Recovery, BmufRestartsMidBlockExactly) {
   // Checkpoints every 20 steps with blocks of 8: the checkpoint lands mid-block.
   RestartsExactly("bmuf", "[algorithm]\nname = \"bmuf\"\nblock_steps = 8\n\n");
+}
+TEST(Recovery, DilocoRestartsMidRoundExactly) {
+  // Checkpoints every 20 steps with rounds of 8: the checkpoint lands mid-round, where each
+  // worker's weights and AdamW moments are its own and the global weights and the outer
+  // momentum are shared.
+  RestartsExactly("diloco",
+                  "[algorithm]\nname = \"diloco\"\nsync_every = 8\n\n"
+                  "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n");
+}
+// Streaming in 2 fragments (offsets 0 and 4 of 8): fragment 1 leaves after step 20, so the
+// checkpoint there settles its exchange in flight and saves its merge as due at step 21.
+TEST(Recovery, StreamingDilocoRestartsWithAnExchangeInFlightExactly) {
+  RestartsExactly("diloco_streaming",
+                  "[algorithm]\nname = \"diloco\"\nsync_every = 8\nstreaming = 2\noverlap_steps = 2\n\n"
+                  "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n");
 }
 TEST(Recovery, DgcRestartsWithItsAccumulatorsExactly) {
   RestartsExactly("dgc", "[algorithm]\nname = \"dgc\"\nsparsity_warmup_epochs = 1\nmin_compress_elements = 256\n\n");
@@ -594,6 +612,14 @@ TEST(Recovery, AllReduceResumesOnMoreWorkers) {
 TEST(Recovery, BmufResumesOnFewerWorkersFromTheBlockStart) {
   ResumesOnAnotherWorld("reshape_bmuf", "[algorithm]\nname = \"bmuf\"\nblock_steps = 8\n\n", 3, 2, 30,
                         "bmuf starts its block again");
+}
+// The same for diloco (rounds of 6: checkpoint 20 is mid-round): every worker restarts the
+// round from the global weights, with the AdamW moments of the rank that sent the checkpoint.
+TEST(Recovery, DilocoResumesOnFewerWorkersFromTheGlobalWeights) {
+  ResumesOnAnotherWorld("reshape_diloco",
+                        "[algorithm]\nname = \"diloco\"\nsync_every = 6\n\n"
+                        "[optimizer]\nname = \"adamw\"\nlr = 2e-3\nwarmup_steps = 10\nschedule = \"cosine\"\n\n",
+                        3, 2, 30, "diloco starts its round again");
 }
 
 // Parameter-server jobs resume on another number of workers: the servers keep the model and

@@ -535,9 +535,14 @@ class Launch {
   // The done record in metrics.jsonl, the plot, and the done JSON line last on stdout.
   int Report() {
     // Accuracy from rank 0's end record, totals over workers.
-    double acc = NAN, steps = 0, sps = 0, bytes = 0, skipped = 0;
+    double acc = NAN, steps = 0, sps = 0, bytes = 0, skipped = 0, outer_bytes = 0;
+    int outer_reports = 0;
     for (auto& [r, line] : end_lines_) {
       skipped += JsonNumber(line, "data_skipped").value_or(0);
+      if (auto b = JsonNumber(line, "bytes_per_outer_step")) {
+        outer_bytes += *b;
+        ++outer_reports;
+      }
       if (r == 0 || std::isnan(acc)) acc = JsonNumber(line, "test_accuracy").value_or(NAN);
       steps = std::max(steps, JsonNumber(line, "steps").value_or(0));
       sps += JsonNumber(line, "samples_per_s").value_or(0);
@@ -553,6 +558,8 @@ class Launch {
         .Add("samples_per_s", sps)
         .Add("bytes_sent", int64_t(bytes))
         .Add("workers", cfg_.world_size());
+    // diloco: what one worker sends per outer step, the mean over workers.
+    if (outer_reports) fields.Add("bytes_per_outer_step", int64_t(outer_bytes / outer_reports));
     if (workers_failed_) fields.Add("workers_failed", workers_failed_);
     if (restarts_) fields.Add("restarts", restarts_);
     if (cfg_.skip_bad) fields.Add("data_skipped", int64_t(skipped));

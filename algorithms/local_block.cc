@@ -1,0 +1,112 @@
+#include "algorithms/local_block.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace shoal {
+
+void LocalBlock::StartAt(const std::vector<ParamView>& params) {
+  int64_t total = 0;
+  for (auto& p : params) total += p.n;
+  start_.resize(size_t(total));
+  float* out = start_.data();
+  for (auto& p : params) {
+    memcpy(out, p.w, size_t(p.n) * 4);
+    out += p.n;
+  }
+}
+
+bool LocalBlock::Count(const StepInfo& info) {
+  block_samples_ += info.samples;
+  block_global_ += info.global_samples;
+  return ++in_block_ == block_steps_;
+}
+
+std::vector<float> LocalBlock::WeightedDelta(const std::vector<ParamView>& params, int world) const {
+  std::vector<float> delta(start_.size());
+  size_t off = 0;
+  for (auto& p : params) {
+    for (int64_t i = 0; i < p.n; ++i) delta[off + size_t(i)] = start_[off + size_t(i)] - p.w[i];
+    off += size_t(p.n);
+  }
+  StepInfo block;
+  block.samples = block_samples_;
+  block.global_samples = block_global_;
+  const float weight = float(GradientWeight(block, world));
+  if (weight != 1.f)
+    for (auto& d : delta) d *= weight;
+  return delta;
+}
+
+void LocalBlock::Restart(const std::vector<ParamView>& params) {
+  const float* in = start_.data();
+  for (auto& p : params) {
+    memcpy(p.w, in, size_t(p.n) * 4);
+    in += p.n;
+  }
+  in_block_ = 0;
+  block_samples_ = block_global_ = 0;
+  ++blocks_;
+}
+
+void LocalBlock::Save(CheckpointState* out) const {
+  out->PutFloats(prefix_ + "start", start_);
+  out->PutInt(prefix_ + "in_block", in_block_);
+  out->PutInt(prefix_ + "blocks", blocks_);
+  out->PutInt(prefix_ + "block_samples", block_samples_);
+  out->PutInt(prefix_ + "block_global", block_global_);
+}
+
+void LocalBlock::Load(const std::vector<ParamView>& params, const CheckpointState& in, int world) {
+  start_ = in.GetFloatVector(prefix_ + "start", start_.size());
+  in_block_ = in.GetInt(prefix_ + "in_block");
+  blocks_ = in.GetInt(prefix_ + "blocks");
+  if (in.Has(prefix_ + "block_samples")) {
+    block_samples_ = in.GetInt(prefix_ + "block_samples");
+    block_global_ = in.GetInt(prefix_ + "block_global");
+  }
+  SHOAL_CHECK(in_block_ >= 0 && in_block_ < block_steps_, "checkpoint: " + name_ + " is " + std::to_string(in_block_) +
+                                                              " steps into a block of " + std::to_string(block_steps_) +
+                                                              " (was [algorithm] " + steps_key_ + " changed?)");
+  if (in.record.shards != uint32_t(world)) {
+    Restart(params);
+    --blocks_;  // the same block again, not a new one
+  }
+}
+
+LocalBlockAlgorithm::LocalBlockAlgorithm(const AlgorithmEnv& env, const std::string& name, const std::string& steps_key,
+                                         int64_t default_steps)
+    : env_(env),
+      balance_(BalanceOn(env)),
+      updater_(env),
+      comm_(env.make_communicator(name)),
+      block_(name, steps_key, env.config->algorithm_opts.GetInt(steps_key, default_steps, 1, 1 << 30)) {}
+
+bool LocalBlockAlgorithm::AgreeToStop(bool mine) {
+  float v = mine ? 1.f : 0.f;
+  comm_->AllReduce(&v, 1, ReduceOp::kSum);
+  return v > 0;
+}
+
+void LocalBlockAlgorithm::StartFirstBlock(const std::vector<ParamView>& params) {
+  for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
+  block_.StartAt(params);
+}
+
+void LocalBlockAlgorithm::LocalStep(const std::vector<ParamView>& params, const StepInfo& info) {
+  updater_.Apply(params, info.step);  // this worker's own batch mean
+  if (block_.Count(info)) EndBlock(params);
+}
+
+void LocalBlockAlgorithm::SaveBlock(const std::vector<ParamView>& params, CheckpointState* out) const {
+  updater_.Save(params, "opt/", out);
+  block_.Save(out);
+}
+
+void LocalBlockAlgorithm::LoadBlock(const std::vector<ParamView>& params, const CheckpointState& in) {
+  updater_.Load(params, "opt/", in);
+  block_.Load(params, in, env_.world);
+}
+
+}  // namespace shoal
