@@ -847,6 +847,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: shoal run JOB.toml [--resume | --fresh]\n");
     return 2;
   }
+  // A reader of its output that goes away (a benchmark killed, `| head`) must not kill it
+  // with SIGPIPE midway: it still stops the job's processes and removes their cgroups.
+  signal(SIGPIPE, SIG_IGN);
   try {
     if (FLAGS_checkpoint_state) return shoal::Launch(argv[1]).PrintCheckpointState();
     return shoal::Run(argv[1]);

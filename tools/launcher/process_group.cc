@@ -37,6 +37,7 @@ Child& ProcessGroup::Start(const std::string& name, const std::vector<std::strin
     // Own process group: a terminal's Ctrl-C reaches only the launcher, which stops all.
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    signal(SIGPIPE, SIG_DFL);             // the launcher ignores it; an ignored signal stays so across exec
     if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
     dup2(fd, 1);
     dup2(fd, 2);
