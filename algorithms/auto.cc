@@ -9,12 +9,13 @@
 //                the update still exact) when workers are uneven (slowest compute >
 //                uneven_ratio x fastest) and the slowest's share stays above env.min_share,
 //                then 1 x (harmonic-mean compute + exchange),
-//     bmuf       bmuf_steps_factor x (compute + exchange / block_steps), weighed when the
+//     bmuf       bmuf_factor x (compute + exchange / block_steps), weighed when the
 //                exchange costs > bmuf_ratio x compute,
-//     adpsgd     adpsgd_steps_factor x (harmonic-mean compute + exchange / 2), weighed for
-//                uneven workers (nobody waits for the slowest; one peer, half the bytes).
-//   The steps factors (steps to target relative to synchronous all-reduce: block averaging,
-//   staleness) are measured defaults, documented in docs/algorithms.md ("How auto chooses").
+//     adpsgd     adpsgd_factor x (harmonic-mean compute + exchange / 2), weighed for
+//                uneven workers (nobody waits at a barrier; one peer, half the bytes).
+//   The factors (time to target beyond the per-step estimate, relative to all-reduce: extra
+//   steps, waits the estimate leaves out) are measured defaults, documented in
+//   docs/algorithms.md ("How auto chooses").
 // The "auto" metrics event carries the figures behind the choice: measured compute and
 // exchange, each candidate's estimated seconds per global step, the factors, the reason.
 // Weights are identical on every worker at the hand-over (synchronous probe), which is the
@@ -31,10 +32,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Steps to the target relative to synchronous all-reduce at the same global batch, from
-// measured runs (docs/algorithms.md, "How auto chooses").
-constexpr double kBmufStepsFactor = 1.15;
-constexpr double kAdpsgdStepsFactor = 1.0;
+// What each candidate's time to target costs beyond its estimated seconds per step, relative
+// to synchronous all-reduce: the extra steps (block averaging, staleness) and the waits the
+// per-step estimate leaves out (an adpsgd worker whose gossip partner is the slow one waits
+// for it). Measured with `./shoal bench heterogeneous`: docs/algorithms.md, "How auto chooses".
+constexpr double kBmufFactor = 1.4;
+constexpr double kAdpsgdFactor = 1.75;
 
 class Auto : public Algorithm {
  public:
@@ -49,8 +52,8 @@ class Auto : public Algorithm {
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);
     may_balance_ = a.GetBool("balance", true);
     block_steps_ = a.GetInt("block_steps", 8, 1, 1 << 30);
-    bmuf_steps_ = a.GetDouble("bmuf_steps_factor", kBmufStepsFactor, 0.01, 100);
-    adpsgd_steps_ = a.GetDouble("adpsgd_steps_factor", kAdpsgdStepsFactor, 0.01, 100);
+    bmuf_factor_ = a.GetDouble("bmuf_factor", kBmufFactor, 0.01, 100);
+    adpsgd_factor_ = a.GetDouble("adpsgd_factor", kAdpsgdFactor, 0.01, 100);
     comm_ = env.make_communicator("auto");
   }
   std::string Name() const override { return chosen_ ? "auto:" + chosen_->Name() : "auto"; }
@@ -141,9 +144,9 @@ class Auto : public Algorithm {
   // One algorithm auto may hand over to, with what the model says it costs.
   struct Candidate {
     std::string name;
-    double step_s;        // estimated seconds per global step (what the probe measured)
-    double steps_factor;  // its steps to target / synchronous all-reduce's (staleness, blocks, sparsity)
-    double to_target() const { return step_s * steps_factor; }
+    double step_s;  // estimated seconds per global step (what the probe measured)
+    double factor;  // its time to target / (step_s x all-reduce's steps): extra steps, unmodelled waits
+    double to_target() const { return step_s * factor; }
   };
 
   void Decide(const std::vector<ParamView>& params) {
@@ -184,8 +187,8 @@ class Auto : public Algorithm {
     // auto chooses"); the ratios say which are worth weighing: bmuf where the exchange costs
     // more than bmuf_ratio x compute, adpsgd for uneven workers.
     std::vector<Candidate> candidates = {{"allreduce", balance ? est_balanced : est_allreduce, 1.0}};
-    if (exchange > bmuf_ratio_ * compute) candidates.push_back({"bmuf", est_bmuf, bmuf_steps_});
-    if (uneven) candidates.push_back({"adpsgd", est_adpsgd, adpsgd_steps_});
+    if (exchange > bmuf_ratio_ * compute) candidates.push_back({"bmuf", est_bmuf, bmuf_factor_});
+    if (uneven) candidates.push_back({"adpsgd", est_adpsgd, adpsgd_factor_});
     const Candidate* best = &candidates[0];
     for (auto& c : candidates)
       if (c.to_target() < best->to_target()) best = &c;
@@ -237,8 +240,8 @@ class Auto : public Algorithm {
                               .Add("est_balanced_allreduce_s", est_balanced)
                               .Add("est_bmuf_s", est_bmuf)
                               .Add("est_adpsgd_s", est_adpsgd)
-                              .Add("bmuf_steps_factor", bmuf_steps_)
-                              .Add("adpsgd_steps_factor", adpsgd_steps_));
+                              .Add("bmuf_factor", bmuf_factor_)
+                              .Add("adpsgd_factor", adpsgd_factor_));
     chosen_ = MakeChosen(choice);
     chosen_->Init(params);
   }
@@ -252,7 +255,7 @@ class Auto : public Algorithm {
   double uneven_ratio_, bmuf_ratio_, dgc_ratio_;
   bool may_balance_ = true, balanced_ = false;
   int64_t block_steps_ = 8;
-  double bmuf_steps_, adpsgd_steps_;
+  double bmuf_factor_, adpsgd_factor_;
   double compute_s_ = 0, comm_s_ = 0;
   Clock::time_point last_step_end_;
 };

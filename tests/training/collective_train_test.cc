@@ -99,8 +99,8 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
   EXPECT_EQ(o.hashes.size(), 1u);
 }
 
-// "auto" measures, then picks the least estimated time to target (seconds per step x steps
-// factor): an uneven worker -> balanced allreduce, or adpsgd where its steps factor makes it
+// "auto" measures, then picks the least estimated time to target (seconds per step x its
+// factor): an uneven worker -> balanced allreduce, or adpsgd where its factor makes it
 // cheaper (and when balancing is off); slow links -> dgc; the auto event carries the figures
 // it weighed.
 TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
@@ -120,19 +120,18 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
     // Why it chose: the figures it weighed, as plain fields.
     for (const char* k :
          {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share", "est_allreduce_s",
-          "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "bmuf_steps_factor", "adpsgd_steps_factor"})
+          "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "bmuf_factor", "adpsgd_factor"})
       EXPECT_TRUE(!events.empty() && JsonNumber(events[0], k).has_value()) << k;
     return picks.empty() ? std::string("none") : *picks.begin();
   };
   // The mlp's exchange is about its balanced compute, so bmuf_ratio is set out of reach
-  // (else balanced bmuf is as right a choice). adpsgd's estimate (harmonic-mean compute + half
-  // the exchange) is below balanced allreduce's (+ the whole exchange): its steps factor
-  // decides between them; without balancing: adpsgd.
-  EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\nadpsgd_steps_factor = 3.0\n"),
-            "allreduce+balance");
-  EXPECT_EQ(decide("auto_uneven_adpsgd", "[{slowdown = 4.0}, {}, {}, {}]",
-                   "bmuf_ratio = 1000.0\nadpsgd_steps_factor = 0.8\n"),
-            "adpsgd");
+  // (else balanced bmuf is as right a choice). adpsgd's per-step estimate (harmonic-mean
+  // compute + half the exchange) is below balanced allreduce's (+ the whole exchange): its
+  // factor decides between them (default 1.75: balanced allreduce); without balancing: adpsgd.
+  EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\n"), "allreduce+balance");
+  EXPECT_EQ(
+      decide("auto_uneven_adpsgd", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.8\n"),
+      "adpsgd");
   EXPECT_EQ(decide("auto_uneven_unbalanced", "[{slowdown = 4.0}, {}, {}, {}]", "balance = false\n"), "adpsgd");
   EXPECT_EQ(decide("auto_slow_links",
                    "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]"),
