@@ -36,8 +36,8 @@ using Clock = std::chrono::steady_clock;
 // to synchronous all-reduce: the extra steps (block averaging, staleness) and the waits the
 // per-step estimate leaves out (an adpsgd worker whose gossip partner is the slow one waits
 // for it). Measured with `./shoal bench heterogeneous`: docs/algorithms.md, "How auto chooses".
-constexpr double kBmufFactor = 1.4;
-constexpr double kAdpsgdFactor = 1.75;
+constexpr double kBmufFactor = 1.3;
+constexpr double kAdpsgdFactor = 1.15;
 
 class Auto : public Algorithm {
  public:

@@ -126,9 +126,10 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   };
   // The mlp's exchange is about its balanced compute, so bmuf_ratio is set out of reach
   // (else balanced bmuf is as right a choice). adpsgd's per-step estimate (harmonic-mean
-  // compute + half the exchange) is below balanced allreduce's (+ the whole exchange): its
-  // factor decides between them (default 1.75: balanced allreduce); without balancing: adpsgd.
-  EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\n"), "allreduce+balance");
+  // compute + half the exchange) is below balanced allreduce's (+ the whole exchange), so its
+  // factor decides between them, named here both ways; without balancing: adpsgd.
+  EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\nadpsgd_factor = 2.0\n"),
+            "allreduce+balance");
   EXPECT_EQ(
       decide("auto_uneven_adpsgd", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.8\n"),
       "adpsgd");
