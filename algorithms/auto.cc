@@ -4,18 +4,22 @@
 // worker decides the same), then hands over to:
 //   diloco    when the exchange costs > diloco_ratio x compute (the exchange dwarfs compute:
 //             one exchange per sync_every steps, whatever the optimizer),
-//   dgc       when the exchange costs > dgc_ratio x compute (very slow links),
-//   uneven workers (slowest compute > uneven_ratio x fastest):
-//     balanced allreduce (batches split by throughput, so nobody waits and the update is
-//               still exact), or balanced bmuf when the exchange also costs > bmuf_ratio x
-//               the balanced compute,
-//     adpsgd    when balancing cannot help: [algorithm] balance = false, or the slowest
-//               worker's share of the global batch would be under env.min_share (one
-//               sample; more for batch norm, algorithms/balance.h),
-//   bmuf      when it costs > bmuf_ratio x compute (slow links): 1/block_steps the traffic,
-//   allreduce otherwise (fast links, equal workers).
+//   dgc       when the exchange costs > dgc_ratio x compute (very slow links: its top-k's
+//             cost on the host is not something the probe sees, so links decide first),
+//   else the candidate with the least estimated time to target, seconds per step x steps:
+//     allreduce  1 x (slowest compute + exchange); balanced (batches split by throughput,
+//                the update still exact) when workers are uneven (slowest compute >
+//                uneven_ratio x fastest) and the slowest's share stays above env.min_share,
+//                then 1 x (harmonic-mean compute + exchange),
+//     bmuf       bmuf_factor x (compute + exchange / block_steps), weighed when the
+//                exchange costs > bmuf_ratio x compute,
+//     adpsgd     adpsgd_factor x (harmonic-mean compute + exchange / 2), weighed for
+//                uneven workers (nobody waits at a barrier; one peer, half the bytes).
+//   The factors (time to target beyond the per-step estimate, relative to all-reduce: extra
+//   steps, waits the estimate leaves out) are measured defaults, documented in
+//   docs/algorithms.md ("How auto chooses").
 // The "auto" metrics event carries the figures behind the choice: measured compute and
-// exchange, each candidate's estimated seconds per global step, and the reason.
+// exchange, each candidate's estimated seconds per global step, the factors, the reason.
 // Weights are identical on every worker at the hand-over (synchronous probe), which is the
 // start point every algorithm's Init expects.
 #include <chrono>
@@ -29,6 +33,13 @@ namespace shoal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// What each candidate's time to target costs beyond its estimated seconds per step, relative
+// to synchronous all-reduce: the extra steps (block averaging, staleness) and the waits the
+// per-step estimate leaves out (an adpsgd worker whose gossip partner is the slow one waits
+// for it). Measured with `./shoal bench heterogeneous`: docs/algorithms.md, "How auto chooses".
+constexpr double kBmufFactor = 1.3;
+constexpr double kAdpsgdFactor = 1.15;
 
 class Auto : public Algorithm {
  public:
@@ -45,6 +56,8 @@ class Auto : public Algorithm {
     sync_every_ = a.GetInt("sync_every", 100, 1, 1 << 30);
     may_balance_ = a.GetBool("balance", true);
     block_steps_ = a.GetInt("block_steps", 8, 1, 1 << 30);
+    bmuf_factor_ = a.GetDouble("bmuf_factor", kBmufFactor, 0.01, 100);
+    adpsgd_factor_ = a.GetDouble("adpsgd_factor", kAdpsgdFactor, 0.01, 100);
     comm_ = env.make_communicator("auto");
   }
   std::string Name() const override { return chosen_ ? "auto:" + chosen_->Name() : "auto"; }
@@ -132,6 +145,14 @@ class Auto : public Algorithm {
     return MakeAlgorithm(choice, e);
   }
 
+  // One algorithm auto may hand over to, with what the model says it costs.
+  struct Candidate {
+    std::string name;
+    double step_s;  // estimated seconds per global step (what the probe measured)
+    double factor;  // its time to target / (step_s x all-reduce's steps): extra steps, unmodelled waits
+    double to_target() const { return step_s * factor; }
+  };
+
   void Decide(const std::vector<ParamView>& params) {
     int64_t n = probed_ - 1;  // the first step has no compute interval before it
     double mine_compute = compute_s_ / double(n), mine_comm = comm_s_ / double(n);
@@ -158,39 +179,52 @@ class Auto : public Algorithm {
     const double slowest_share = inv_sum > 0 && cmax > 0 ? double(global) * (1.0 / cmax) / inv_sum : 0;
     const bool uneven = W > 1 && cmin > 0 && cmax / cmin > uneven_ratio_;
     const bool can_balance = may_balance_ && slowest_share >= double(std::max<int64_t>(1, env_.min_share));
-    // Estimated seconds per global step: what the choice weighs (adpsgd gossips one model
-    // with one peer, about half a ring all-reduce's bytes; bmuf exchanges 1/block_steps).
+    const bool balance = uneven && can_balance;
+    // Estimated seconds per global step: what the probe measured (adpsgd gossips one model
+    // with one peer, about half a ring all-reduce's bytes, and nobody waits for the slowest;
+    // bmuf exchanges 1/block_steps the bytes).
+    const double compute = balance ? hmean : cmax;
     const double est_allreduce = cmax + exchange, est_balanced = hmean + exchange;
-    const double est_bmuf = (can_balance && uneven ? hmean : cmax) + exchange / double(block_steps_);
+    const double est_bmuf = compute + exchange / double(block_steps_);
     const double est_adpsgd = hmean + exchange / 2;
-    const double est_diloco = (can_balance && uneven ? hmean : cmax) + exchange / double(sync_every_);
-    std::string choice = "allreduce", reason = "fast links, even workers";
-    balanced_ = false;
-    if (W > 1) {
-      // Links first: a slow exchange dwarfs compute jitter between workers.
-      if (exchange > diloco_ratio_ * cmax) {
-        choice = "diloco";
-        reason = "exchange > diloco_ratio x compute";
-      } else if (exchange > dgc_ratio_ * cmax) {
-        choice = "dgc";
-        reason = "exchange > dgc_ratio x compute";
-      } else if (uneven && can_balance) {
-        balanced_ = true;
-        if (exchange > bmuf_ratio_ * hmean) {
-          choice = "bmuf";
-          reason = "uneven workers: balanced batches; exchange > bmuf_ratio x balanced compute";
-        } else {
-          reason = "uneven workers: balanced batches remove the wait for the slowest";
+    const double est_diloco = compute + exchange / double(sync_every_);
+    // Candidates, each at its seconds per step x its steps to target (docs/algorithms.md, "How
+    // auto chooses"); the ratios say which are worth weighing: bmuf where the exchange costs
+    // more than bmuf_ratio x compute, adpsgd for uneven workers.
+    std::vector<Candidate> candidates = {{"allreduce", balance ? est_balanced : est_allreduce, 1.0}};
+    if (exchange > bmuf_ratio_ * compute) candidates.push_back({"bmuf", est_bmuf, bmuf_factor_});
+    if (uneven) candidates.push_back({"adpsgd", est_adpsgd, adpsgd_factor_});
+    const Candidate* best = &candidates[0];
+    for (auto& c : candidates)
+      if (c.to_target() < best->to_target()) best = &c;
+    std::string choice = best->name, reason;
+    if (W == 1) {
+      choice = "allreduce", reason = "one worker";
+    } else if (exchange > diloco_ratio_ * cmax) {
+      choice = "diloco";
+      reason = "exchange > diloco_ratio x compute";
+    } else if (exchange > dgc_ratio_ * cmax) {
+      // Links first: a slow exchange dwarfs compute jitter between workers, and dgc's top-k
+      // cost is not something the probe can see.
+      choice = "dgc";
+      reason = "exchange > dgc_ratio x compute";
+    } else {
+      char buf[256];
+      std::string others;
+      for (auto& c : candidates)
+        if (&c != best) {
+          snprintf(buf, sizeof buf, "%s%s %.1f", others.empty() ? "" : ", ", c.name.c_str(), c.to_target() * 1e3);
+          others += buf;
         }
-      } else if (uneven) {
-        choice = "adpsgd";
-        reason = may_balance_ ? "uneven workers; the slowest's balanced share is under the floor (min_share)"
-                              : "uneven workers; balance = false";
-      } else if (exchange > bmuf_ratio_ * cmax) {
-        choice = "bmuf";
-        reason = "exchange > bmuf_ratio x compute";
-      }
+      snprintf(buf, sizeof buf, "%s%s: lowest est. ms per all-reduce step to target (%.1f%s%s)%s",
+               uneven ? "uneven workers, " : "", choice.c_str(), best->to_target() * 1e3, others.empty() ? "" : " vs ",
+               others.c_str(),
+               uneven && !can_balance ? (may_balance_ ? "; balanced share under min_share" : "; balance = false") : "");
+      reason = buf;
     }
+    // allreduce, bmuf and diloco balance as weighed (adpsgd waits for nobody; dgc is chosen
+    // for its links, before the workers' speeds are weighed).
+    balanced_ = balance && (choice == "allreduce" || choice == "bmuf" || choice == "diloco");
     if (choice == "dgc" && env_.config->optimizer != "momentum" && env_.config->optimizer != "sgd") {
       choice = "bmuf";
       reason += " (dgc needs momentum or sgd: bmuf)";
@@ -214,7 +248,9 @@ class Auto : public Algorithm {
                               .Add("est_balanced_allreduce_s", est_balanced)
                               .Add("est_bmuf_s", est_bmuf)
                               .Add("est_adpsgd_s", est_adpsgd)
-                              .Add("est_diloco_s", est_diloco));
+                              .Add("est_diloco_s", est_diloco)
+                              .Add("bmuf_factor", bmuf_factor_)
+                              .Add("adpsgd_factor", adpsgd_factor_));
     chosen_ = MakeChosen(choice);
     chosen_->Init(params);
   }
@@ -228,6 +264,7 @@ class Auto : public Algorithm {
   double uneven_ratio_, bmuf_ratio_, dgc_ratio_, diloco_ratio_;
   bool may_balance_ = true, balanced_ = false;
   int64_t block_steps_ = 8, sync_every_ = 100;
+  double bmuf_factor_, adpsgd_factor_;
   double compute_s_ = 0, comm_s_ = 0;
   Clock::time_point last_step_end_;
 };

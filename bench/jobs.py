@@ -34,7 +34,11 @@ class JobRun:
     def time_to(self, target):
         """wall_s of rank 0's first evaluation at or above `target`; None if none reached it.
         wall_s counts from the job's start, so start-up counts the same for every run."""
-        return next((e["wall_s"] for e in self.rank0("eval") if (e.get("test_accuracy") or 0) >= target), None)
+        return self.first_eval(target).get("wall_s")
+
+    def first_eval(self, target):
+        """Rank 0's first evaluation at or above `target` ({} if none): its wall_s and step."""
+        return next((e for e in self.rank0("eval") if (e.get("test_accuracy") or 0) >= target), {})
 
 
 def run_job(bin_dir, tmp, label, job_text, timeout):

@@ -578,7 +578,8 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
       for (auto& e : *w->as_array()) {
         std::string where = file + ": [cluster] workers[" + std::to_string(i++) + "]";
         if (!e.is_table())
-          throw Error(where + ": expected a table {host, device, slowdown, bandwidth_mbps}, got " + Describe(&e));
+          throw Error(where + ": expected a table {host, device, slowdown, bandwidth_mbps, cpu_quota}, got " +
+                      Describe(&e));
         WorkerSpec ws;
         for (auto&& [k, v] : *e.as_table()) {
           std::string key(k.str());
@@ -593,10 +594,13 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
           else if (key == "bandwidth_mbps" && v.is_number() &&
                    (*v.value<double>() == 0 || (*v.value<double>() >= 0.01 && *v.value<double>() <= 1e7)))
             ws.bandwidth_mbps = *v.value<double>();
+          else if (key == "cpu_quota" && v.is_number() && *v.value<double>() >= kMinCpuQuota &&
+                   *v.value<double>() <= kMaxCpuQuota)
+            ws.cpu_quota = *v.value<double>();
           else
             throw Error(where + " " + key + ": unexpected " + Describe(&v) +
                         " (keys: host string, device \"cpu\"|\"cuda:N\", slowdown 0-1000, bandwidth_mbps 0 (no "
-                        "limit) or 0.01-1e7)");
+                        "limit) or 0.01-1e7, cpu_quota 0.01-1024 cores)");
         }
         if (!(ws.device == "cpu" || ws.device == "cuda" || ws.device.rfind("cuda:", 0) == 0))
           throw Error(where + " device: expected \"cpu\" or \"cuda:N\", got \"" + ws.device + "\"");

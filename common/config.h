@@ -45,7 +45,16 @@ struct WorkerSpec {
   std::string device = "cpu";  // "cpu" | "cuda:N"
   double slowdown = 0;         // sleep slowdown x compute time per step (counted as compute)
   double bandwidth_mbps = 0;   // 0 = unlimited; token bucket on sends
+  // Cores of CPU time `shoal run` lets this worker's process use (a CFS quota on its own
+  // cgroup: 0.15 = 15 ms of every 100 ms), to rehearse slower devices on one machine without
+  // the others taking their cores; 0 = no limit.
+  double cpu_quota = 0;
 };
+
+// The fewest and most cores a worker's cpu_quota may give: CFS refuses a quota under 1 ms
+// per period (100 ms here), and more cores than kMaxThreads is a typo, not a machine.
+constexpr double kMinCpuQuota = 0.01;
+constexpr double kMaxCpuQuota = 1024;
 
 // Where worker rank 0 serves a job without servers its coordinator, unless [cluster]
 // coordinator says otherwise.

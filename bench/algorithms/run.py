@@ -2,7 +2,8 @@
 algorithm on 4 workers, (a) equal workers, (b) one worker at slowdown 4, (c) every
 worker's bandwidth limited so a dense exchange takes about 4x the compute time (the
 in-process token bucket), (d) the same limit as real tbf-shaped links between four
-network-namespace hosts (root only; HOSTS=0 skips it).
+network-namespace hosts (root only; HOSTS=0 skips it). auto runs in every scenario too, and a
+table sets its choice and time against the fastest algorithm's.
 Each run is a real job through the launcher; the last line is one JSON object."""
 import json, os, subprocess, sys, tempfile
 
@@ -12,7 +13,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from jobs import FASHION_MNIST, free_port, run_job  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "bazel-bin"
-ALGOS = os.environ.get("ALGOS", "allreduce,double_buffer,ps_async,bmuf,adpsgd,dgc").split(",")
+ALGOS = [a for a in os.environ.get("ALGOS", "allreduce,double_buffer,ps_async,bmuf,adpsgd,dgc").split(",")
+         if a != "auto"]  # auto runs in every scenario, after the others
 TARGET = float(os.environ.get("TARGET", "0.85"))
 EPOCHS = int(os.environ.get("EPOCHS", "4"))
 SAMPLES = int(os.environ.get("SAMPLES", "30000"))
@@ -28,6 +30,7 @@ ALGO_KEYS = {
     "adpsgd": "",
     # A short run: no sparsity warm-up, or its dense-sized first epochs dominate the bytes.
     "dgc": "sparsity = 0.999\nsparsity_warmup_epochs = 0\nclip_norm = 5.0\n",
+    "auto": "probe_steps = 10\n",
 }
 # Learning rate per algorithm (for the global batch): a 1-step-stale gradient under
 # momentum 0.9 needs a smaller one (tests/training measured the same).
@@ -76,7 +79,9 @@ def run(algo, scenario, workers_toml, tmp):
     steady = steady_bytes_per_step(j)
     steps = max((e.get("steps", 0) for e in ends), default=0)
     compute = sum(e.get("compute_s", 0) for e in ends) / max(1, len(ends))
+    auto = next(iter(j.rank0("auto")), {})
     return {"time_to_target_s": round(reach, 1) if reach is not None else None,
+            **({"auto_choice": auto.get("choice") + (" (balanced)" if auto.get("balance") else "")} if auto else {}),
             "compute_s_per_step": compute / max(1, steps),
             "bytes_per_step": done.get("bytes_sent", 0) / 4 / max(1, steps),
             "final_accuracy": done.get("test_accuracy"), "wall_s": round(wall, 1),
@@ -93,6 +98,22 @@ def steady_bytes_per_step(j):
     if len(t) < 3 or t[-1]["step"] <= t[1]["step"]:
         return None
     return round((t[-1]["bytes_sent"] - t[1]["bytes_sent"]) / (t[-1]["step"] - t[1]["step"]), 1)
+
+
+def print_auto_against_best(results):
+    """Per scenario: what auto chose and its time to target against the fastest algorithm's."""
+    print("\n| scenario | auto chose | auto: s | fastest | its s | auto / fastest |\n|---|---|---|---|---|---|")
+    for scenario in ("equal", "slow_worker", "slow_links", "hosts"):
+        a = results.get(f"auto/{scenario}")
+        times = {algo: results.get(f"{algo}/{scenario}", {}).get("time_to_target_s") for algo in ALGOS}
+        times = {k: v for k, v in times.items() if v is not None}
+        if not a or not times:
+            continue
+        best = min(times, key=times.get)
+        t = a.get("time_to_target_s")
+        ratio = round(t / times[best], 2) if t else None
+        print(f"| {scenario} | {a.get('auto_choice', '-')} | {t if t is not None else '-'} | {best} | {times[best]} | "
+              f"{ratio if ratio is not None else '-'} |")
 
 
 def main():
@@ -113,7 +134,7 @@ def main():
         for scenario, workers in (("equal", equal), ("slow_worker", slow), ("slow_links", limited)):
             if scenario not in SCENARIOS:
                 continue
-            for algo in ALGOS:
+            for algo in ALGOS + ["auto"]:
                 r = run(algo, scenario, workers, tmp)
                 results[f"{algo}/{scenario}"] = r
                 print(f"{algo:>14} {scenario:>12} {json.dumps(r)}", flush=True)
@@ -133,6 +154,7 @@ def main():
         name = algo + (f" (chose {h['auto_choice']})" if h.get("auto_choice") else "")
         print(f"| {name} | {f(e, 'time_to_target_s')} | {f(e, 'bytes_per_worker')} | {f(w, 'time_to_target_s')} | "
               f"{f(l, 'time_to_target_s')} | {f(l, 'bytes_per_worker')} | {f(h, 'time_to_target_s')} |")
+    print_auto_against_best(results)
     # Bytes per step from the transport's counters, each algorithm against dense all-reduce
     # on equal workers (2(N-1)/N of the model per worker per step, plus the ring's headers).
     dense = results.get("allreduce/equal", {}).get("steady_bytes_per_step")

@@ -163,6 +163,26 @@ TEST(Config, WorkerTables) {
   EXPECT_EQ(c.workers[1].host, "10.0.0.2");
 }
 
+// cpu_quota: cores of CPU time per worker (`shoal run` gives each its own cgroup); one
+// table per worker, so the list's length is the worker count.
+TEST(Config, WorkerCpuQuota) {
+  auto c = ParseJobConfig(
+      Replace(kGood, "workers = 4", "workers = [{cpu_quota = 0.45}, {cpu_quota = 0.45}, {cpu_quota = 2}, {}]"),
+      "job.toml");
+  ASSERT_EQ(c.world_size(), 4);
+  EXPECT_DOUBLE_EQ(c.workers[0].cpu_quota, 0.45);
+  EXPECT_DOUBLE_EQ(c.workers[2].cpu_quota, 2.0);
+  EXPECT_DOUBLE_EQ(c.workers[3].cpu_quota, 0.0);  // no limit
+  EXPECT_DOUBLE_EQ(ParseJobConfig(kGood, "job.toml").workers[0].cpu_quota, 0.0);
+  auto workers = [](const std::string& table) { return ErrorOf(Replace(kGood, "workers = 4", "workers = " + table)); };
+  for (const char* bad : {"0", "-0.5", "0.001", "2000.0", "\"half\"", "true"})
+    EXPECT_NE(workers(std::string("[{}, {cpu_quota = ") + bad + "}]")
+                  .find("job.toml: [cluster] workers[1] cpu_quota: unexpected"),
+              std::string::npos)
+        << bad;
+  EXPECT_NE(workers("[{cpu_quota = 0}]").find("cpu_quota 0.01-1024 cores"), std::string::npos);
+}
+
 TEST(Config, StatusPageKeys) {
   JobConfig d = ParseJobConfig(kGood, "job.toml");
   EXPECT_EQ(d.status_port, 0);  // a free port, picked when the job starts

@@ -101,9 +101,10 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
   EXPECT_EQ(o.hashes.size(), 1u);
 }
 
-// "auto" measures, then picks: an uneven worker -> balanced allreduce (adpsgd when balancing
-// is off), slow links -> dgc, an exchange that dwarfs compute -> diloco; the auto event
-// carries the figures it weighed.
+// "auto" measures, then picks the least estimated time to target (seconds per step x its
+// factor): an uneven worker -> balanced allreduce, or adpsgd where its factor makes it
+// cheaper (and when balancing is off); slow links -> dgc; an exchange that dwarfs compute ->
+// diloco; the auto event carries the figures it weighed.
 TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   auto decide = [](const std::string& name, const std::string& workers, const std::string& keys = "") {
     std::string dir = FreshDir(name);
@@ -119,14 +120,21 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
       picks.insert(JsonField(e, "choice").value_or("?") + (JsonField(e, "balance") == "true" ? "+balance" : ""));
     EXPECT_EQ(picks.size(), 1u) << "every worker must decide the same";
     // Why it chose: the figures it weighed, as plain fields.
-    for (const char* k : {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share",
-                          "est_allreduce_s", "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "est_diloco_s"})
+    for (const char* k :
+         {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share", "est_allreduce_s",
+          "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "est_diloco_s", "bmuf_factor", "adpsgd_factor"})
       EXPECT_TRUE(!events.empty() && JsonNumber(events[0], k).has_value()) << k;
     return picks.empty() ? std::string("none") : *picks.begin();
   };
   // The mlp's exchange is about its balanced compute, so bmuf_ratio is set out of reach
-  // (else balanced bmuf is as right a choice); without balancing: adpsgd.
-  EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\n"), "allreduce+balance");
+  // (else balanced bmuf is as right a choice). adpsgd's per-step estimate (harmonic-mean
+  // compute + half the exchange) is below balanced allreduce's (+ the whole exchange), so its
+  // factor decides between them, named here both ways; without balancing: adpsgd.
+  EXPECT_EQ(decide("auto_uneven", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\nadpsgd_factor = 2.0\n"),
+            "allreduce+balance");
+  EXPECT_EQ(
+      decide("auto_uneven_adpsgd", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.8\n"),
+      "adpsgd");
   EXPECT_EQ(decide("auto_uneven_unbalanced", "[{slowdown = 4.0}, {}, {}, {}]", "balance = false\n"), "adpsgd");
   // At 80 Mbit/s the mlp's exchange costs about 50x its compute here (0.16 s against 3 ms):
   // over dgc_ratio (4), and over diloco_ratio when that is set to 10; set out of reach, dgc.

@@ -35,6 +35,7 @@
 #include "common/error.h"
 #include "common/json_fields.h"
 #include "common/metrics.h"
+#include "tools/launcher/cpu_quota.h"
 #include "tools/launcher/plot.h"
 #include "tools/launcher/process_group.h"
 #include "tools/launcher/status_page.h"
@@ -376,6 +377,14 @@ class Launch {
       fprintf(stderr, "shoal: %s: [job] status_port / status_bind: %s\n", job_path_.c_str(), e.what());
       return 2;
     }
+    try {
+      std::vector<double> quotas;
+      for (auto& w : cfg_.workers) quotas.push_back(w.cpu_quota);
+      quotas_ = std::make_unique<CpuQuotaGroups>(quotas);
+    } catch (const Error& e) {
+      fprintf(stderr, "shoal: %s: %s\n", job_path_.c_str(), e.what());
+      return 2;
+    }
     start_ = UnixNow();
     last_print_ = start_;  // the first line once there is progress to show
     setenv("SHOAL_JOB_START", std::to_string(start_).c_str(), 1);
@@ -447,6 +456,8 @@ class Launch {
             facts_.needs_servers ? (", " + std::to_string(cfg_.servers.size()) + " server(s)").c_str() : "",
             log_dir_.c_str());
     fprintf(stderr, "shoal: status page: %s (JSON: %s)\n", status_->url().c_str(), status_->url("status.json").c_str());
+    if (!quotas_->Describe().empty())
+      fprintf(stderr, "shoal: worker CPU quotas in %s/worker-RANK\n", quotas_->Describe().c_str());
     return 0;
   }
 
@@ -582,8 +593,9 @@ class Launch {
   }
 
  private:
+  // A worker with a cpu_quota starts (and restarts) inside its cgroup.
   void Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log, bool append) {
-    group_.Start(name, argv, log, append);
+    group_.Start(name, argv, log, append, quotas_->ProcsFile(WorkerRank(name)));
     started_[name] = {argv, log};
   }
 
@@ -798,6 +810,8 @@ class Launch {
   MetricsWriter metrics_;
   std::unique_ptr<MetricsFollower> follow_;
   double start_ = 0, last_print_ = 0, last_publish_ = 0, printed_step_ = 0;
+  // Before group_: destroyed after it, once group_ has killed and reaped every process.
+  std::unique_ptr<CpuQuotaGroups> quotas_;
   ProcessGroup group_;
   std::unique_ptr<StatusTracker> tracker_;
   std::unique_ptr<StatusServer> status_;
@@ -840,6 +854,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: shoal run JOB.toml [--resume | --fresh]\n");
     return 2;
   }
+  // A reader of its output that goes away (a benchmark killed, `| head`) must not kill it
+  // with SIGPIPE midway: it still stops the job's processes and removes their cgroups.
+  signal(SIGPIPE, SIG_IGN);
   try {
     if (FLAGS_checkpoint_state) return shoal::Launch(argv[1]).PrintCheckpointState();
     return shoal::Run(argv[1]);

@@ -17,7 +17,7 @@
 namespace shoal {
 
 Child& ProcessGroup::Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path,
-                           bool append) {
+                           bool append, const std::string& cgroup_procs) {
   int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) throw Error(log_path + ": cannot create log file: " + strerror(errno));
   if (access(argv[0].c_str(), X_OK) != 0) {
@@ -37,9 +37,19 @@ Child& ProcessGroup::Start(const std::string& name, const std::vector<std::strin
     // Own process group: a terminal's Ctrl-C reaches only the launcher, which stops all.
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    signal(SIGPIPE, SIG_DFL);             // the launcher ignores it; an ignored signal stays so across exec
     if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
     dup2(fd, 1);
     dup2(fd, 2);
+    if (!cgroup_procs.empty()) {
+      // "0": the writing process itself (async-signal-safe: no formatting after fork).
+      int g = open(cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (g < 0 || write(g, "0", 1) != 1) {
+        dprintf(2, "shoal: cannot join the cgroup of %s: %s\n", cgroup_procs.c_str(), strerror(errno));
+        _exit(2);
+      }
+      close(g);
+    }
     execv(args[0], args.data());
     dprintf(2, "exec %s failed: %s\n", args[0], strerror(errno));
     _exit(127);

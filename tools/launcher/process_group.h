@@ -21,9 +21,11 @@ class ProcessGroup {
  public:
   ~ProcessGroup() { KillAll(); }
   // Starts argv[0] with args; stdout and stderr go to log_path (appended to with `append`:
-  // a restarted job keeps the log of the attempt before). Throws shoal::Error.
+  // a restarted job keeps the log of the attempt before). With `cgroup_procs` (a cgroup's
+  // cgroup.procs file) the child joins that group before it execs, so it never runs outside
+  // it; a child that cannot join says why in its log and exits 2. Throws shoal::Error.
   Child& Start(const std::string& name, const std::vector<std::string>& argv, const std::string& log_path,
-               bool append = false);
+               bool append = false, const std::string& cgroup_procs = "");
   // Reaps exited children; returns those that ended since the last call.
   std::vector<Child*> Reap();
   // SIGTERM, wait up to grace_ms, then SIGKILL whatever is left.

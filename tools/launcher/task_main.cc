@@ -84,6 +84,12 @@ int main(int argc, char** argv) {
     else
       args = {FindBinary("shoal-worker", "worker"), "--config", config, "--rank",
               std::to_string(task.rank - num_servers)};
+    // Only `shoal run` makes cgroups; here the scheduler owns the task's CPUs.
+    if (task.rank >= num_servers && cfg.workers[size_t(task.rank - num_servers)].cpu_quota > 0)
+      fprintf(stderr,
+              "shoal-task: %s: [cluster] workers[%d] cpu_quota is not applied under srun / mpirun (only by shoal run); "
+              "ask the scheduler for the CPUs instead\n",
+              config.c_str(), task.rank - num_servers);
   } catch (const std::exception& e) {
     fprintf(stderr, "shoal-task: %s\n", e.what());
     return 2;
