@@ -260,6 +260,8 @@ void Server::Run(const std::atomic<bool>& stop) {
   auto caught_up = last_tick;
   auto events_read = last_tick;
   InMessage m;  // one for every message: a reused InMessage parses without allocating
+  // Pushed frames are kept as received: KvShard aligns what its update rules read as floats.
+  m.align_payloads = false;
   while (!stop) {
     const bool message = transport_->Wait(50);
     if (!message) caught_up = Coordinator::Clock::now();

@@ -260,6 +260,11 @@ void* Frame::data() { return zmq_msg_data(FrameAccess::Msg(*this)); }
 const void* Frame::data() const { return zmq_msg_data(FrameAccess::Msg(*this)); }
 size_t Frame::size() const { return zmq_msg_size(FrameAccess::Msg(*this)); }
 
+Frame Aligned(Frame&& f) {
+  if (f.aligned()) return std::move(f);
+  return Frame(f.data(), f.size());  // ZeroMQ's own allocation: 8-byte aligned
+}
+
 struct InMessage::Parsed {
   kj::Array<capnp::word> words;  // the next header is copied into it (see kKeptHeaderWords)
   std::optional<capnp::FlatArrayMessageReader> reader;
@@ -602,9 +607,7 @@ void InMessage::Decode(std::vector<Frame>&& frames, bool with_identity) {
     // ZeroMQ hands small frames over at any byte offset inside its receive buffer, and
     // tensors are read as floats: a misaligned frame is copied (large frames get their own,
     // aligned allocation, so the zero-copy path stays the common one).
-    if (align_payloads && reinterpret_cast<uintptr_t>(frames[i].data()) % 8 != 0)
-      frames[i] = Frame(frames[i].data(), frames[i].size());
-    payloads.push_back(std::move(frames[i]));
+    payloads.push_back(align_payloads ? Aligned(std::move(frames[i])) : std::move(frames[i]));
   }
 }
 

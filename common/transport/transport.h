@@ -41,11 +41,17 @@ class Frame {
   const void* data() const;
   size_t size() const;
   std::string to_string() const { return std::string(static_cast<const char*>(data()), size()); }
+  // Whether the bytes can be read as floats in place (8-byte aligned). ZeroMQ delivers a
+  // frame of 34 bytes to 8 KiB at whatever offset of its receive buffer it arrived.
+  bool aligned() const { return reinterpret_cast<uintptr_t>(data()) % 8 == 0; }
 
  private:
   friend struct FrameAccess;
   alignas(8) unsigned char msg_[64];  // a zmq_msg_t
 };
+
+// `f` itself when aligned, else an aligned copy of its bytes.
+Frame Aligned(Frame&& f);
 
 // Who sent a message to a server socket (a ROUTER identity); empty on client sockets.
 using PeerId = std::string;
@@ -114,8 +120,9 @@ class InMessage {
   PeerId identity;  // the sender, on server sockets
   std::vector<Frame> payloads;
   // Decode copies a payload frame that is not 8-byte aligned, so that it can be read as
-  // floats in place. A receiver that only ever copies the bytes out (memcpy, DecodeFloats)
-  // sets this false and keeps every frame as received: the PS client's pulled tensors.
+  // floats in place. A receiver that aligns only what it reads as floats (Aligned) sets this
+  // false and keeps every frame as received: the PS client's pulled tensors (only ever
+  // copied out), the shard's pushed ones (KvShard aligns what its update rules read).
   bool align_payloads = true;
   // The root, read once when parsed: every handler asks for it several times, and each
   // getRoot is a bounds-checked pointer read that counts against the traversal limit.

@@ -50,6 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server.kv().SetUpdateRule(shoal::MakeServerUpdateRule(cfg));
   shoal::fuzz::Reader in{data, size};
   shoal::InMessage m;  // reused for every message, as Server::Run does
+  m.align_payloads = false;
   for (int msgs = 0; in.n > 0 && msgs < 16; ++msgs) {
     size_t nframes = in.U8() & 7;
     size_t header_len = in.U16();
