@@ -37,7 +37,8 @@ std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std:
                                       msg::PushOp op) {
   auto it = tensors_.find(name);
   if (it == tensors_.end() || op == msg::PushOp::ASSIGN) {
-    // First push of a tensor, or a replacement: keep the received frame as the value.
+    // First push of a tensor, or a replacement: keep the received frame as the value, at
+    // whatever offset ZeroMQ delivered it (Writable aligns it before anything reads floats).
     StoredTensor& t = tensors_[name];
     std::shared_ptr<Buffer> old = std::move(t.buf);
     if (t.dtype != dtype || t.shape != shape) t.rule_state.reset();  // sized for the old shape
@@ -55,18 +56,20 @@ std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std:
   SHOAL_CHECK(op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
               "push of '" + name + "': unknown op " + std::to_string(int(op)));
   StoredTensor& w = Writable(name);
+  const Frame grad = Aligned(std::move(data));  // read as floats in place
   if (op == msg::PushOp::ADD)
-    AddInto(w.dtype, w.buf->data(), data.data(), w.elements());
+    AddInto(w.dtype, w.buf->data(), grad.data(), w.elements());
   else
-    rule_->Apply(name, w, data.data(), data.size());
+    rule_->Apply(name, w, grad.data(), grad.size());
   ++w.version;
   return nullptr;
 }
 
 StoredTensor& KvShard::Writable(const std::string& name) {
   StoredTensor& t = tensors_.at(name);
-  // Only ZeroMQ's I/O thread drops references concurrently, so a count of 1 is final.
-  if (t.buf.use_count() > 1) {
+  // Only ZeroMQ's I/O thread drops references concurrently, so a count of 1 is final. A
+  // value kept as received may lie at any offset: the copy is aligned for the update rule.
+  if (t.buf.use_count() > 1 || !t.buf->bytes.aligned()) {
     auto copy = std::make_shared<Buffer>();
     copy->bytes = Frame(t.buf->data(), t.buf->size());
     t.buf = std::move(copy);

@@ -17,7 +17,7 @@
 namespace shoal {
 
 struct Buffer {
-  Frame bytes;  // a received frame kept as-is, or a fresh allocation
+  Frame bytes;  // a received frame kept as-is (any alignment), or a fresh allocation
   char* data() { return static_cast<char*>(bytes.data()); }
   size_t size() const { return bytes.size(); }
 };
@@ -72,8 +72,9 @@ class KvShard {
   KvShard() : rule_(std::make_unique<AddRule>()) {}
   void SetUpdateRule(std::unique_ptr<UpdateRule> rule) { rule_ = std::move(rule); }
 
-  // Applies one pushed tensor; `data` is the received frame (kept without copying on
-  // assign). Throws shoal::Error if dtype/shape disagree with the stored tensor. Returns
+  // Applies one pushed tensor; `data` is the received frame, at any alignment (kept without
+  // copying on assign; copied to alignment only when an update reads it as floats). Throws
+  // shoal::Error if dtype/shape disagree with the stored tensor. Returns
   // the buffer an assign replaced, so the caller can free it after answering (freeing a
   // large buffer costs page-table work that need not delay the reply).
   std::shared_ptr<Buffer> Push(const std::string& name, DType dtype, std::vector<int64_t> shape, Frame&& data,

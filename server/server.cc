@@ -13,8 +13,9 @@ namespace shoal {
 namespace {
 
 std::vector<int64_t> ShapeOf(msg::TensorMeta::Reader meta) {
-  std::vector<int64_t> s;
-  for (int64_t d : meta.getShape()) s.push_back(d);
+  auto dims = meta.getShape();
+  std::vector<int64_t> s(dims.size());
+  for (unsigned i = 0; i < dims.size(); ++i) s[i] = dims[i];
   return s;
 }
 
@@ -257,20 +258,15 @@ void Server::Run(const std::atomic<bool>& stop) {
   // most 64 messages before the next check, so counting up to now would declare live
   // members dead (and refuse every barrier after).
   auto caught_up = last_tick;
+  auto events_read = last_tick;
+  InMessage m;  // one for every message: a reused InMessage parses without allocating
+  // Pushed frames are kept as received: KvShard aligns what its update rules read as floats.
+  m.align_payloads = false;
   while (!stop) {
-    Transport::Ready ready = transport_->Wait(50);
-    if (!ready.message) caught_up = Coordinator::Clock::now();
-    if (ready.event)
-      for (auto& e : transport_->DrainEvents()) {
-        // Ordinary disconnects are routine; failed handshakes are worth a warning.
-        if (e.is_disconnect())
-          LOG(INFO) << who_ << ": " << e.Describe();
-        else
-          Warn(e.Describe());
-      }
+    const bool message = transport_->Wait(50);
+    if (!message) caught_up = Coordinator::Clock::now();
     // Drain what is queued, but come back to ticks and the stop flag regularly.
-    for (int i = 0; i < 64 && ready.message; ++i) {
-      InMessage m;
+    for (int i = 0; i < 64 && message; ++i) {
       bool got = true;
       try {
         got = ServeOne(m);
@@ -286,6 +282,18 @@ void Server::Run(const std::atomic<bool>& stop) {
     }
     FinishCheckpointWrite(/*wait=*/false);
     auto now = Coordinator::Clock::now();
+    // The socket monitor's events are read on a clock, not polled with every message (see
+    // Transport::Wait): a disconnect or refused handshake is logged within 50 ms.
+    if (now - events_read >= std::chrono::milliseconds(20)) {
+      events_read = now;
+      for (auto& e : transport_->DrainEvents()) {
+        // Ordinary disconnects are routine; failed handshakes are worth a warning.
+        if (e.is_disconnect())
+          LOG(INFO) << who_ << ": " << e.Describe();
+        else
+          Warn(e.Describe());
+      }
+    }
     if (warn_suppressed_ > 0) FlushWarnings(now);
     // Every worker has finished (or died): the servers leave by themselves, shard 0 once
     // every other shard has heard it.
@@ -320,6 +328,7 @@ bool Server::ServeOne(InMessage& m) {
     return true;
   }
   Serve(m);
+  m.payloads.clear();  // a refused request's frames are not kept until the next message
   return true;
 }
 
@@ -405,10 +414,13 @@ void Server::HandlePush(InMessage& m) {
   auto op = h.getOp();
   SHOAL_CHECK(op == msg::PushOp::ASSIGN || op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
               "push with unknown op " + std::to_string(int(op)));
-  // Each name is read off the wire once.
-  std::vector<std::string> names;
-  names.reserve(metas.size());
-  for (auto meta : metas) names.emplace_back(meta.getName().cStr(), meta.getName().size());
+  // Each name is read off the wire once, into strings kept from the last request.
+  std::vector<std::string>& names = names_;
+  names.resize(metas.size());
+  for (unsigned i = 0; i < metas.size(); ++i) {
+    capnp::Text::Reader name = metas[i].getName();
+    names[i].assign(name.begin(), name.size());
+  }
   // Check every tensor before changing any, so a rejected push leaves the shard as it was.
   CheckNoRepeats(names, "push");
   for (unsigned i = 0; i < metas.size(); ++i) {
@@ -419,24 +431,28 @@ void Server::HandlePush(InMessage& m) {
     SHOAL_CHECK(t->dtype == FromWire(meta.getDtype()) && SameShape(t->shape, meta.getShape()),
                 "push of '" + names[i] + "' disagrees with the stored dtype/shape");
   }
-  std::vector<std::shared_ptr<Buffer>> replaced;  // freed after the ack is on its way
-  replaced.reserve(metas.size());
+  std::vector<std::shared_ptr<Buffer>>& replaced = replaced_;  // freed after the answer is on its way
+  replaced.clear();
   for (unsigned i = 0; i < metas.size(); ++i) {
     auto meta = metas[i];
     replaced.push_back(kv_.Push(names[i], FromWire(meta.getDtype()), ShapeOf(meta), std::move(m.payloads[i]), op));
   }
-  if (h.getKind() == msg::Kind::PUSH_PULL) return SendTensors(m.identity, h.getRequestId(), names);
-  OutMessage out;
-  ReplyHeader(out, msg::Kind::PUSH_ACK, h.getRequestId());
-  transport_->Send(out, &m.identity);
+  if (h.getKind() == msg::Kind::PUSH_PULL) {
+    SendTensors(m.identity, h.getRequestId(), names);
+  } else {
+    OutMessage out;
+    ReplyHeader(out, msg::Kind::PUSH_ACK, h.getRequestId());
+    transport_->Send(out, &m.identity);
+  }
+  replaced.clear();
 }
 
 void Server::HandlePull(InMessage& m) {
   CheckGeneration(m, "pull");
   auto list = m.header().getNames();
-  std::vector<std::string> names;
-  names.reserve(list.size());
-  for (auto n : list) names.emplace_back(n.cStr(), n.size());
+  std::vector<std::string>& names = names_;
+  names.resize(list.size());
+  for (unsigned i = 0; i < list.size(); ++i) names[i].assign(list[i].begin(), list[i].size());
   CheckNoRepeats(names, "pull");
   for (auto& n : names) CheckPlaced(n, "pull");
   SendTensors(m.identity, m.header().getRequestId(), names);
@@ -477,7 +493,8 @@ void Server::CheckPlaced(const std::string& name, const char* request) {
 }
 
 void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names) {
-  std::vector<const StoredTensor*> found;
+  std::vector<const StoredTensor*>& found = found_;
+  found.clear();
   for (auto& n : names) {
     const StoredTensor* t = kv_.Find(n);
     SHOAL_CHECK(t, "pull of unknown tensor '" + n + "' (this shard holds " + std::to_string(kv_.size()) + " tensors)");
@@ -486,6 +503,7 @@ void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vecto
   OutMessage out;
   auto r = ReplyHeader(out, msg::Kind::PULL_REPLY, request_id);
   auto metas = r.initTensors(found.size());
+  out.payloads.reserve(found.size());
   for (unsigned i = 0; i < found.size(); ++i) {
     const StoredTensor* t = found[i];
     metas[i].setName(names[i]);

@@ -118,6 +118,11 @@ class Server {
   // so once known it never changes; shards > 0 ask the coordinator through placement_client_.
   bool placement_known_ = false;
   std::set<std::string> placed_;
+  // HandlePush, HandlePull and SendTensors: kept from one request to the next, so that a
+  // request does not allocate them again.
+  std::vector<std::string> names_;
+  std::vector<std::shared_ptr<Buffer>> replaced_;
+  std::vector<const StoredTensor*> found_;
   std::unique_ptr<Client> placement_client_;
   Coordinator::Clock::time_point warn_window_{};
   int warn_count_ = 0;

@@ -50,6 +50,9 @@ Client::Client(const JobConfig& cfg, const ClientOptions& opts) : cfg_(cfg), opt
   keys_.client_secret = cfg_.curve_client_secret;
   control_ = std::make_unique<Transport>(ctx_, Transport::Kind::kClient, keys_);
   control_->Connect("tcp://" + cfg_.servers[0]);
+  // Pulled tensors are only ever copied out (PulledTensor): a small one is not copied to
+  // alignment first.
+  answer_.align_payloads = false;
 }
 
 Client::~Client() {
@@ -403,7 +406,7 @@ void Client::Wait(int ts) {
     }
     for (size_t i = 0; i < ready_.size(); ++i) {
       if (!ready_[i]) continue;
-      InMessage m;
+      InMessage& m = answer_;
       try {
         if (shards_[i]->Recv(&m, 0))
           Dispatch(int(i), m);
@@ -414,6 +417,7 @@ void Client::Wait(int ts) {
       } catch (const Error& e) {
         req->error += std::string(e.what());
       }
+      m.payloads.clear();  // frames of a refused answer are not kept until the next one
     }
   }
   // The shards have everything, but ZeroMQ may not yet have released the pushed frames.

@@ -42,7 +42,9 @@ struct TensorRef {
   std::shared_ptr<const void> keep;
 };
 
-// A pulled tensor; its bytes are the received frame itself (no copy was made).
+// A pulled tensor; its bytes are the received frame itself (no copy was made), at whatever
+// byte offset ZeroMQ delivered it: read them through ToFloats or memcpy, never through a
+// float pointer.
 struct PulledTensor {
   std::string name;
   DType dtype = DType::kF32;
@@ -205,6 +207,7 @@ class Client {
   std::vector<const std::string*> names_;          // scratch for CheckNoRepeats
   std::vector<Transport*> sockets_;                // Wait's
   std::vector<char> ready_;                        // Wait's
+  InMessage answer_;                               // Wait's, reused for every answer (frames kept unaligned)
   uint64_t next_id_ = 1;
   uint64_t committed_ = 0;  // the newest checkpoint known complete
   uint32_t generation_ = 0, latest_generation_ = 0;

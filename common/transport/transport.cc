@@ -13,6 +13,7 @@
 #include <malloc.h>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/error.h"
@@ -77,6 +78,10 @@ bool SendCopy(void* s, const void* data, size_t n, int flags) {
 constexpr uint64_t kHeaderReadPasses = 64;
 // Every header() call re-reads the root struct: small messages get a floor for that.
 constexpr uint64_t kHeaderReadFloor = uint64_t(1) << 16;
+// A received header's copy is kept for the next one: room for the usual few hundred bytes,
+// and no more than kKeptHeaderWords kept after a large one (a registration of many tensors).
+constexpr size_t kMinHeaderCopyWords = 64;
+constexpr size_t kKeptHeaderWords = 8192;
 
 capnp::ReaderOptions HeaderLimits(uint64_t traversal_words) {
   capnp::ReaderOptions o;
@@ -255,31 +260,53 @@ void* Frame::data() { return zmq_msg_data(FrameAccess::Msg(*this)); }
 const void* Frame::data() const { return zmq_msg_data(FrameAccess::Msg(*this)); }
 size_t Frame::size() const { return zmq_msg_size(FrameAccess::Msg(*this)); }
 
+Frame Aligned(Frame&& f) {
+  if (f.aligned()) return std::move(f);
+  return Frame(f.data(), f.size());  // ZeroMQ's own allocation: 8-byte aligned
+}
+
+struct InMessage::Parsed {
+  kj::Array<capnp::word> words;  // the next header is copied into it (see kKeptHeaderWords)
+  std::optional<capnp::FlatArrayMessageReader> reader;
+};
+
+InMessage::InMessage() = default;
+InMessage::~InMessage() = default;
+InMessage::InMessage(InMessage&&) noexcept = default;
+InMessage& InMessage::operator=(InMessage&&) noexcept = default;
+
+bool InMessage::has_header() const { return parsed_ && parsed_->reader; }
+
 void InMessage::ParseHeader(const Frame& frame) {
+  root_ = msg::Header::Reader();
+  if (parsed_) parsed_->reader.reset();
   size_t n = frame.size();
   SHOAL_CHECK(n > 0, "empty header frame");
   SHOAL_CHECK(n <= kMaxHeaderBytes, "header frame of " + std::to_string(n) + " bytes exceeds the limit of " +
                                         std::to_string(kMaxHeaderBytes) + " bytes (kMaxHeaderBytes)");
   SHOAL_CHECK(n % sizeof(capnp::word) == 0,
               "header frame of " + std::to_string(n) + " bytes is not whole 8-byte words (truncated?)");
-  // Copy: ZeroMQ does not promise 8-byte alignment, which Cap'n Proto needs.
-  words_ = kj::heapArray<capnp::word>(n / sizeof(capnp::word));
-  memcpy(words_.begin(), frame.data(), n);
   const uint64_t words = n / sizeof(capnp::word);
+  if (!parsed_) parsed_ = std::make_unique<Parsed>();
+  Parsed& p = *parsed_;
+  // Copy: ZeroMQ does not promise 8-byte alignment, which Cap'n Proto needs.
+  if (p.words.size() < words || (p.words.size() > kKeptHeaderWords && words <= kKeptHeaderWords))
+    p.words = kj::heapArray<capnp::word>(std::max<size_t>(words, kMinHeaderCopyWords));
+  memcpy(p.words.begin(), frame.data(), n);
+  auto bytes = p.words.slice(0, words).asConst();
   try {
     // Walks every pointer once, so later field reads cannot hit a malformed one. Budget: the
     // walk (at most the frame's words) plus reading the root as a Header (its struct, again
     // within the frame), so an amplifying header is refused here, not halfway through a
     // handler.
     // (The root is read as a Header once, below, by the reader that keeps it.)
-    capnp::FlatArrayMessageReader check(words_.asPtr(), HeaderLimits(2 * words));
+    capnp::FlatArrayMessageReader check(bytes, HeaderLimits(2 * words));
     check.getRoot<capnp::AnyPointer>().targetSize();
-    reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
-        words_.asPtr(), HeaderLimits(words * kHeaderReadPasses + kHeaderReadFloor));
-    root_ = reader_->getRoot<msg::Header>();
+    p.reader.emplace(bytes, HeaderLimits(words * kHeaderReadPasses + kHeaderReadFloor));
+    root_ = p.reader->getRoot<msg::Header>();
   } catch (const kj::Exception& e) {
     root_ = msg::Header::Reader();
-    reader_.reset();
+    p.reader.reset();
     throw Error("header is not a valid Cap'n Proto message: " + std::string(e.getDescription().cStr()));
   }
 }
@@ -567,7 +594,7 @@ void InMessage::Decode(std::vector<Frame>&& frames, bool with_identity) {
   identity.clear();
   payloads.clear();
   root_ = msg::Header::Reader();
-  reader_.reset();
+  if (parsed_) parsed_->reader.reset();
   if (with_identity && !frames.empty()) identity = frames[first++].to_string();
   try {
     SHOAL_CHECK(first < frames.size(), "message has no header frame");
@@ -580,18 +607,13 @@ void InMessage::Decode(std::vector<Frame>&& frames, bool with_identity) {
     // ZeroMQ hands small frames over at any byte offset inside its receive buffer, and
     // tensors are read as floats: a misaligned frame is copied (large frames get their own,
     // aligned allocation, so the zero-copy path stays the common one).
-    if (reinterpret_cast<uintptr_t>(frames[i].data()) % 8 != 0) frames[i] = Frame(frames[i].data(), frames[i].size());
-    payloads.push_back(std::move(frames[i]));
+    payloads.push_back(align_payloads ? Aligned(std::move(frames[i])) : std::move(frames[i]));
   }
 }
 
-Transport::Ready Transport::Wait(int timeout_ms) {
-  zmq_pollitem_t items[2] = {{socket_, 0, ZMQ_POLLIN, 0}, {monitor_, 0, ZMQ_POLLIN, 0}};
-  PollRetry(items, monitor_ ? 2 : 1, timeout_ms);
-  Ready r;
-  r.message = items[0].revents & ZMQ_POLLIN;
-  r.event = monitor_ && (items[1].revents & ZMQ_POLLIN);
-  return r;
+bool Transport::Wait(int timeout_ms) {
+  zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
+  return PollRetry(&item, 1, timeout_ms) > 0 && (item.revents & ZMQ_POLLIN);
 }
 
 bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char>* ready) {

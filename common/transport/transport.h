@@ -41,11 +41,17 @@ class Frame {
   const void* data() const;
   size_t size() const;
   std::string to_string() const { return std::string(static_cast<const char*>(data()), size()); }
+  // Whether the bytes can be read as floats in place (8-byte aligned). ZeroMQ delivers a
+  // frame of 34 bytes to 8 KiB at whatever offset of its receive buffer it arrived.
+  bool aligned() const { return reinterpret_cast<uintptr_t>(data()) % 8 == 0; }
 
  private:
   friend struct FrameAccess;
   alignas(8) unsigned char msg_[64];  // a zmq_msg_t
 };
+
+// `f` itself when aligned, else an aligned copy of its bytes.
+Frame Aligned(Frame&& f);
 
 // Who sent a message to a server socket (a ROUTER identity); empty on client sockets.
 using PeerId = std::string;
@@ -102,15 +108,26 @@ struct OutMessage {
 };
 
 // A received message. The header is parsed from an aligned copy of its (small) frame;
-// payload frames are kept as received when 8-byte aligned, else copied to be.
+// payload frames are kept as received when 8-byte aligned, else copied to be (unless
+// align_payloads is off). An InMessage
+// reused for message after message (Recv into the same one) parses without allocating.
 class InMessage {
  public:
+  InMessage();
+  ~InMessage();
+  InMessage(InMessage&&) noexcept;
+  InMessage& operator=(InMessage&&) noexcept;
   PeerId identity;  // the sender, on server sockets
   std::vector<Frame> payloads;
+  // Decode copies a payload frame that is not 8-byte aligned, so that it can be read as
+  // floats in place. A receiver that aligns only what it reads as floats (Aligned) sets this
+  // false and keeps every frame as received: the PS client's pulled tensors (only ever
+  // copied out), the shard's pushed ones (KvShard aligns what its update rules read).
+  bool align_payloads = true;
   // The root, read once when parsed: every handler asks for it several times, and each
   // getRoot is a bounds-checked pointer read that counts against the traversal limit.
   msg::Header::Reader header() const { return root_; }
-  bool has_header() const { return reader_ != nullptr; }
+  bool has_header() const;
   // Parses `frame` as the header; throws shoal::Error saying what is wrong with it.
   void ParseHeader(const Frame& frame);
   // Checks that the tensor metas match the frames (count, byte sizes, dtype x shape).
@@ -122,9 +139,9 @@ class InMessage {
   void Decode(std::vector<Frame>&& frames, bool with_identity);
 
  private:
-  kj::Array<capnp::word> words_;
-  std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
-  msg::Header::Reader root_;  // points into words_ and reader_ (both heap: moves keep it valid)
+  struct Parsed;                    // the header's aligned copy and its reader, kept for the next message
+  std::unique_ptr<Parsed> parsed_;  // heap: moves keep root_ valid
+  msg::Header::Reader root_;        // points into *parsed_
 };
 
 // Connection events reported by the socket monitor (handshake failures, disconnects).
@@ -160,13 +177,10 @@ class Transport {
   // timeout. A frame sequence that is not a valid message throws BadMessage.
   bool Recv(InMessage* m, int timeout_ms);
 
-  // What Wait found ready.
-  struct Ready {
-    bool message = false;
-    bool event = false;
-  };
-  // Waits up to timeout_ms for a message or a monitor event.
-  Ready Wait(int timeout_ms);
+  // Waits up to timeout_ms for a message; false when none came. The monitor's events are not
+  // waited for: a second socket in every poll costs a busy server more than a thousand
+  // instructions per message, so its owner drains them between messages (DrainEvents).
+  bool Wait(int timeout_ms);
   // Reports handshake failures and disconnects through DrainEvents(). A client, and a
   // socket with keys, has it on from the start (so RefusalHint always works on a client, and a server's
   // refusals are logged); a plaintext server may turn it on.

@@ -49,6 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shoal::Server server(cfg, 0, "inproc://shoal-fuzz-shard0");
   server.kv().SetUpdateRule(shoal::MakeServerUpdateRule(cfg));
   shoal::fuzz::Reader in{data, size};
+  shoal::InMessage m;  // reused for every message, as Server::Run does
+  m.align_payloads = false;
   for (int msgs = 0; in.n > 0 && msgs < 16; ++msgs) {
     size_t nframes = in.U8() & 7;
     size_t header_len = in.U16();
@@ -62,7 +64,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       at = in.p;
       frames.emplace_back(at, in.Take(len));
     }
-    shoal::InMessage m;
     try {
       m.Decode(std::move(frames), /*with_identity=*/true);
     } catch (const shoal::BadMessage&) {

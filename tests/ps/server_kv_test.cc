@@ -38,6 +38,54 @@ TEST(KvShard, CopiesOnWriteWhileABufferIsBeingSent) {
   EXPECT_EQ(F(kv.Find("w"))[0], 2);
 }
 
+// A shard keeps a pushed frame as ZeroMQ delivered it: frames of 34 bytes to 8 KiB lie at
+// whatever offset of ZeroMQ's receive buffer they arrived. What its updates read as floats
+// (the stored value, the pushed gradient) is copied to alignment first (ASan + UBSan's
+// misaligned-load check is what this guards).
+TEST(KvShard, KeepsFramesAsReceivedAndAlignsWhatItUpdates) {
+  TransportContext ctx;
+  Transport server(ctx, Transport::Kind::kServer, {});
+  std::string ep = server.Bind("tcp://127.0.0.1:*");
+  Transport client(ctx, Transport::Kind::kClient, {});
+  client.Connect(ep);
+  InMessage in;
+  in.align_payloads = false;  // as the shard's loop receives
+  // `v` (over 33 bytes) sent until it arrives at an odd offset.
+  auto misaligned = [&](const std::vector<float>& v) {
+    for (int k = 0; k < 16; ++k) {
+      OutMessage m;
+      m.header().setKind(msg::Kind::PUSH);
+      m.header().setBarrierName(std::string(size_t(k), 'x'));  // shifts where the frame lands
+      Payload p;
+      p.data = v.data();
+      p.size = v.size() * 4;
+      m.payloads.push_back(std::move(p));
+      client.Send(m);
+      EXPECT_TRUE(server.Recv(&in, 5000));
+      if (in.payloads.size() == 1 && !in.payloads[0].aligned()) return std::move(in.payloads[0]);
+    }
+    ADD_FAILURE() << "ZeroMQ delivered every frame aligned";
+    return Floats(v);
+  };
+  std::vector<float> a(16), b(16);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = float(i) + 0.25f;
+    b[i] = 100.0f - float(i);
+  }
+  KvShard kv;  // its default rule adds (param += grad)
+  Frame first = misaligned(a);
+  const void* received = first.data();
+  kv.Push("w", DType::kF32, {16}, std::move(first), msg::PushOp::ASSIGN);
+  EXPECT_EQ(kv.Find("w")->buf->data(), received);  // kept, not copied
+  kv.Push("w", DType::kF32, {16}, misaligned(b), msg::PushOp::ADD);
+  const StoredTensor* t = kv.Find("w");
+  EXPECT_TRUE(t->buf->bytes.aligned());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(F(t)[i], a[i] + b[i]) << i;
+  kv.Push("w", DType::kF32, {16}, misaligned(b), msg::PushOp::APPLY);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(F(kv.Find("w"))[i], a[i] + 2 * b[i]) << i;
+  EXPECT_EQ(kv.Find("w")->version, 3u);
+}
+
 TEST(KvShard, Fp16AddAndApplyHook) {
   KvShard kv;
   uint16_t h[2] = {FloatToHalf(1.5f), FloatToHalf(-2)};
