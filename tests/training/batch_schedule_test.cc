@@ -49,12 +49,6 @@ std::string Job(const std::string& name, const std::string& dir, const std::stri
   return t;
 }
 
-std::set<std::string> Hashes(const JobRun& r) {
-  std::set<std::string> h;
-  for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("?"));
-  return h;
-}
-
 // Every step of every worker: the global batch of its epoch, half of it each, and
 // lr = 0.05 x batch / 64 x the warm-up and poly shape; an evaluation at each epoch's end.
 TEST(BatchSchedule, EachStepsBatchAndLearningRateFollowTheFormula) {
@@ -79,7 +73,7 @@ TEST(BatchSchedule, EachStepsBatchAndLearningRateFollowTheFormula) {
   for (auto& e : Events(run, "eval"))
     if (!JsonField(e, "final")) eval_steps.insert(int64_t(JsonNumber(e, "step").value_or(-1)));
   EXPECT_EQ(eval_steps, (std::set<int64_t>{24, 36, 42, 48, 54, 60}));
-  EXPECT_EQ(Hashes(run).size(), 1u) << "the workers' weights differ";
+  EXPECT_EQ(WeightsHashes(run).size(), 1u) << "the workers' weights differ";
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
@@ -95,7 +89,7 @@ TEST(BatchSchedule, RunKilledAfterAChangeResumesToTheUninterruptedWeights) {
   };
   JobRun whole = RunJob(a, slowed(Job("whole", a, algo, 10, 0)), 300);
   ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
-  const std::set<std::string> want = Hashes(whole);
+  const std::set<std::string> want = WeightsHashes(whole);
   ASSERT_EQ(want.size(), 1u);
 
   const std::string b = FreshDir("killed");
@@ -115,7 +109,7 @@ TEST(BatchSchedule, RunKilledAfterAChangeResumesToTheUninterruptedWeights) {
     EXPECT_EQ(JsonNumber(r, "batch").value_or(-1), step - FirstStepOfEpoch(epoch)) << r;
   }
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), kSteps) << run.done_line;
-  EXPECT_EQ(Hashes(run), want) << "the resumed run did not end with the uninterrupted run's weights";
+  EXPECT_EQ(WeightsHashes(run), want) << "the resumed run did not end with the uninterrupted run's weights";
   EXPECT_EQ(ProcessesOf(b), 0);
 }
 
@@ -143,7 +137,7 @@ TEST(BatchSchedule, BalancingSplitsEachStagesGlobalBatch) {
   for (auto& e : Events(run, "train"))
     if (JsonNumber(e, "rank").value_or(-1) == 0)
       EXPECT_EQ(JsonNumber(e, "global_batch").value_or(0), BatchAt(int64_t(JsonNumber(e, "step").value_or(0)) - 1));
-  EXPECT_EQ(Hashes(run).size(), 1u);
+  EXPECT_EQ(WeightsHashes(run).size(), 1u);
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
