@@ -38,8 +38,8 @@ double LrAt(int64_t step) {
 }
 
 std::string Job(const std::string& name, const std::string& dir, const std::string& algorithm, int every = 0,
-                int max_restarts = 0) {
-  std::string t = FmnistJob(name, dir + "/out", 2, "mlp", 1536, 6, algorithm + kOptimizer);
+                int max_restarts = 0, int workers = 2) {
+  std::string t = FmnistJob(name, dir + "/out", workers, "mlp", 1536, 6, algorithm + kOptimizer);
   t.replace(t.find("batch_size = 32\n"), 16, "");  // the schedule's first stage gives it
   t.replace(t.find("log_every_steps = 20\n"), 21, std::string("log_every_steps = 1\n") + kSchedule);
   if (every > 0)
@@ -138,6 +138,42 @@ TEST(BatchSchedule, BalancingSplitsEachStagesGlobalBatch) {
     if (JsonNumber(e, "rank").value_or(-1) == 0)
       EXPECT_EQ(JsonNumber(e, "global_batch").value_or(0), BatchAt(int64_t(JsonNumber(e, "step").value_or(0)) - 1));
   EXPECT_EQ(WeightsHashes(run).size(), 1u);
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
+// Resumed on 4 workers from a 2-worker run's checkpoint at step 40 (its max_steps): the
+// schedule's global batch does not depend on the worker count, so the position (epoch 2,
+// batch 4) holds, each of the 4 takes a quarter of it, and the job finishes its 60 steps.
+TEST(BatchSchedule, ResumesOnMoreWorkersAtTheSamePosition) {
+  const std::string d = FreshDir("reshape");
+  const std::string algo = "[algorithm]\nname = \"allreduce\"\n\n";
+  std::string first_job = Job("reshape", d, algo, 10, 0, 2);
+  first_job.insert(first_job.find("[train]\n") + 8, "max_steps = 40\n");
+  JobRun first = RunJob(d, first_job, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  JobRun again = RunJob(d, Job("reshape", d, algo, 10, 0, 4), 300, {"--resume"});
+  ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
+  auto resumes = Events(again, "resume");
+  ASSERT_EQ(resumes.size(), 4u) << again.stderr_text;
+  for (auto& r : resumes) {
+    EXPECT_EQ(JsonNumber(r, "step").value_or(-1), 40) << r;
+    EXPECT_EQ(JsonNumber(r, "epoch").value_or(-1), 2) << r;
+    EXPECT_EQ(JsonNumber(r, "batch").value_or(-1), 4) << r;
+  }
+  EXPECT_EQ(JsonNumber(again.done_line, "steps").value_or(0), kSteps) << again.done_line;
+  bool resumed_train = false;
+  for (auto& e : Events(again, "train")) {
+    const int64_t step = int64_t(JsonNumber(e, "step").value_or(0));
+    if (step <= 40) continue;  // the first run's records are in metrics.jsonl too
+    resumed_train = true;
+    EXPECT_EQ(JsonNumber(e, "batch_size").value_or(0), 64) << e;  // 256 over 4
+  }
+  EXPECT_TRUE(resumed_train);
+  auto ends = Events(again, "end");
+  ASSERT_GE(ends.size(), 4u);
+  std::set<std::string> hashes;
+  for (size_t i = ends.size() - 4; i < ends.size(); ++i) hashes.insert(JsonField(ends[i], "weights_hash").value_or(""));
+  EXPECT_EQ(hashes.size(), 1u) << "the workers ended with different weights";
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
