@@ -77,6 +77,23 @@ TEST(BatchSchedule, EachStepsBatchAndLearningRateFollowTheFormula) {
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
+// The other synchronous algorithms take the schedule too: each finishes the schedule's steps
+// with every step at its stage's batch and the workers' weights identical.
+TEST(BatchSchedule, OtherSynchronousAlgorithmsFollowIt) {
+  for (std::string algo : {"double_buffer", "bmuf", "dgc"}) {
+    SCOPED_TRACE(algo);
+    const std::string d = FreshDir(algo);
+    JobRun run = RunJob(d, Job(algo, d, "[algorithm]\nname = \"" + algo + "\"\n\n"), 300);
+    ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+    EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), kSteps) << run.done_line;
+    for (auto& e : Events(run, "train"))
+      EXPECT_EQ(JsonNumber(e, "global_batch").value_or(0), BatchAt(int64_t(JsonNumber(e, "step").value_or(0)) - 1))
+          << e;
+    EXPECT_EQ(WeightsHashes(run).size(), 1u);
+    EXPECT_EQ(ProcessesOf(d), 0);
+  }
+}
+
 // Killed after both changes (the fourth checkpoint, at step 40: epoch 2, batch 4 of 256; a
 // constant 24 steps an epoch would make it epoch 1, batch 16) and restarted by shoal run: the
 // resumed workers find that position and end with the weights of the run that never stopped.
