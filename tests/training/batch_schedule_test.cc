@@ -158,6 +158,45 @@ TEST(BatchSchedule, BalancingSplitsEachStagesGlobalBatch) {
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
+// Balanced, killed after the checkpoint at step 36, the first step of the 256 stage (the split
+// saved is the 128 stage's) and restarted: the resumed workers load that split, re-split it
+// for 256 at the epoch's start, and finish; every split logged tiles its step's batch.
+TEST(BatchSchedule, BalancedRunKilledAtAChangeResumesWithTheSplitScaled) {
+  const std::string d = FreshDir("balanced_killed");
+  std::string job = Job("balanced_killed", d, "[algorithm]\nname = \"allreduce\"\nbalance = true\n\n", 12, 1);
+  job.replace(job.find("workers = 2"), 11, "workers = [{slowdown = 3.0}, {}]");
+  bool killed = false;
+  std::thread killer([&] { killed = KillWhenLogged(d, "--rank 1", "checkpoint", 3); });
+  JobRun run = RunJob(d, job, 300);
+  killer.join();
+  ASSERT_TRUE(killed) << "no third checkpoint was logged";
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  auto resumes = Events(run, "resume");
+  ASSERT_EQ(resumes.size(), 2u) << run.stderr_text;
+  const int64_t from = int64_t(JsonNumber(resumes[0], "step").value_or(-1));
+  EXPECT_GE(from, 36) << resumes[0];
+  printf("balanced run resumed at step %lld\n", (long long)from);
+  EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), kSteps) << run.done_line;
+  bool restarted = false, split_after = false;
+  std::map<int64_t, std::vector<int64_t>> last;  // after the restart: step -> the last split logged there
+  for (auto& e : run.metrics) {
+    const std::string ev = JsonField(e, "event").value_or("");
+    restarted = restarted || ev == "restart";
+    if (ev != "balance" || !restarted) continue;
+    const int64_t step = int64_t(JsonNumber(e, "step").value_or(-1));
+    EXPECT_GE(step, from) << e;
+    last[step] = ParseIntList<int64_t>(JsonField(e, "sizes").value_or(""), "balance sizes");
+    split_after = true;
+  }
+  EXPECT_TRUE(split_after) << "the resumed workers logged no split";
+  for (auto& [step, sizes] : last) {
+    ASSERT_EQ(sizes.size(), 2u);
+    EXPECT_EQ(sizes[0] + sizes[1], BatchAt(step)) << "the split at step " << step;
+  }
+  EXPECT_EQ(WeightsHashes(run).size(), 1u);
+  EXPECT_EQ(ProcessesOf(d), 0);
+}
+
 // Resumed on 4 workers from a 2-worker run's checkpoint at step 40 (its max_steps): the
 // schedule's global batch does not depend on the worker count, so the position (epoch 2,
 // batch 4) holds, each of the 4 takes a quarter of it, and the job finishes its 60 steps.
