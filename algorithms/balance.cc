@@ -62,6 +62,16 @@ Balancer::Balancer(const AlgorithmEnv& env)
   sizes_.assign(size_t(world_), env.config->batch_size);
 }
 
+void Balancer::SetGlobal(int64_t global) {
+  if (global == global_) return;
+  SHOAL_CHECK(global >= floor_ * world_, "balance: a global batch of " + std::to_string(global) + " cannot give " +
+                                             std::to_string(world_) + " workers " + std::to_string(floor_) +
+                                             " samples each");
+  std::vector<double> rates(sizes_.begin(), sizes_.end());
+  sizes_ = SplitBatch(global, rates, floor_);
+  global_ = global;
+}
+
 int64_t Balancer::offset() const { return std::accumulate(sizes_.begin(), sizes_.begin() + rank_, int64_t(0)); }
 
 void Balancer::Observe(int64_t samples, double compute_s) {

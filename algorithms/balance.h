@@ -1,10 +1,10 @@
 // Batch balancing for the synchronous algorithms ([algorithm] balance = true): each
 // worker's share of the global batch follows its measured throughput, so a slow worker
 // (a weaker device, a busier host) takes fewer samples and every worker finishes a step
-// together. The global batch stays [data] batch_size x workers; the algorithms weight each
-// worker's gradient by its sample count (GradientWeight), so the update equals one step on
-// the global batch exactly, for models without batch norm (with it, each worker normalizes
-// over its own share, so the step depends on the split; MinBalancedShare bounds how small).
+// together. The global batch stays [data] batch_size x workers (or [train] batch_schedule's); the algorithms weight
+// each worker's gradient by its sample count (GradientWeight), so the update equals one step on the global batch
+// exactly, for models without batch norm (with it, each worker normalizes over its own share, so the step depends on
+// the split; MinBalancedShare bounds how small).
 //
 // Agreement: every balance_every_steps steps (a deterministic step boundary) each worker
 // all-gathers its samples/s (smoothed over windows) over its own communicator ("balance", so it never interleaves
@@ -43,6 +43,9 @@ class Balancer {
   int64_t mine() const { return sizes_[size_t(rank_)]; }
   int64_t offset() const;  // where this rank's slice starts in the global batch
   int64_t global() const { return global_; }
+  // Batch-size control: the global batch becomes `global` (>= floor x workers), split in
+  // proportion to the current split (the same on every rank, no exchange).
+  void SetGlobal(int64_t global);
   // One finished step: its samples and the time this worker spent computing them.
   void Observe(int64_t samples, double compute_s);
   // After step `step` (1-based count of steps done): at every balance_every_steps-th,

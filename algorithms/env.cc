@@ -65,18 +65,17 @@ std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::share
   return std::make_shared<CoordinatorStore>("tcp://" + address, keys);
 }
 
-AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_epoch, MetricsWriter* metrics,
+AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, const BatchSchedule& batches, MetricsWriter* metrics,
                               bool resume, std::function<void(const std::string&)> on_member_failure) {
   AlgorithmEnv env;
   env.config = &cfg;
   env.rank = rank;
   env.world = cfg.world_size();
-  env.steps_per_epoch = std::max<int64_t>(1, steps_per_epoch);
-  env.total_steps = cfg.epochs * env.steps_per_epoch;
+  env.steps_per_epoch = batches.StepsInEpoch(0);
+  env.total_steps = batches.FirstStepOfEpoch(cfg.epochs);
   if (cfg.max_steps > 0) env.total_steps = std::min(env.total_steps, cfg.max_steps);
   env.optimizer = MakeOptimizer(cfg.optimizer, cfg.optimizer_opts);
-  env.schedule = std::make_shared<LrSchedule>(
-      LrSchedule::FromConfig(cfg.optimizer_opts, cfg.batch_size * env.world, env.steps_per_epoch, env.total_steps));
+  env.schedule = std::make_shared<LrSchedule>(LrSchedule::FromConfig(cfg.optimizer_opts, batches, env.total_steps));
   env.metrics = metrics;
   env.resume = resume;
   env.store = MakeRendezvous(cfg, rank, &env.coordinator, std::move(on_member_failure));
@@ -87,8 +86,8 @@ AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_
   };
   env.make_ps_client = [c](const ClientOptions& o) { return std::make_unique<Client>(*c, o); };
   // Only a CUDA worker ever has on-device views; its device is the one its backend uses.
-  const Device dev = rank >= 0 && size_t(rank) < cfg.workers.size() ? ParseDevice(cfg.workers[size_t(rank)].device)
-                                                                    : Device();
+  const Device dev =
+      rank >= 0 && size_t(rank) < cfg.workers.size() ? ParseDevice(cfg.workers[size_t(rank)].device) : Device();
   if (!dev.is_cpu()) env.device = MakeCudaDeviceOps(dev.index);
   return env;
 }

@@ -16,8 +16,9 @@ namespace shoal {
 std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::shared_ptr<void>* coordinator,
                                       std::function<void(const std::string&)> on_member_failure = nullptr);
 
-// `steps_per_epoch`: global steps in one epoch (the worker's data loader knows it).
-AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, int64_t steps_per_epoch, MetricsWriter* metrics,
+// `batches`: the global batch and steps of each epoch (the worker's data loader knows the
+// samples); env.steps_per_epoch is its first epoch's, env.total_steps its whole run's.
+AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, const BatchSchedule& batches, MetricsWriter* metrics,
                               bool resume, std::function<void(const std::string&)> on_member_failure = nullptr);
 
 }  // namespace shoal

@@ -14,6 +14,10 @@ void CheckJobKeys(const JobConfig& cfg) {
   }
   cfg.algorithm_opts.CheckKeys(KnownAlgorithmKeys(cfg.algorithm), "algorithm \"" + cfg.algorithm + "\"");
   CheckOptimizerKeys(cfg.optimizer, cfg.optimizer_opts, AlgorithmOptimizerKeys(cfg.algorithm));
+  // The servers of a PS job build their learning-rate schedule from a plan of one global batch.
+  if (!cfg.batch_schedule.empty() && FactsOf(cfg.algorithm).needs_servers)
+    throw Error(cfg.path + ": [train] batch_schedule: not supported with algorithm \"" + cfg.algorithm +
+                "\" (its servers keep one global batch); use a synchronous collective one such as allreduce");
 }
 
 }  // namespace shoal

@@ -8,7 +8,8 @@
 namespace shoal {
 
 // Throws shoal::Error naming the file, the section, the key and the nearest known key.
-// Also rejects an unknown algorithm or optimizer name.
+// Also rejects an unknown algorithm or optimizer name, and [train] batch_schedule with an
+// algorithm that needs servers.
 void CheckJobKeys(const JobConfig& cfg);
 
 }  // namespace shoal

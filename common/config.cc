@@ -160,6 +160,37 @@ std::string Origin(const JobConfig& c, const FlagOverrides& flags, const std::st
   return it->second + " (overriding " + key + " of the job file)";
 }
 
+// [train] batch_schedule against [train] epochs, the worker count and [data] batch_size: stages
+// from epoch 0, increasing, each before the last epoch, each global batch a whole number of
+// samples per worker (balancing splits it unevenly, but the equal share must exist).
+void CheckBatchSchedule(const JobConfig& c, const FlagOverrides& flags) {
+  if (c.batch_schedule.empty()) return;
+  const std::string where = c.path + ": [train] batch_schedule: ";
+  const int64_t world = int64_t(c.workers.size());
+  for (size_t i = 0; i < c.batch_schedule.size(); ++i) {
+    const BatchStage& s = c.batch_schedule[i];
+    const std::string stage =
+        "stage " + std::to_string(i) + " [" + std::to_string(s.epoch) + ", " + std::to_string(s.global_batch) + "]: ";
+    if (i == 0 && s.epoch != 0) throw Error(where + stage + "the first stage must start at epoch 0");
+    if (i > 0 && s.epoch <= c.batch_schedule[i - 1].epoch)
+      throw Error(where + stage + "epochs must increase (the stage before starts at epoch " +
+                  std::to_string(c.batch_schedule[i - 1].epoch) + ")");
+    if (s.epoch >= c.epochs)
+      throw Error(Origin(c, flags, "[train] epochs") + " = " + std::to_string(c.epochs) + ": [train] batch_schedule " +
+                  stage + "starts after the last epoch (epochs count from 0)");
+    if (s.global_batch < 1 || s.global_batch > kMaxBatchSize * world)
+      throw Error(where + stage + "expected a global batch in [1, " + std::to_string(kMaxBatchSize * world) + "]");
+    if (s.global_batch % world != 0)
+      throw Error(where + stage + "the global batch is not divisible by the job's " + std::to_string(world) +
+                  " workers");
+  }
+  const int64_t first = c.batch_schedule[0].global_batch / world;
+  if (c.batch_size != first)
+    throw Error(Origin(c, flags, "[data] batch_size") + " = " + std::to_string(c.batch_size) +
+                " disagrees with [train] batch_schedule, whose first stage gives each of the " + std::to_string(world) +
+                " workers " + std::to_string(first) + " (leave batch_size out with a schedule)");
+}
+
 // Without [security] keys, a job whose addresses leave this machine is refused unless
 // allow_plaintext says the user means it; the error names the address and both ways out.
 // The status page is plain HTTP with no CurveZMQ, so keys do not cover it (its token, in a
@@ -361,6 +392,7 @@ void CheckJobLimits(const JobConfig& c, const FlagOverrides& flags) {
   // a flag could take a keyless job off this machine.
   if (!c.coordinator.empty()) CheckHostPort(Origin(c, flags, "[cluster] coordinator"), c.coordinator);
   CheckPlaintextPolicy(c, flags);
+  CheckBatchSchedule(c, flags);
 }
 
 namespace {
@@ -775,12 +807,28 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.algorithm_opts = ReadFreeSection(file, root, "algorithm", &c.algorithm, "local");
   c.optimizer_opts = ReadFreeSection(file, root, "optimizer", &c.optimizer, "momentum");
 
-  SectionReader train(file, root, "train", {"epochs", "target_accuracy", "max_steps", "threads", "log_every_steps"});
+  SectionReader train(file, root, "train",
+                      {"epochs", "target_accuracy", "max_steps", "threads", "log_every_steps", "batch_schedule"});
   c.epochs = train.Int("epochs", 1, 1, kMaxEpochs);
   c.target_accuracy = train.Double("target_accuracy", 0.0, 0.0, 1.0);
   c.max_steps = train.Int("max_steps", 0, 0, INT64_MAX);
   c.threads = train.Int("threads", 0, 0, kMaxThreads);
   c.log_every_steps = train.Int("log_every_steps", 50, 1, INT64_MAX);
+  if (const toml::node* n = train.Get("batch_schedule")) {
+    const toml::array* a = n->as_array();
+    const std::string expected =
+        "expected an array of [epoch, global batch] pairs such as [[0, 4096], [10, 8192]], got ";
+    if (!a || a->empty()) train.Fail("batch_schedule", expected + Describe(n));
+    for (size_t i = 0; i < a->size(); ++i) {
+      const toml::array* pair = (*a)[i].as_array();
+      if (!pair || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer())
+        train.Fail("batch_schedule", "stage " + std::to_string(i) + ": " + expected + Describe(&(*a)[i]));
+      c.batch_schedule.push_back({*(*pair)[0].value<int64_t>(), *(*pair)[1].value<int64_t>()});
+    }
+    // The workers' share of the first stage, unless the file says it (CheckJobLimits checks it agrees).
+    if (!data.Get("batch_size") && c.batch_schedule[0].global_batch > 0)
+      c.batch_size = std::max<int64_t>(1, c.batch_schedule[0].global_batch / std::max<int64_t>(1, c.world_size()));
+  }
   CheckJobLimits(c);
   return c;
 }

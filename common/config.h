@@ -8,6 +8,8 @@
 #include <variant>
 #include <vector>
 
+#include "common/batch_schedule.h"
+
 namespace shoal {
 
 // A free-form section ([algorithm], [optimizer]): known keys are typed by the code that
@@ -170,6 +172,10 @@ struct JobConfig {
   int64_t max_steps = 0;       // 0 = no limit
   int64_t threads = 0;         // 0 = all cores
   int64_t log_every_steps = 50;
+  // Batch-size control (common/batch_schedule.h): [[epoch, global batch], ...], the first at
+  // epoch 0; empty: batch_size x workers throughout. With it [data] batch_size is the first
+  // stage's share (set from it when the file leaves it out).
+  std::vector<BatchStage> batch_schedule;
 
   int world_size() const { return int(workers.size()); }
 };

@@ -300,8 +300,9 @@ class Trainer {
     lo.drop_last = true;
     lo.augment = cfg_.augment;
     // Balanced batches slice each step's global batch (the layout must be fixed before the
-    // first step: auto may turn balancing on after its probe).
-    lo.global_slices = MayBalance();
+    // first step: auto may turn balancing on after its probe), and so does a batch schedule
+    // (each epoch's global batch tiles that epoch's permutation, whatever its size).
+    lo.global_slices = MayBalance() || !cfg_.batch_schedule.empty();
     lo.crop_fraction = cfg_.crop_fraction;
     lo.skip_bad = cfg_.skip_bad;
     lo.shuffle_buffer = cfg_.shuffle_buffer;
@@ -321,6 +322,10 @@ class Trainer {
       throw Error(cfg_.path + ": [data] batch_size: " + std::to_string(cfg_.batch_size) + " x " +
                   std::to_string(world_) + " workers is larger than the training set (" +
                   std::to_string(train_set_->size()) + " samples)");
+    batch_plan_ = std::make_unique<BatchSchedule>(
+        cfg_.batch_schedule.empty()
+            ? BatchSchedule::Constant(cfg_.batch_size * world_, train_->batches_per_epoch())
+            : BatchSchedule(cfg_.batch_schedule, train_->total_samples(), cfg_.path + ": [train] batch_schedule"));
     DataLoaderOptions to = lo;
     to.rank = 0;
     to.world_size = 1;
@@ -395,7 +400,7 @@ class Trainer {
       fflush(stdout);
       _exit(1);
     };
-    env_ = MakeAlgorithmEnv(cfg_, rank_, train_->batches_per_epoch(), &metrics_, opts_.resume, on_member_failure);
+    env_ = MakeAlgorithmEnv(cfg_, rank_, *batch_plan_, &metrics_, opts_.resume, on_member_failure);
     env_.rejoin = opts_.resume && opts_.rejoin;
     // Balanced batches give no worker fewer samples than batch norm needs (balance.h).
     env_.min_share = MinBalancedShare(model_->MinStatisticsValues(), cfg_.batch_size);
@@ -445,7 +450,9 @@ class Trainer {
       }
       scaler_.Load(st);
       resumed_step_ = st.record.step;
-      step_ = resumed_step_;                     // the balance record names the step it applies from
+      step_ = resumed_step_;  // the balance record names the step it applies from
+      // The split saved is of the last step trained; the next epoch's batch applies at its start.
+      UseGlobalBatch(batch_plan_->BatchAt(std::max<int64_t>(0, step_ - 1)));
       StartBalancing(reshaped ? nullptr : &st);  // a split of other workers is void
     }
     StartBalancing(nullptr);
@@ -463,7 +470,8 @@ class Trainer {
     // A resumed job continues at the checkpoint's data position: the same batches, in the
     // same order, as if it had never stopped.
     step_ = checkpoints_ ? resumed_step_ : algo_->ResumedStep();
-    const int64_t first_epoch = step_ / env_.steps_per_epoch, first_batch = step_ % env_.steps_per_epoch;
+    const int64_t first_epoch = batch_plan_->EpochOfStep(step_);
+    const int64_t first_batch = step_ - batch_plan_->FirstStepOfEpoch(first_epoch);
     if (step_ > 0) {
       printf("worker %d: resumed at step %lld (epoch %lld, batch %lld)\n", rank_, (long long)step_,
              (long long)first_epoch, (long long)first_batch);
@@ -494,9 +502,11 @@ class Trainer {
 
   // The epochs from step `from` on (its epoch and batch within it).
   void EpochsFrom(int64_t from) {
-    const int64_t first_epoch = from / env_.steps_per_epoch, first_batch = from % env_.steps_per_epoch;
+    const int64_t first_epoch = batch_plan_->EpochOfStep(from);
+    const int64_t first_batch = from - batch_plan_->FirstStepOfEpoch(first_epoch);
     bool stop = cfg_.max_steps > 0 && step_ >= cfg_.max_steps;
     for (int64_t epoch = first_epoch; epoch < cfg_.epochs && !stop; ++epoch) {
+      UseGlobalBatch(batch_plan_->BatchOfEpoch(epoch));
       if (epoch == first_epoch && first_batch > 0)
         train_->Seek({epoch, first_batch});
       else
@@ -704,7 +714,18 @@ class Trainer {
     SHOAL_CHECK(train_->options().global_slices,
                 cfg_.path + ": [algorithm] balance: the data loader was not set up for balanced batches");
     balancer_ = std::make_unique<Balancer>(env_);
+    balancer_->SetGlobal(train_->options().batch_size * world_);  // the loader's: the current stage's
     if (resumed) balancer_->Load(*resumed);
+    ApplyShare();
+  }
+
+  // Batch-size control: every worker's loader at `global` samples a step (the equal share,
+  // or the balancer's split of it scaled to the new size), from the next StartEpoch or Seek.
+  void UseGlobalBatch(int64_t global) {
+    if (!train_->options().global_slices || train_->options().batch_size * world_ == global) return;
+    train_->SetBatchSize(global / world_);
+    if (!balancer_) return;
+    balancer_->SetGlobal(global);
     ApplyShare();
   }
 
@@ -722,6 +743,13 @@ class Trainer {
   // resumed one. Returns the console's account of it.
   std::string ReshapePosition(CheckpointState* st) {
     const CheckpointRecord old = st->record;
+    if (!cfg_.batch_schedule.empty()) {
+      // The schedule fixes the global batch whatever the worker count: the position holds.
+      checkpoints_->ContinueFrom(old.id, old.step);
+      return "checkpoint " + std::to_string(old.id) + " was written by " + std::to_string(old.shards) +
+             " workers, this job has " + std::to_string(world_) + ": the batch schedule's global batch is the same, " +
+             "so training goes on at step " + std::to_string(old.step);
+    }
     st->record = OnOtherWorkers(old, cfg_.batch_size, int(old.shards), world_, env_.steps_per_epoch);
     checkpoints_->ContinueFrom(old.id, st->record.step);
     return OnOtherWorkersLine(old, st->record, cfg_.batch_size, int(old.shards), world_);
@@ -734,8 +762,8 @@ class Trainer {
     CheckpointState st;
     st.record.id = checkpoints_->IdAt(step_);
     st.record.step = step_;
-    st.record.epoch = step_ / env_.steps_per_epoch;
-    st.record.batch = step_ % env_.steps_per_epoch;
+    st.record.epoch = batch_plan_->EpochOfStep(step_);
+    st.record.batch = step_ - batch_plan_->FirstStepOfEpoch(st.record.epoch);
     SaveWeights(params_->HostWeights(), &st);
     SyncBuffers();  // every rank saves the job's buffers, as an evaluation here would see them
     SaveBuffers(buffers_->ToHost(), &st);
@@ -768,7 +796,7 @@ class Trainer {
     double sps = double(window_samples_) / std::max(1e-9, Since(t_window_));
     JsonObject f;
     f.Add("rank", rank_).Add("epoch", epoch).Add("loss", loss_sum_ / double(loss_n_)).Add("samples_per_s", sps);
-    f.Add("batch_size", batch_.n);
+    f.Add("batch_size", batch_.n).Add("global_batch", batch_plan_->BatchAt(step_ - 1));
     f.Add("lr", env_.schedule->At(step_ - 1))
         .Add("compute_s", compute_s_)
         .Add("comm_s", comm_s_)
@@ -863,6 +891,7 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<Dataset> train_set_;
   std::unique_ptr<DataLoader> train_, test_;
+  std::unique_ptr<BatchSchedule> batch_plan_;  // the global batch of each epoch, and the step <-> epoch map
   std::unique_ptr<Model> model_;
   std::unique_ptr<ParamViews> params_;
   std::unique_ptr<HostBuffers> buffers_;  // outlives algo_, which may hold it

@@ -315,13 +315,19 @@ LrSchedule::LrSchedule(const LrScheduleOptions& o) : o_(o) {
 
 LrSchedule LrSchedule::FromConfig(const ConfigSection& s, int64_t global_batch, int64_t steps_per_epoch,
                                   int64_t total_steps) {
+  return FromConfig(s, BatchSchedule::Constant(global_batch, steps_per_epoch), total_steps);
+}
+
+LrSchedule LrSchedule::FromConfig(const ConfigSection& s, const BatchSchedule& batches, int64_t total_steps) {
   LrScheduleOptions o;
   o.base_lr = s.GetDouble("lr", 0.1, 0, 1e6);
-  o.base_batch_size = s.GetInt("base_batch_size", 0, 0, INT64_MAX);
-  o.global_batch = global_batch;
+  o.base_batch_size =
+      s.GetInt("base_batch_size", batches.constant() ? 0 : batches.stages()[0].global_batch, 0, INT64_MAX);
+  o.global_batch = batches.stages()[0].global_batch;
+  for (size_t i = 1; i < batches.stages().size(); ++i)
+    o.batch_changes.push_back({batches.FirstStepOfEpoch(batches.stages()[i].epoch), batches.stages()[i].global_batch});
   double we = s.GetDouble("warmup_epochs", 0, 0, 1e6);
-  o.warmup_steps = s.Has("warmup_steps") ? s.GetInt("warmup_steps", 0, 0, INT64_MAX)
-                                         : int64_t(std::llround(we * double(steps_per_epoch)));
+  o.warmup_steps = s.Has("warmup_steps") ? s.GetInt("warmup_steps", 0, 0, INT64_MAX) : batches.StepsOfEpochs(we);
   o.warmup_start_ratio = s.GetDouble("warmup_start_ratio", 0.0, 0, 1);
   o.total_steps = total_steps;
   o.kind = s.GetString("schedule", "constant");
@@ -329,26 +335,30 @@ LrSchedule LrSchedule::FromConfig(const ConfigSection& s, int64_t global_batch, 
     throw Error(s.Where("schedule") + ": expected constant, poly, cosine or step, got \"" + o.kind + "\"");
   o.poly_power = s.GetDouble("poly_power", 2.0, 0, 100);
   o.min_lr = s.GetDouble("min_lr", 0, 0, 1e6);
-  o.step_every =
-      std::max<int64_t>(1, int64_t(std::llround(s.GetDouble("step_epochs", 30, 1e-6, 1e6) * double(steps_per_epoch))));
+  o.step_every = std::max<int64_t>(
+      1, int64_t(std::llround(s.GetDouble("step_epochs", 30, 1e-6, 1e6) * double(batches.StepsInEpoch(0)))));
   o.step_gamma = s.GetDouble("step_gamma", 0.1, 0, 1);
   return LrSchedule(o);
 }
 
 double LrSchedule::At(int64_t step) const {
+  // Linear scaling by the batch of the stage `step` is in (peak_ is the first stage's).
+  double peak = peak_;
+  for (auto& [first, batch] : o_.batch_changes)
+    if (step >= first && o_.base_batch_size > 0) peak = o_.base_lr * double(batch) / double(o_.base_batch_size);
   if (step < o_.warmup_steps) {
     double f = double(step + 1) / double(o_.warmup_steps);
-    return peak_ * (o_.warmup_start_ratio + (1 - o_.warmup_start_ratio) * f);
+    return peak * (o_.warmup_start_ratio + (1 - o_.warmup_start_ratio) * f);
   }
   int64_t span = std::max<int64_t>(1, o_.total_steps - o_.warmup_steps);
   double p = std::min(1.0, double(step - o_.warmup_steps) / double(span));
-  double lr = peak_;
+  double lr = peak;
   if (o_.kind == "poly")
-    lr = o_.min_lr + (peak_ - o_.min_lr) * std::pow(1 - p, o_.poly_power);
+    lr = o_.min_lr + (peak - o_.min_lr) * std::pow(1 - p, o_.poly_power);
   else if (o_.kind == "cosine")
-    lr = o_.min_lr + (peak_ - o_.min_lr) * 0.5 * (1 + std::cos(M_PI * p));
+    lr = o_.min_lr + (peak - o_.min_lr) * 0.5 * (1 + std::cos(M_PI * p));
   else if (o_.kind == "step")
-    lr = peak_ * std::pow(o_.step_gamma, double((step - o_.warmup_steps) / o_.step_every));
+    lr = peak * std::pow(o_.step_gamma, double((step - o_.warmup_steps) / o_.step_every));
   return lr;
 }
 

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/batch_schedule.h"
 #include "common/config.h"
 
 namespace shoal {
@@ -86,12 +87,17 @@ std::vector<std::string> OptimizerKeys(const std::string& name);
 // key neither the optimizer nor `extra` (keys the algorithm reads there) knows.
 void CheckOptimizerKeys(const std::string& name, const ConfigSection& opts, const std::vector<std::string>& extra = {});
 
-// Learning rate over steps: linear scaling with global batch, linear warm-up, then
-// constant | poly | cosine | step decay.
+// Learning rate over steps: linear scaling with the global batch, linear warm-up, then
+// constant | poly | cosine | step decay. Under batch-size control the global batch changes
+// by stage: lr(step) = base_lr x batch(step) / base_batch_size x shape(step), where shape is
+// the warm-up ramp and the decay over the whole run (peak 1), so each stage's lr is the
+// linear scaling of its own batch.
 struct LrScheduleOptions {
   double base_lr = 0.1;         // [optimizer] lr, for base_batch_size samples
   int64_t base_batch_size = 0;  // 0: no linear scaling
-  int64_t global_batch = 1;
+  int64_t global_batch = 1;     // the first stage's
+  // Later stages: {first step, global batch}, steps increasing (empty: one batch size).
+  std::vector<std::pair<int64_t, int64_t>> batch_changes;
   int64_t warmup_steps = 0;
   double warmup_start_ratio = 0.0;  // lr at step 0 = ratio x peak
   int64_t total_steps = 1;
@@ -109,7 +115,11 @@ class LrSchedule {
   // step_epochs, step_gamma (epoch keys turned into steps with steps_per_epoch).
   static LrSchedule FromConfig(const ConfigSection& opts, int64_t global_batch, int64_t steps_per_epoch,
                                int64_t total_steps);
-  double peak_lr() const { return peak_; }
+  // Under batch-size control: epoch keys turned into steps through `batches` (step decay
+  // counts epochs of the first stage's length), and without base_batch_size the lr is
+  // the first stage's (base_batch_size = its global batch), scaled linearly as it grows.
+  static LrSchedule FromConfig(const ConfigSection& opts, const BatchSchedule& batches, int64_t total_steps);
+  double peak_lr() const { return peak_; }  // the first stage's
   double At(int64_t step) const;
   const LrScheduleOptions& options() const { return o_; }
 

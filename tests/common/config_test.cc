@@ -521,3 +521,66 @@ TEST(Config, SizeProductsCannotOverflow) {
 
 }  // namespace
 }  // namespace shoal
+
+namespace shoal {
+namespace {
+
+// [train] batch_schedule: parsed into stages, [data] batch_size taken from the first stage
+// when left out, and every way it cannot run named with the file and the key.
+TEST(Config, BatchSchedule) {
+  const std::string base = Replace(kGood, "batch_size = 64\n", "");
+  JobConfig c = ParseJobConfig(Replace(base, "epochs = 10",
+                                       "epochs = 30\nbatch_schedule = [[0, 4096], [10, 8192], "
+                                       "[25, 16384]]"),
+                               "job.toml");
+  ASSERT_EQ(c.batch_schedule.size(), 3u);
+  EXPECT_EQ(c.batch_schedule[1].epoch, 10);
+  EXPECT_EQ(c.batch_schedule[2].global_batch, 16384);
+  EXPECT_EQ(c.batch_size, 1024);  // 4096 over 4 workers
+  EXPECT_TRUE(ParseJobConfig(kGood, "job.toml").batch_schedule.empty());
+  auto err = [&](const std::string& schedule, const std::string& text = "") {
+    return ErrorOf(Replace(text.empty() ? base : text, "epochs = 10", "epochs = 30\nbatch_schedule = " + schedule));
+  };
+  EXPECT_EQ(err("[[0, 4096], [10, 8192]]", kGood),
+            "job.toml: [data] batch_size = 64 disagrees with [train] batch_schedule, whose first stage gives each of "
+            "the 4 workers 1024 (leave batch_size out with a schedule)");
+  EXPECT_EQ(err("[[0, 256], [10, 8192]]", Replace(kGood, "batch_size = 64", "batch_size = 64 ")), "");
+  EXPECT_EQ(err("[[1, 4096]]"),
+            "job.toml: [train] batch_schedule: stage 0 [1, 4096]: the first stage must start at "
+            "epoch 0");
+  EXPECT_EQ(err("[[0, 4096], [10, 8192], [10, 16384]]"),
+            "job.toml: [train] batch_schedule: stage 2 [10, 16384]: epochs must increase (the stage before starts at "
+            "epoch 10)");
+  EXPECT_EQ(err("[[0, 4096], [30, 8192]]"),
+            "job.toml: [train] epochs = 30: [train] batch_schedule stage 1 [30, 8192]: starts after the last epoch "
+            "(epochs count from 0)");
+  EXPECT_EQ(err("[[0, 4096], [10, 8190]]"),
+            "job.toml: [train] batch_schedule: stage 1 [10, 8190]: the global batch is not divisible by the job's 4 "
+            "workers");
+  EXPECT_NE(err("[[0, 4096], [10, -8]]").find("stage 1 [10, -8]: expected a global batch in [1, "), std::string::npos);
+  EXPECT_NE(err("[]").find("[train] batch_schedule: expected an array of [epoch, global batch] pairs"),
+            std::string::npos);
+  EXPECT_NE(err("4096").find("[train] batch_schedule: expected an array"), std::string::npos);
+  EXPECT_NE(err("[[0, 4096], [10]]")
+                .find("[train] batch_schedule: stage 1: expected an array of [epoch, global "
+                      "batch] pairs such as [[0, 4096], [10, 8192]], got"),
+            std::string::npos);
+  EXPECT_NE(err("[[0, 4096], [10, 8192.5]]").find("stage 1: expected"), std::string::npos);
+  EXPECT_NE(err("[[0, 4096], [\"10\", 8192]]").find("stage 1: expected"), std::string::npos);
+  // A flag that overrides the epochs is named as the user typed it.
+  JobConfig ok =
+      ParseJobConfig(Replace(base, "epochs = 10", "epochs = 30\nbatch_schedule = [[0, 4096], [20, 8192]]"), "job.toml");
+  ok.epochs = 12;
+  try {
+    CheckJobLimits(ok, {{"[train] epochs", "--epochs"}});
+    ADD_FAILURE() << "a stage after the last epoch was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--epochs (overriding [train] epochs of the job file) = 12: [train] "
+              "batch_schedule stage 1 [20, 8192]: starts after the last epoch (epochs count "
+              "from 0)");
+  }
+}
+
+}  // namespace
+}  // namespace shoal

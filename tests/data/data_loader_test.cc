@@ -461,3 +461,88 @@ TEST(DataLoader, BatchesLiveInTheGivenHostMemory) {
 
 }  // namespace
 }  // namespace shoal
+
+namespace shoal {
+namespace {
+
+// Batch-size control: the global batch changes at an epoch boundary (SetBatchSize before
+// StartEpoch, as the trainer does), with even and uneven shares; each epoch every rank steps
+// floor(N / global) times and every sample is used exactly once across the ranks, before
+// and after the change. Seek into the new size finds the same batches.
+TEST(DataLoader, BatchSizeChangeKeepsEverySampleOncePerEpoch) {
+  const int64_t N = 103;
+  auto d = Tagged(N);
+  const int W = 3;
+  // Per epoch: per-rank batch, then the shares of the global batch (empty: equal).
+  struct Stage {
+    int64_t batch;
+    std::vector<int64_t> shares;
+  };
+  const std::vector<Stage> epochs = {{2, {}}, {2, {1, 4, 1}}, {4, {}}, {8, {3, 20, 1}}};
+  for (int prefetch : {0, 2}) {
+    std::vector<std::unique_ptr<DataLoader>> loaders;
+    for (int r = 0; r < W; ++r) {
+      DataLoaderOptions o;
+      o.batch_size = 2;
+      o.rank = r;
+      o.world_size = W;
+      o.seed = 11;
+      o.prefetch = prefetch;
+      o.global_slices = true;
+      loaders.push_back(std::make_unique<DataLoader>(d, o));
+    }
+    for (int64_t e = 0; e < int64_t(epochs.size()); ++e) {
+      const Stage& st = epochs[size_t(e)];
+      const int64_t global = st.batch * W, steps = N / global;
+      std::map<int, int> used;
+      int64_t total = 0;
+      for (int r = 0; r < W; ++r) {
+        DataLoader& l = *loaders[size_t(r)];
+        l.SetBatchSize(st.batch);
+        if (!st.shares.empty()) {
+          int64_t off = 0;
+          for (int k = 0; k < r; ++k) off += st.shares[size_t(k)];
+          l.SetShare(off, st.shares[size_t(r)]);
+        }
+        l.StartEpoch(e);
+        ASSERT_EQ(l.batches_per_epoch(), steps) << "epoch " << e;
+        Batch b;
+        for (int64_t s = 0; s < steps; ++s) {
+          ASSERT_TRUE(l.Next(&b)) << "epoch " << e << " rank " << r << " step " << s;
+          ASSERT_EQ(b.n, st.shares.empty() ? st.batch : st.shares[size_t(r)]);
+          for (int64_t j = 0; j < b.n; ++j) ++used[int(b.images[size_t(j * 16)])];
+          total += b.n;
+        }
+        EXPECT_FALSE(l.Next(&b));
+      }
+      EXPECT_EQ(total, steps * global) << "epoch " << e;
+      EXPECT_EQ(int64_t(used.size()), steps * global) << "a sample was used twice in epoch " << e;
+      for (auto& [tag, times] : used) EXPECT_EQ(times, 1) << "epoch " << e << " sample " << tag;
+    }
+  }
+  // A fresh loader seeking into epoch 2 at the new size returns what the running one did.
+  DataLoaderOptions o;
+  o.batch_size = 2;
+  o.rank = 1;
+  o.world_size = W;
+  o.seed = 11;
+  o.global_slices = true;
+  DataLoader a(d, o), b(d, o);
+  a.SetBatchSize(4);
+  a.StartEpoch(2);
+  Batch x, y;
+  ASSERT_TRUE(a.Next(&x));
+  ASSERT_TRUE(a.Next(&x));
+  b.SetBatchSize(4);
+  b.Seek({2, 1});
+  ASSERT_TRUE(b.Next(&y));
+  EXPECT_EQ(x.images, y.images);
+  EXPECT_EQ(x.labels, y.labels);
+  EXPECT_THROW(b.SetBatchSize(35), Error);  // 105 samples a step: more than the 103
+  o.global_slices = false;
+  DataLoader strided(d, o);
+  EXPECT_THROW(strided.SetBatchSize(4), Error);
+}
+
+}  // namespace
+}  // namespace shoal

@@ -132,6 +132,12 @@ std::vector<std::string> Events(const JobRun& r, const std::string& event) {
   return out;
 }
 
+std::set<std::string> WeightsHashes(const JobRun& r) {
+  std::set<std::string> h;
+  for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("?"));
+  return h;
+}
+
 std::vector<float> ReadFloats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<float> v;

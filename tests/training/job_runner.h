@@ -1,6 +1,7 @@
 // Runs whole jobs through the real launcher, servers and workers (separate processes on
 // loopback) from a test, with a bounded wait; reads the done line and metrics.jsonl.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,8 @@ std::string PidsOf(const std::string& dir, const std::string& process);
 std::vector<float> ReadFloats(const std::string& path);
 // The metrics lines whose "event" is `event`.
 std::vector<std::string> Events(const JobRun& r, const std::string& event);
+// The weights_hash of every worker's end record: one value when a synchronous job's workers agree.
+std::set<std::string> WeightsHashes(const JobRun& r);
 
 }  // namespace testing
 }  // namespace shoal

@@ -32,23 +32,17 @@ std::string Job(const std::string& name, const std::string& dir, const std::stri
   return t;
 }
 
-std::set<std::string> Hashes(const JobRun& r) {
-  std::set<std::string> h;
-  for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("?"));
-  return h;
-}
-
 TEST(LossScale, FixedPowerOfTwoScaleChangesNoBit) {
   std::string a = FreshDir("unscaled");
   JobRun plain = RunJob(a, Job("unscaled", a, "lenet", "", "", 3200, 1), 300);
   ASSERT_EQ(plain.exit_code, 0) << plain.stderr_text;
   std::string b = FreshDir("scaled");
   // Overlap: each gradient is unscaled in the backward pass's hook, before its bucket leaves.
-  JobRun scaled =
-      RunJob(b, Job("scaled", b, "lenet", "loss_scale = 1024\n", "overlap = true\nbucket_bytes = 65536\n", 3200, 1), 300);
+  JobRun scaled = RunJob(
+      b, Job("scaled", b, "lenet", "loss_scale = 1024\n", "overlap = true\nbucket_bytes = 65536\n", 3200, 1), 300);
   ASSERT_EQ(scaled.exit_code, 0) << scaled.stderr_text;
-  ASSERT_EQ(Hashes(plain).size(), 1u);
-  EXPECT_EQ(Hashes(scaled), Hashes(plain)) << "scaling by 1024 and back changed the weights";
+  ASSERT_EQ(WeightsHashes(plain).size(), 1u);
+  EXPECT_EQ(WeightsHashes(scaled), WeightsHashes(plain)) << "scaling by 1024 and back changed the weights";
   auto trains = Events(scaled, "train");
   ASSERT_FALSE(trains.empty());
   EXPECT_EQ(JsonNumber(trains.back(), "loss_scale").value_or(0), 1024) << trains.back();
@@ -64,7 +58,7 @@ TEST(LossScale, DynamicScaleSkipsOverflowingStepsAlikeAndTrainsOn) {
   EXPECT_GE(JsonNumber(run.done_line, "test_accuracy").value_or(0), 0.65) << run.done_line;
   auto ends = Events(run, "end");
   ASSERT_EQ(ends.size(), 2u);
-  EXPECT_EQ(Hashes(run).size(), 1u) << "the workers skipped different steps";
+  EXPECT_EQ(WeightsHashes(run).size(), 1u) << "the workers skipped different steps";
   // 2^140 ... 2^128 overflow for certain: at least 13 skipped steps, the same on both.
   const double skipped = JsonNumber(ends[0], "skipped_steps").value_or(0);
   EXPECT_GE(skipped, 13) << ends[0];
@@ -97,7 +91,7 @@ TEST(LossScale, ResumeContinuesWithTheCheckpointsScale) {
   std::string a = FreshDir("whole");
   JobRun whole = RunJob(a, job("whole", a, 0), 300);
   ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
-  ASSERT_EQ(Hashes(whole).size(), 1u);
+  ASSERT_EQ(WeightsHashes(whole).size(), 1u);
 
   std::string b = FreshDir("killed");
   bool killed = false;
@@ -107,7 +101,7 @@ TEST(LossScale, ResumeContinuesWithTheCheckpointsScale) {
   ASSERT_TRUE(killed) << "no checkpoint was logged";
   ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
   ASSERT_EQ(Events(run, "restart").size(), 1u);
-  EXPECT_EQ(Hashes(run), Hashes(whole)) << "the resumed run did not continue the scaler";
+  EXPECT_EQ(WeightsHashes(run), WeightsHashes(whole)) << "the resumed run did not continue the scaler";
   auto ends = Events(run, "end"), want = Events(whole, "end");
   ASSERT_EQ(ends.size(), 2u);
   EXPECT_EQ(JsonNumber(ends[0], "skipped_steps").value_or(-1), JsonNumber(want[0], "skipped_steps").value_or(-2));

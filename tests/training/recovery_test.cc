@@ -38,12 +38,6 @@ std::string Job(const std::string& name, const std::string& dir, const std::stri
   return t;
 }
 
-std::set<std::string> Hashes(const JobRun& r) {
-  std::set<std::string> h;
-  for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("?"));
-  return h;
-}
-
 // The restart event names the newest checkpoint the launcher had seen committed; one that
 // every process had written as the failure came may not be announced yet, and the processes
 // agree on the newest they all hold. So `events` (resumes, rewinds) all name one step, that
@@ -65,7 +59,7 @@ void RestartsExactly(const std::string& name, const std::string& section, std::s
   std::string a = FreshDir(name + "_whole");
   JobRun whole = RunJob(a, Job(name, a, section, 2, 20, 0, workers, 1600 * workers), 300);
   ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
-  std::set<std::string> want = Hashes(whole);
+  std::set<std::string> want = WeightsHashes(whole);
   ASSERT_EQ(want.size(), 1u) << "workers disagree in the uninterrupted run";
 
   std::string b = FreshDir(name + "_killed");
@@ -87,7 +81,7 @@ void RestartsExactly(const std::string& name, const std::string& section, std::s
   ExpectOneStepFrom(resumes, from);
   EXPECT_EQ(JsonNumber(run.done_line, "restarts").value_or(0), 1) << run.done_line;
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
-  EXPECT_EQ(Hashes(run), want) << "the resumed run did not end with the uninterrupted run's weights";
+  EXPECT_EQ(WeightsHashes(run), want) << "the resumed run did not end with the uninterrupted run's weights";
   EXPECT_EQ(ProcessesOf(b), 0);
 }
 
@@ -165,7 +159,7 @@ TEST(Recovery, BalancedAllReduceResumesWithItsSplit) {
   EXPECT_NE(before, "32,32") << "the slowed worker's share never shrank before the checkpoint";
   EXPECT_EQ(after, before) << "the resumed workers did not start from the checkpoint's split";
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
-  EXPECT_EQ(Hashes(run).size(), 1u);
+  EXPECT_EQ(WeightsHashes(run).size(), 1u);
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
@@ -223,7 +217,7 @@ std::set<std::string> PsSyncUninterrupted() {
   std::string a = FreshDir("ps_sync_whole");
   JobRun whole = RunJob(a, Job("ps_sync", a, kPsSync, 2, 20, 0), 300);
   EXPECT_EQ(whole.exit_code, 0) << whole.stderr_text;
-  want = Hashes(whole);
+  want = WeightsHashes(whole);
   EXPECT_EQ(want.size(), 1u) << "workers disagree in the uninterrupted run";
   return want;
 }
@@ -274,7 +268,7 @@ TEST(Recovery, PsSyncShardRestartsAloneAndWorkersRollBackExactly) {
     EXPECT_EQ(CountInLog(b, "server-0", "listening on"), shard == 0 ? 2 : 1);
     EXPECT_EQ(CountInLog(b, "server-1", "listening on"), shard == 1 ? 2 : 1);
     EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
-    EXPECT_EQ(Hashes(run), want) << "the rolled-back run did not continue exactly (shard " << k << " killed)";
+    EXPECT_EQ(WeightsHashes(run), want) << "the rolled-back run did not continue exactly (shard " << k << " killed)";
     EXPECT_EQ(ProcessesOf(b), 0);
   }
 }
@@ -355,7 +349,7 @@ TEST(Recovery, PsSyncWorkerRestartsAloneAndOthersRollBackExactly) {
   EXPECT_EQ(CountInLog(b, "server-0", "listening on"), 1);
   EXPECT_EQ(CountInLog(b, "server-1", "listening on"), 1);
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
-  EXPECT_EQ(Hashes(run), want) << "the rolled-back run did not continue exactly";
+  EXPECT_EQ(WeightsHashes(run), want) << "the rolled-back run did not continue exactly";
   EXPECT_EQ(ProcessesOf(b), 0);
 }
 
@@ -391,7 +385,7 @@ TEST(Recovery, PsSyncShardDyingAsTheJobFinishesIsRiddenOut) {
       CountInLog(d, "worker-0", "during the job's finish") + CountInLog(d, "worker-1", "during the job's finish");
   EXPECT_GE(CountEvents(d, "rewind") + rode_out, 1) << "no worker noticed the restart";
   EXPECT_EQ(JsonNumber(run.done_line, "steps").value_or(0), 100) << run.done_line;
-  EXPECT_EQ(Hashes(run), want) << run.stderr_text;
+  EXPECT_EQ(WeightsHashes(run), want) << run.stderr_text;
   EXPECT_EQ(ProcessesOf(d), 0);
 }
 
@@ -448,7 +442,7 @@ TEST(Recovery, ANewRunRefusesAnEarlierRunsCheckpointsUnlessResumedOrFresh) {
   JobRun fresh = RunJob(d, job, 300, {"--fresh"});
   EXPECT_EQ(fresh.exit_code, 0) << fresh.stderr_text;
   EXPECT_EQ(JsonNumber(fresh.done_line, "steps").value_or(0), 50) << fresh.done_line;
-  EXPECT_EQ(Hashes(fresh), Hashes(first)) << "--fresh did not start from the beginning";
+  EXPECT_EQ(WeightsHashes(fresh), WeightsHashes(first)) << "--fresh did not start from the beginning";
 }
 
 // A PS job resumed under another model is refused at registration, naming the tensor and

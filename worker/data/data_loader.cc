@@ -179,6 +179,30 @@ void DataLoader::SetShare(int64_t offset, int64_t count) {
   cv_.notify_all();
 }
 
+void DataLoader::SetBatchSize(int64_t batch_size) {
+  SHOAL_CHECK(opt_.global_slices, "DataLoader(" + dataset_->source() + "): SetBatchSize needs global_slices");
+  const int64_t W = opt_.world_size;
+  SHOAL_CHECK(batch_size >= 1 && batch_size <= (int64_t(1) << 40) / W && batch_size * W <= total_,
+              "DataLoader(" + dataset_->source() + "): a batch of " + std::to_string(batch_size) + " x " +
+                  std::to_string(W) + " workers does not fit the " + std::to_string(total_) + " samples");
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (batch_size == opt_.batch_size) return;
+    opt_.batch_size = batch_size;
+    batches_ = total_ / (batch_size * W);
+    shard_size_ = batches_ * batch_size;
+    share_offset_ = opt_.rank * batch_size;
+    share_count_ = batch_size;
+    ++generation_;  // nothing built at the old size is handed out
+    while (!ready_.empty()) {
+      free_.push_back(std::move(ready_.front()));
+      ready_.pop_front();
+    }
+    produce_next_ = consume_next_ = batches_;  // nothing more until StartEpoch or Seek
+  }
+  cv_.notify_all();
+}
+
 int64_t DataLoader::share_count() const {
   std::lock_guard<std::mutex> lk(mu_);
   return opt_.global_slices ? share_count_ : opt_.batch_size;

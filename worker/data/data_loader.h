@@ -125,8 +125,13 @@ class DataLoader {
   // [offset, offset+count) of each step's global batch. Drops anything prefetched.
   void SetShare(int64_t offset, int64_t count);
   int64_t share_count() const;
+  // global_slices only (batch-size control): from the next StartEpoch or Seek on, each step
+  // takes batch_size x world_size samples of the epoch's permutation (floor(N / that) steps),
+  // and this rank the equal share [rank x batch_size, +batch_size) until SetShare.
+  void SetBatchSize(int64_t batch_size);
 
   int64_t batches_per_epoch() const { return batches_; }
+  int64_t total_samples() const { return total_; }           // samples an epoch draws from, all ranks together
   int64_t samples_per_epoch() const { return shard_size_; }  // this rank's
   const Dataset& dataset() const { return *dataset_; }
   const DataLoaderOptions& options() const { return opt_; }
