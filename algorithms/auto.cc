@@ -187,7 +187,7 @@ class Auto : public Algorithm {
     const double est_allreduce = cmax + exchange, est_balanced = hmean + exchange;
     const double est_bmuf = compute + exchange / double(block_steps_);
     const double est_adpsgd = hmean + exchange / 2;
-    const double est_diloco = compute + exchange / double(sync_every_);
+    const double est_diloco = cmax + exchange / double(sync_every_);  // chosen unbalanced, as dgc
     // Candidates, each at its seconds per step x its steps to target (docs/algorithms.md, "How
     // auto chooses"); the ratios say which are worth weighing: bmuf where the exchange costs
     // more than bmuf_ratio x compute, adpsgd for uneven workers.
@@ -222,9 +222,9 @@ class Auto : public Algorithm {
                uneven && !can_balance ? (may_balance_ ? "; balanced share under min_share" : "; balance = false") : "");
       reason = buf;
     }
-    // allreduce, bmuf and diloco balance as weighed (adpsgd waits for nobody; dgc is chosen
-    // for its links, before the workers' speeds are weighed).
-    balanced_ = balance && (choice == "allreduce" || choice == "bmuf" || choice == "diloco");
+    // allreduce and bmuf balance as weighed (adpsgd waits for nobody; diloco and dgc are chosen
+    // for their links, before the workers' speeds are weighed).
+    balanced_ = balance && (choice == "allreduce" || choice == "bmuf");
     if (choice == "dgc" && env_.config->optimizer != "momentum" && env_.config->optimizer != "sgd") {
       choice = "bmuf";
       reason += " (dgc needs momentum or sgd: bmuf)";
