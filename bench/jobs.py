@@ -1,5 +1,5 @@
 """What the benchmarks that time real jobs share (bench/algorithms, bench/heterogeneous,
-bench/overlap): write a job file, run it through the launcher as `shoal run` does, and read
+bench/lowbandwidth, bench/overlap): write a job file, run it through the launcher as `shoal run` does, and read
 what it left: the launcher's `done` line and the job's metrics.jsonl. A benchmark's run.py
 imports it with `sys.path.insert(0, <bench/>)`, since each runs as a plain script."""
 import json, os, socket, subprocess, time
@@ -10,6 +10,34 @@ FASHION_MNIST = ('format = "idx"\n'
                  'train = "/usr/share/datasets/fashion-mnist/train"\n'
                  'test = "/usr/share/datasets/fashion-mnist/t10k"')
 
+
+def collective_job(name, out, workers, model, samples, algo, keys, optimizer, epochs, target):
+    """A Fashion-MNIST job timed to a target accuracy on four loopback workers, one thread
+    each; `workers` is the [cluster] workers list's TOML (per-worker quotas or links)."""
+    return f"""[job]
+name = "{name}"
+seed = 42
+output_dir = "{out}"
+[cluster]
+workers = [{workers}]
+[model]
+name = "{model}"
+[data]
+{FASHION_MNIST}
+batch_size = 32
+max_train_samples = {samples}
+max_test_samples = 1000
+[algorithm]
+name = "{algo}"
+{keys}
+[optimizer]
+{optimizer}
+[train]
+epochs = {epochs}
+target_accuracy = {target}
+threads = 1
+log_every_steps = 10
+"""
 
 def free_port():
     """A TCP port free on loopback now (for a job's servers)."""

@@ -12,7 +12,7 @@ Environment: TARGET, EPOCHS, SAMPLES, MODEL, QUOTAS (comma-separated cores per w
 import argparse, json, os, statistics, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from jobs import FASHION_MNIST, run_job  # noqa: E402
+from jobs import collective_job, run_job  # noqa: E402
 
 TARGET = float(os.environ.get("TARGET", "0.85"))
 EPOCHS = int(os.environ.get("EPOCHS", "12"))
@@ -31,35 +31,12 @@ RUNS = {  # label: (algorithm, [algorithm] keys)
 }
 
 
+MOMENTUM = 'name = "momentum"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4'
+
+
 def job(name, out, algo, keys):
     workers = ", ".join(f"{{cpu_quota = {q}}}" for q in QUOTAS)
-    return f"""[job]
-name = "{name}"
-seed = 42
-output_dir = "{out}"
-[cluster]
-workers = [{workers}]
-[model]
-name = "{MODEL}"
-[data]
-{FASHION_MNIST}
-batch_size = 32
-max_train_samples = {SAMPLES}
-max_test_samples = 1000
-[algorithm]
-name = "{algo}"
-{keys}
-[optimizer]
-name = "momentum"
-lr = 0.05
-momentum = 0.9
-weight_decay = 1e-4
-[train]
-epochs = {EPOCHS}
-target_accuracy = {TARGET}
-threads = 1
-log_every_steps = 10
-"""
+    return collective_job(name, out, workers, MODEL, SAMPLES, algo, keys, MOMENTUM, EPOCHS, TARGET)
 
 
 def run(bin_dir, label, rep, tmp):

@@ -9,7 +9,7 @@ and "fastest_at_low_bandwidth". Environment: TARGET, EPOCHS, SAMPLES, MODEL, MBP
 import json, os, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from jobs import FASHION_MNIST, run_job  # noqa: E402
+from jobs import collective_job, run_job  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "bazel-bin"
 TARGET = float(os.environ.get("TARGET", "0.80"))
@@ -33,30 +33,7 @@ RUNS = [  # (label, algorithm, [algorithm] keys, [optimizer] keys)
 
 def job(name, out, algo, keys, optimizer, mbps):
     links = ", ".join([f"{{bandwidth_mbps = {mbps}}}"] * 4)
-    return f"""[job]
-name = "{name}"
-seed = 42
-output_dir = "{out}"
-[cluster]
-workers = [{links}]
-[model]
-name = "{MODEL}"
-[data]
-{FASHION_MNIST}
-batch_size = 32
-max_train_samples = {SAMPLES}
-max_test_samples = 1000
-[algorithm]
-name = "{algo}"
-{keys}
-[optimizer]
-{optimizer}
-[train]
-epochs = {EPOCHS}
-target_accuracy = {TARGET}
-threads = 1
-log_every_steps = 10
-"""
+    return collective_job(name, out, links, MODEL, SAMPLES, algo, keys, optimizer, EPOCHS, TARGET)
 
 
 def run(label, algo, keys, optimizer, mbps, tmp):
