@@ -11,6 +11,7 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "common/dtype.h"
 #include "common/error.h"
 
 namespace shoal {
@@ -697,8 +698,11 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.zero_gamma_init = model.Bool("zero_gamma_init", true);
   c.label_smoothing = model.Double("label_smoothing", 0.0, 0.0, 0.999);
   c.precision = model.String("precision", "fp32");
-  if (c.precision != "fp32" && c.precision != "tf32" && c.precision != "bf16" && c.precision != "fp16")
-    model.Fail("precision", "expected \"fp32\", \"tf32\", \"bf16\" or \"fp16\", got \"" + c.precision + "\"");
+  try {
+    ParsePrecision(c.precision);
+  } catch (const Error& e) {
+    model.Fail("precision", e.what());
+  }
   c.weight_init = model.String("init", "auto");
   if (c.weight_init != "auto" && c.weight_init != "he_normal" && c.weight_init != "uniform")
     model.Fail("init", "expected \"auto\", \"he_normal\" or \"uniform\", got \"" + c.weight_init + "\"");

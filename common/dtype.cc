@@ -26,6 +26,12 @@ DType ParseDType(const std::string& name) {
   throw Error("unknown dtype '" + name + "' (expected fp32, fp16 or bf16)");
 }
 
+Precision ParsePrecision(const std::string& name) {
+  if (name == "tf32") return Precision(DType::kF32, true);
+  if (name == "fp32" || name == "bf16" || name == "fp16") return Precision(ParseDType(name));
+  throw Error("expected \"fp32\", \"tf32\", \"bf16\" or \"fp16\", got \"" + name + "\"");
+}
+
 uint16_t FloatToHalf(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);

@@ -20,6 +20,16 @@ const char* DTypeName(DType t);
 // Parses "fp32" | "fp16" | "bf16"; throws shoal::Error naming the bad value otherwise.
 DType ParseDType(const std::string& name);
 
+// A job's [model] precision: "fp32" | "tf32" | "bf16" | "fp16". tf32 is fp32 with TF32
+// tensor-core math on CUDA workers, and plain fp32 on CPU workers (CPUs have no TF32).
+struct Precision {
+  Precision(DType c = DType::kF32, bool t = false) : compute(c), tf32(t) {}  // NOLINT: a DType is a precision
+  DType compute;
+  bool tf32;
+};
+// Throws shoal::Error "expected "fp32", "tf32", "bf16" or "fp16", got "NAME"".
+Precision ParsePrecision(const std::string& name);
+
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);
 uint16_t FloatToBf16(float f);  // round to nearest even

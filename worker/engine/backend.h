@@ -266,14 +266,6 @@ std::unique_ptr<Backend> MakeCpuBackend(int threads = 0, DType compute = DType::
 // inputs, fp32 accumulation), off by default so fp32 matches the CPU backend.
 std::unique_ptr<Backend> MakeCudaBackend(int index, DType compute = DType::kF32, bool allow_tf32 = false);
 
-// A job's [model] precision: "fp32" | "tf32" | "bf16" | "fp16". tf32 is fp32 with TF32
-// tensor-core math on CUDA workers, and plain fp32 on CPU workers (CPUs have no TF32).
-struct Precision {
-  Precision(DType c = DType::kF32, bool t = false) : compute(c), tf32(t) {}  // NOLINT: a DType is a precision
-  DType compute;
-  bool tf32;
-};
-Precision ParsePrecision(const std::string& name);  // throws shoal::Error naming the value
 std::unique_ptr<Backend> MakeBackend(const Device& d, int threads = 0, const Precision& precision = Precision());
 
 }  // namespace shoal
