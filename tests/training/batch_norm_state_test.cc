@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
-#include <thread>
 
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
@@ -192,16 +191,9 @@ void KilledInItsLastEpochEndsAsTheUninterruptedRun(const std::string& algorithm)
     t.replace(t.find("checkpoint_every_steps = 16"), 27, "checkpoint_every_steps = 8\nmax_restarts = 1");
     return t;
   };
-  const std::string a = FreshDir("bn_whole_" + algorithm), b = FreshDir("bn_killed_" + algorithm);
-  JobRun whole = RunJob(a, job(a), 600);
-  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
-  bool killed = false;
-  std::thread killer([&] { killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1); });
-  JobRun run = RunJob(b, job(b), 600);
-  killer.join();
-  ASSERT_TRUE(killed) << "no checkpoint was logged";
-  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
-  ASSERT_EQ(Events(run, "restart").size(), 1u) << run.stderr_text;
+  WholeAndKilled runs = RunWholeAndKilledAtCheckpoint("bn_" + algorithm, job, 600);
+  ASSERT_TRUE(runs.failure.empty()) << runs.failure;
+  const JobRun &whole = runs.whole, &run = runs.killed;
   printf("uninterrupted: %s\nkilled:        %s\n", whole.done_line.c_str(), run.done_line.c_str());
   EXPECT_EQ(JsonNumber(run.done_line, "test_accuracy").value_or(-1),
             JsonNumber(whole.done_line, "test_accuracy").value_or(-2));

@@ -5,9 +5,7 @@
 // counted in metrics.jsonl and the done line.
 #include <gtest/gtest.h>
 
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/json_fields.h"
@@ -142,23 +140,11 @@ TEST_F(ImageData, AugmentedRunResumedMidEpochEndsWithTheSameWeights) {
     t.replace(t.find("epochs = 2"), 10, "epochs = 3");
     return t;
   };
-  const std::string a = FreshDir("augmented_whole"), b = FreshDir("augmented_killed");
-  JobRun whole = RunJob(a, job(a), 300);
-  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
-  bool killed = false;
-  std::thread killer([&] { killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1); });
-  JobRun run = RunJob(b, job(b), 300);
-  killer.join();
-  ASSERT_TRUE(killed) << "no checkpoint was logged";
-  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
-  ASSERT_EQ(Events(run, "restart").size(), 1u) << run.stderr_text;
-  auto hashes = [](const JobRun& r) {
-    std::set<std::string> h;
-    for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("missing"));
-    return h;
-  };
-  EXPECT_EQ(hashes(whole).size(), 1u);
-  EXPECT_EQ(hashes(run), hashes(whole));
+  WholeAndKilled runs = RunWholeAndKilledAtCheckpoint("augmented", job, 300);
+  ASSERT_TRUE(runs.failure.empty()) << runs.failure;
+  const JobRun &whole = runs.whole, &run = runs.killed;
+  EXPECT_EQ(WeightsHashes(whole).size(), 1u);
+  EXPECT_EQ(WeightsHashes(run), WeightsHashes(whole));
   EXPECT_EQ(Accuracy(run), Accuracy(whole)) << run.done_line << "\n" << whole.done_line;
 }
 

@@ -104,6 +104,32 @@ void KillWhenTraining(const std::string& dir, const std::string& process, int tr
   KillWhenLogged(dir, process, "train", train_events, 120, signal);
 }
 
+WholeAndKilled RunWholeAndKilledAtCheckpoint(const std::string& name,
+                                             const std::function<std::string(const std::string&)>& job, int timeout_s,
+                                             const std::string& process, int checkpoints) {
+  WholeAndKilled r;
+  const std::string a = FreshDir(name + "_whole"), b = FreshDir(name + "_killed");
+  r.whole = RunJob(a, job(a), timeout_s);
+  if (r.whole.exit_code != 0) {
+    r.failure = "the uninterrupted run exited " + std::to_string(r.whole.exit_code) + ":\n" + r.whole.stderr_text;
+    return r;
+  }
+  bool killed = false;
+  std::thread killer([&] { killed = KillWhenLogged(b, process, "checkpoint", checkpoints); });
+  r.killed = RunJob(b, job(b), timeout_s);
+  killer.join();
+  if (!killed)
+    r.failure = "no process \"" + process + "\" was killed after " + std::to_string(checkpoints) + " checkpoint(s)";
+  else if (r.killed.exit_code != 0)
+    r.failure = "the killed run exited " + std::to_string(r.killed.exit_code) + ":\n" + r.killed.stderr_text;
+  else if (Events(r.killed, "restart").size() != 1)
+    r.failure = "the killed run restarted " + std::to_string(Events(r.killed, "restart").size()) +
+                " times, not once:\n" + r.killed.stderr_text;
+  else if (ProcessesOf(b) != 0)
+    r.failure = std::to_string(ProcessesOf(b)) + " process(es) of the killed run still running";
+  return r;
+}
+
 int ProcessesOf(const std::string& dir) {
   std::string cmd = "pgrep -c -f -- '--confi[g] " + dir + "/job.toml' 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");

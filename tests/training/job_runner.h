@@ -1,6 +1,7 @@
 // Runs whole jobs through the real launcher, servers and workers (separate processes on
 // loopback) from a test, with a bounded wait; reads the done line and metrics.jsonl.
 #pragma once
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,6 +39,17 @@ void KillWhenTraining(const std::string& dir, const std::string& process, int tr
 // false when that did not happen within timeout_s or no such process was there to kill.
 bool KillWhenLogged(const std::string& dir, const std::string& process, const std::string& event, int count,
                     int timeout_s = 120, const std::string& signal = "KILL");
+// A job run twice from `job(dir)`'s text (which must allow a restart): uninterrupted in
+// <name>_whole, and in <name>_killed with `process` SIGKILLed once metrics.jsonl holds
+// `checkpoints` checkpoint events. `failure` is empty when both exited 0, the killed run
+// restarted exactly once and left no process behind; otherwise it says what went wrong.
+struct WholeAndKilled {
+  JobRun whole, killed;
+  std::string failure;
+};
+WholeAndKilled RunWholeAndKilledAtCheckpoint(const std::string& name,
+                                             const std::function<std::string(const std::string&)>& job, int timeout_s,
+                                             const std::string& process = "--rank 1", int checkpoints = 1);
 // How many events named `event` the job in `dir` has logged to metrics.jsonl so far.
 int CountEvents(const std::string& dir, const std::string& event);
 // Processes (pgrep -f) still running with this job's file on their command line.

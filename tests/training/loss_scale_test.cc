@@ -8,8 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <set>
-#include <thread>
 
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
@@ -82,31 +80,21 @@ TEST(LossScale, DynamicScaleSkipsOverflowingStepsAlikeAndTrainsOn) {
 // Killed right after the first checkpoint (step 20, with S already fallen from 2^140 to
 // fp32's range): the resumed run must not start over at 2^140 (13 more skipped steps).
 TEST(LossScale, ResumeContinuesWithTheCheckpointsScale) {
-  auto job = [](const std::string& name, const std::string& dir, int max_restarts) {
-    std::string t = Job(name, dir, "mlp", kBeyondFp32, "", 3200, 2);
-    t.insert(t.find("seed = 42\n") + 10, "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 20\n" +
-                                             "max_restarts = " + std::to_string(max_restarts) + "\n");
+  auto job = [](const std::string& dir) {
+    std::string t = Job("scaler", dir, "mlp", kBeyondFp32, "", 3200, 2);
+    t.insert(t.find("seed = 42\n") + 10,
+             "checkpoint_dir = \"" + dir + "/ckpt\"\ncheckpoint_every_steps = 20\nmax_restarts = 1\n");
     return t;
   };
-  std::string a = FreshDir("whole");
-  JobRun whole = RunJob(a, job("whole", a, 0), 300);
-  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
+  WholeAndKilled runs = RunWholeAndKilledAtCheckpoint("scaler", job, 300);
+  ASSERT_TRUE(runs.failure.empty()) << runs.failure;
+  const JobRun &whole = runs.whole, &run = runs.killed;
   ASSERT_EQ(WeightsHashes(whole).size(), 1u);
-
-  std::string b = FreshDir("killed");
-  bool killed = false;
-  std::thread killer([&] { killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1); });
-  JobRun run = RunJob(b, job("killed", b, 1), 300);
-  killer.join();
-  ASSERT_TRUE(killed) << "no checkpoint was logged";
-  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
-  ASSERT_EQ(Events(run, "restart").size(), 1u);
   EXPECT_EQ(WeightsHashes(run), WeightsHashes(whole)) << "the resumed run did not continue the scaler";
   auto ends = Events(run, "end"), want = Events(whole, "end");
   ASSERT_EQ(ends.size(), 2u);
   EXPECT_EQ(JsonNumber(ends[0], "skipped_steps").value_or(-1), JsonNumber(want[0], "skipped_steps").value_or(-2));
   EXPECT_EQ(JsonNumber(ends[0], "loss_scale").value_or(-1), JsonNumber(want[0], "loss_scale").value_or(-2));
-  EXPECT_EQ(ProcessesOf(b), 0);
 }
 
 }  // namespace

@@ -6,8 +6,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-#include <set>
-#include <thread>
 
 #include "common/json_fields.h"
 #include "tests/training/job_runner.h"
@@ -114,26 +112,14 @@ TEST(TokensTraining, ResumedMidEpochEndsWithTheSameWeights) {
     t.replace(t.find("epochs = 3"), 10, "epochs = 2");
     return t;
   };
-  const std::string a = FreshDir("tokens_whole"), b = FreshDir("tokens_killed");
-  JobRun whole = RunJob(a, job(a), 240);
-  ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
-  bool killed = false;
-  std::thread killer([&] { killed = KillWhenLogged(b, "--rank 1", "checkpoint", 1); });
-  JobRun run = RunJob(b, job(b), 240);
-  killer.join();
-  ASSERT_TRUE(killed) << "no checkpoint was logged";
-  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
-  ASSERT_EQ(Events(run, "restart").size(), 1u) << run.stderr_text;
+  WholeAndKilled runs = RunWholeAndKilledAtCheckpoint("tokens", job, 240);
+  ASSERT_TRUE(runs.failure.empty()) << runs.failure;
+  const JobRun &whole = runs.whole, &run = runs.killed;
   const std::vector<std::string> resumed = Events(run, "resume");
   ASSERT_FALSE(resumed.empty()) << run.stdout_text.substr(0, 3000);
   EXPECT_GT(JsonNumber(resumed.front(), "batch").value_or(0), 0) << resumed.front();  // mid-epoch
-  auto hashes = [](const JobRun& r) {
-    std::set<std::string> h;
-    for (auto& e : Events(r, "end")) h.insert(JsonField(e, "weights_hash").value_or("missing"));
-    return h;
-  };
-  EXPECT_EQ(hashes(whole).size(), 1u);
-  EXPECT_EQ(hashes(run), hashes(whole));
+  EXPECT_EQ(WeightsHashes(whole).size(), 1u);
+  EXPECT_EQ(WeightsHashes(run), WeightsHashes(whole));
   EXPECT_EQ(JsonNumber(run.done_line, "test_accuracy"), JsonNumber(whole.done_line, "test_accuracy"))
       << run.done_line << "\n"
       << whole.done_line;
