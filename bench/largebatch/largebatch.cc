@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "algorithms/optimizers/optimizer.h"
 #include "common/batch_schedule.h"
 #include "common/error.h"
+#include "common/json_fields.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/dataset.h"
 #include "worker/engine/backend.h"
@@ -34,6 +36,10 @@ DEFINE_double(label_smoothing, 0.1, "label smoothing of the loss");
 DEFINE_string(set, "",
               "recipe overrides, OPT.KEY=VALUE,... (OPT: an optimizer or *; KEY: an [optimizer] key, or smoothout, "
               "batch_control = 0/1, scaling = linear/sqrt/a power of the batch)");
+DEFINE_string(record, "",
+              "JSON-lines file of finished cells: each cell run is appended; a cell it already holds with the same "
+              "recipe is not run again and joins the table (the 30-epoch table takes hours: run it in parts)");
+DEFINE_bool(list, false, "print each cell's recipe and whether --record holds it, and run nothing");
 DEFINE_string(train, "/usr/share/datasets/fashion-mnist/train", "training set prefix");
 DEFINE_string(test, "/usr/share/datasets/fashion-mnist/t10k", "test set prefix");
 
@@ -108,6 +114,22 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
   r.stages = {{0, batch}};
   if (control) r.stages = {{0, batch / 4}, {5, batch / 2}, {10, batch}};
   return r;
+}
+
+// Everything that decides a cell's result, as one line: a recorded cell counts only while
+// the bench would still run it the same way.
+std::string RecipeText(const std::string& opt_name, int64_t batch, const Recipe& r) {
+  std::ostringstream t;
+  t.precision(12);
+  t << "model=" << FLAGS_model << " epochs=" << FLAGS_epochs << " micro=" << FLAGS_micro
+    << " label_smoothing=" << FLAGS_label_smoothing << " optimizer=" << opt_name << " batch=" << batch
+    << " smoothout=" << r.smoothout << " stages=";
+  for (auto& st : r.stages) t << st.epoch << ":" << st.global_batch << ";";
+  for (auto& [key, value] : r.opt.values()) {
+    t << " " << key << "=";
+    std::visit([&](const auto& v) { t << v; }, value);
+  }
+  return t.str();
 }
 
 double Evaluate(Model& m, Backend& be, DataLoader& test) {
@@ -230,8 +252,45 @@ int Main() {
       cells.push_back({c.substr(0, u), std::stoll(c.substr(u + 1))});
     }
   }
+  // Cells already in the record, by recipe.
+  std::map<std::string, Cell> recorded;
+  if (!FLAGS_record.empty()) {
+    std::ifstream in(FLAGS_record);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      auto recipe = JsonField(line, "recipe");
+      auto accuracy = JsonNumber(line, "test_accuracy"), steps = JsonNumber(line, "steps");
+      SHOAL_CHECK(recipe && accuracy && steps, FLAGS_record + ":" + std::to_string(n) +
+                                                   ": expected a cell's \"recipe\", \"test_accuracy\" and \"steps\"");
+      recorded[*recipe] = Cell{*accuracy, int64_t(*steps)};
+    }
+  }
   std::map<std::pair<std::string, int64_t>, Cell> result;
-  for (auto& [o, B] : cells) result[{o, B}] = Run(o, B, RecipeFor(o, B, set), *be, train, test_loader);
+  for (auto& [o, B] : cells) {
+    const Recipe recipe = RecipeFor(o, B, set);
+    const std::string text = RecipeText(o, B, recipe);
+    auto it = recorded.find(text);
+    if (FLAGS_list) {
+      printf("%s_%lld: %s%s\n", o.c_str(), (long long)B, text.c_str(), it == recorded.end() ? "" : " (recorded)");
+      continue;
+    }
+    if (it != recorded.end()) {
+      printf("%-9s batch %5lld: recorded in %s, test accuracy %.4f\n", o.c_str(), (long long)B, FLAGS_record.c_str(),
+             it->second.accuracy);
+      result[{o, B}] = it->second;
+      continue;
+    }
+    const Cell cell = Run(o, B, recipe, *be, train, test_loader);
+    result[{o, B}] = cell;
+    if (!FLAGS_record.empty()) {
+      std::ofstream out(FLAGS_record, std::ios::app);
+      // Compact, as metrics.jsonl: JsonField reads "key":value.
+      out << "{\"cell\":\"" << o << "_" << B << "\",\"recipe\":\"" << text << "\",\"test_accuracy\":" << cell.accuracy
+          << ",\"steps\":" << cell.steps << "}\n";
+      SHOAL_CHECK(out.good(), "--record: could not append to " + FLAGS_record);
+    }
+  }
+  if (FLAGS_list) return 0;
 
   // The table: rows optimizers, columns batches, each cell accuracy (steps), and the ratio
   // of each cell's accuracy to its optimizer's batch-256 accuracy where both ran.
