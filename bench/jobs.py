@@ -90,11 +90,21 @@ class JobRun:
             return None
         return round((t[-1]["bytes_sent"] - t[1]["bytes_sent"]) / (t[-1]["step"] - t[1]["step"]), 1)
 
-    def link_mbps(self, exchange_over_compute):
-        """The per-worker link rate, Mbit/s, at which this (unlimited, dense) job's exchange
-        of one step would take `exchange_over_compute` times that step's compute."""
-        per_step = self.steady_bytes_per_step() or self.bytes_per_step()
-        return per_step * 8 / (exchange_over_compute * self.compute_s_per_step()) / 1e6
+    def local_step_s(self):
+        """Seconds per step on rank 0 between its train events, the median over the intervals
+        after the first (start-up left out; an interval holding an evaluation or an exchange
+        is outvoted): what a step costs this machine beside its exchange, in a job that does
+        not exchange every step. None without two intervals."""
+        t = [e for e in self.rank0("train")]
+        per = sorted((b["wall_s"] - a["wall_s"]) / (b["step"] - a["step"]) for a, b in zip(t[1:], t[2:])
+                     if b["step"] > a["step"])
+        return per[len(per) // 2] if per else None
+
+
+def link_mbps(bytes_per_step, step_s, exchange_over_step):
+    """The per-worker link rate, Mbit/s, at which sending `bytes_per_step` takes
+    `exchange_over_step` times `step_s` (a benchmark's calibrated slow links)."""
+    return bytes_per_step * 8 / (exchange_over_step * step_s) / 1e6
 
 
 def run_job(bin_dir, tmp, label, job_text, timeout):

@@ -9,7 +9,7 @@ import json, os, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from hosts import Hosts  # noqa: E402
-from jobs import FASHION_MNIST, free_port, run_job  # noqa: E402
+from jobs import FASHION_MNIST, free_port, link_mbps, run_job  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "bazel-bin"
 ALGOS = [a for a in os.environ.get("ALGOS", "allreduce,double_buffer,ps_async,bmuf,adpsgd,dgc").split(",")
@@ -120,7 +120,7 @@ def main():
             cal = job_run("allreduce", "calibrate", equal, tmp)
             base = figures(cal)
             if not cal.error:  # limit so one step's dense exchange takes 4x that step's compute
-                mbps = cal.link_mbps(4)
+                mbps = link_mbps(cal.bytes_per_step(), cal.compute_s_per_step(), 4)
         mbps = mbps or 100.0
         print(f"calibration: {json.dumps(base)}; slow links at {mbps:.1f} Mbit/s per worker", flush=True)
         limited = "[" + ", ".join([f"{{bandwidth_mbps = {mbps}}}"] * 4) + "]"

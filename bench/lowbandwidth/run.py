@@ -1,7 +1,7 @@
 """./shoal bench lowbandwidth: 4 workers on four network-namespace hosts whose links tbf shapes
 (bench/hosts.py, as tests/cluster makes them; CurveZMQ keys), first at a rate calibrated so one
-step's dense exchange takes EXCHANGE_OVER_COMPUTE (4) times one step's compute (measured by a
-short unlimited allreduce job on loopback first), then at a quarter of that rate. Where this
+dense exchange of the model takes EXCHANGE_OVER_COMPUTE (4) times one step's compute (both
+measured first by a short unlimited job on loopback), then at a quarter of that rate. Where this
 process cannot make namespaces (not root) it falls back to the ring's token bucket
 ([cluster] workers = [{bandwidth_mbps = ...}]) at the same rates, and says so.
 Time to the target accuracy, final accuracy and bytes sent per worker for allreduce, bmuf, dgc
@@ -17,11 +17,11 @@ import json, os, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import hosts  # noqa: E402
-from jobs import collective_job, run_job  # noqa: E402
+from jobs import collective_job, link_mbps, run_job  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "bazel-bin"
-TARGET = float(os.environ.get("TARGET", "0.80"))
-EPOCHS = int(os.environ.get("EPOCHS", "8"))
+TARGET = float(os.environ.get("TARGET", "0.85"))
+EPOCHS = int(os.environ.get("EPOCHS", "12"))
 SAMPLES = int(os.environ.get("SAMPLES", "6144"))  # per epoch: 48 steps of 4 x 32, one evaluation each
 MODEL = os.environ.get("MODEL", "mlp")
 EXCHANGE_OVER_COMPUTE = float(os.environ.get("EXCHANGE_OVER_COMPUTE", "4"))
@@ -50,16 +50,21 @@ def job(label, out, algo, keys, optimizer, workers):
 
 
 def calibrate(tmp):
-    """The link rate (Mbit/s per worker) at which one step's dense exchange takes
-    EXCHANGE_OVER_COMPUTE x one step's compute, from one unlimited allreduce epoch on loopback;
-    with the figures it came from."""
+    """The link rate (Mbit/s per worker) at which one dense exchange of the model takes
+    EXCHANGE_OVER_COMPUTE x one step's compute, with the figures it came from. Both from one
+    unlimited job on loopback that does not exchange until it ends (diloco, sync_every beyond
+    its steps): the step is what a step costs here beside its exchange (forward/backward, the
+    optimizer, the data; on a loaded machine far more than forward/backward alone), the bytes
+    its one all-reduce of the model at the end."""
     j = run_job(BIN, tmp, "calibrate", lambda out: collective_job(
-        "lowbw-calibrate", out, "{}, {}, {}, {}", MODEL, SAMPLES, "allreduce", "", ADAMW, 1, 1.0), timeout=600)
-    if j.error:
-        sys.exit(f"lowbandwidth: the calibration job failed: {j.error}")
-    return j.link_mbps(EXCHANGE_OVER_COMPUTE), {
-        "compute_s_per_step": round(j.compute_s_per_step(), 4), "dense_bytes_per_step": j.steady_bytes_per_step(),
-        "exchange_over_compute": EXCHANGE_OVER_COMPUTE}
+        "lowbw-calibrate", out, "{}, {}, {}, {}", MODEL, SAMPLES, "diloco", f"sync_every = {1 << 30}\n", ADAMW,
+        2, 1.0), timeout=600)
+    step_s, dense = (None, None) if j.error else (j.local_step_s(), j.done.get("bytes_per_outer_step"))
+    if not step_s or not dense:
+        sys.exit(f"lowbandwidth: the calibration job gave no step time or exchange bytes: {j.error or j.done}")
+    return link_mbps(dense, step_s, EXCHANGE_OVER_COMPUTE), {
+        "step_s": round(step_s, 4), "forward_backward_s": round(j.compute_s_per_step(), 4),
+        "dense_exchange_bytes": dense, "exchange_over_compute": EXCHANGE_OVER_COMPUTE}
 
 
 def figures(j):
@@ -128,7 +133,7 @@ def summary(results, rates):
 def main():
     why_not = "LINKS=token_bucket" if os.environ.get("LINKS") == "token_bucket" else hosts.unavailable()
     links = "tbf_netns_hosts" if why_not is None else "token_bucket"
-    results = {}
+    results, load_start = {}, os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         if os.environ.get("MBPS"):
             rate, cal = float(os.environ["MBPS"]), {"mbps_from": "MBPS"}
@@ -152,7 +157,8 @@ def main():
                     run_all(mbps, tmp, on_hosts, keys, results)
     print_table(results)
     out = {"bench": "lowbandwidth", "links": links, "target_accuracy": TARGET, "model": MODEL, "mbps": rates,
-           "calibration": cal, "load_avg": round(os.getloadavg()[0], 1), "results": results}
+           "calibration": cal, "load_avg_start": round(load_start, 1), "load_avg_end": round(os.getloadavg()[0], 1),
+           "results": results}
     out.update(summary(results, rates))
     print(json.dumps(out))
 
