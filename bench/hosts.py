@@ -9,6 +9,37 @@ import json, os, subprocess, time
 from jobs import JobRun
 
 HOSTS = 4
+PROBE_PORT = 7799
+# measure_mbps's two ends: the receiver prints the Mbit/s it got from its first byte to the end.
+RECEIVE = f"""import socket, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", {PROBE_PORT}))
+s.listen(1)
+s.settimeout(30)
+c, _ = s.accept()
+c.settimeout(30)
+n, t0 = 0, None
+while True:
+    b = c.recv(1 << 20)
+    if not b:
+        break
+    t0 = t0 or time.time()
+    n += len(b)
+print(n * 8 / max(1e-9, time.time() - (t0 or 0)) / 1e6)
+"""
+SEND = f"""import socket, sys, time
+for _ in range(100):  # the receiver may not listen yet
+    try:
+        s = socket.create_connection((sys.argv[1], {PROBE_PORT}), timeout=30)
+        break
+    except ConnectionRefusedError:
+        time.sleep(0.05)
+b, t = b"x" * (1 << 20), time.time()
+while time.time() - t < float(sys.argv[2]):
+    s.sendall(b)
+s.close()
+"""
 
 
 def sh(*args, check=True):
@@ -77,6 +108,21 @@ class Hosts:
         for n in self.ns:
             sh("ip", "netns", "exec", n, "tc", "qdisc", "replace", "dev", "eth0", "root", *tbf_args(mbps))
         self.mbps = mbps
+
+    def measure_mbps(self, seconds=2.0):
+        """What one TCP stream gets from host 0 to host 1 over the shaped links, Mbit/s: the
+        check that tbf gives the rate asked for (a few percent under it: TCP/IP headers)."""
+        py = "/usr/bin/python3"
+        recv = subprocess.Popen(["ip", "netns", "exec", self.ns[1], py, "-c", RECEIVE], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            sh("ip", "netns", "exec", self.ns[0], py, "-c", SEND, f"{self.net}.2", str(seconds))
+            out, err = recv.communicate(timeout=30)
+        finally:
+            recv.kill()
+        if recv.returncode != 0:
+            raise RuntimeError(f"measuring the links: {err.strip()[-200:]}")
+        return float(out)
 
     def run(self, bin_dir, job_text, tmp, label, keys, servers=0, timeout=3600):
         """One job across the hosts: `job_text`'s [cluster] servers and workers replaced by

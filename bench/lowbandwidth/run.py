@@ -133,7 +133,7 @@ def summary(results, rates):
 def main():
     why_not = "LINKS=token_bucket" if os.environ.get("LINKS") == "token_bucket" else hosts.unavailable()
     links = "tbf_netns_hosts" if why_not is None else "token_bucket"
-    results, load_start = {}, os.getloadavg()[0]
+    results, load_start, measured = {}, os.getloadavg()[0], []
     with tempfile.TemporaryDirectory() as tmp:
         if os.environ.get("MBPS"):
             rate, cal = float(os.environ["MBPS"]), {"mbps_from": "MBPS"}
@@ -154,11 +154,13 @@ def main():
             with hosts.Hosts(rates[0], prefix="lbw", net=215) as on_hosts:
                 for mbps in rates:
                     on_hosts.set_rate(mbps)
+                    measured.append(round(on_hosts.measure_mbps(), 1))
+                    print(f"links at {mbps} Mbit/s: one TCP stream measured {measured[-1]} Mbit/s", flush=True)
                     run_all(mbps, tmp, on_hosts, keys, results)
     print_table(results)
     out = {"bench": "lowbandwidth", "links": links, "target_accuracy": TARGET, "model": MODEL, "mbps": rates,
-           "calibration": cal, "load_avg_start": round(load_start, 1), "load_avg_end": round(os.getloadavg()[0], 1),
-           "results": results}
+           "measured_mbps": measured or None, "calibration": cal, "load_avg_start": round(load_start, 1),
+           "load_avg_end": round(os.getloadavg()[0], 1), "results": results}
     out.update(summary(results, rates))
     print(json.dumps(out))
 
