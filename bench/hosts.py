@@ -4,7 +4,7 @@ makes them, each host's link shaped by tbf, every process in its host's namespac
 CurveZMQ keys (as a job across hosts must have), each host writing its own output directory.
 Needs root; `unavailable()` says why not, so a benchmark can fall back to the ring's token
 bucket and say so."""
-import json, os, subprocess, time
+import json, os, signal, subprocess, sys, time
 
 from jobs import JobRun
 
@@ -79,6 +79,8 @@ class Hosts:
         self.veth = [f"{prefix}v{self.id}x{k}" for k in range(HOSTS)]
 
     def __enter__(self):
+        # A benchmark stopped by SIGTERM (a timeout, a scheduler) still tears the hosts down.
+        self.old_term = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:
             sh("ip", "link", "add", self.br, "type", "bridge")
             sh("ip", "link", "set", self.br, "up")
@@ -102,6 +104,7 @@ class Hosts:
             sh("ip", "netns", "del", n, check=False)
             sh("ip", "link", "del", self.veth[k], check=False)
         sh("ip", "link", "del", self.br, check=False)
+        signal.signal(signal.SIGTERM, self.old_term)
 
     def set_rate(self, mbps):
         """Every host's link shaped to `mbps` from now on."""
