@@ -1,6 +1,7 @@
 """What the benchmarks that time real jobs share (bench/algorithms, bench/heterogeneous,
 bench/lowbandwidth, bench/overlap): write a job file, run it through the launcher as `shoal run` does, and read
-what it left: the launcher's `done` line and the job's metrics.jsonl. A benchmark's run.py
+what it left: the launcher's `done` line and the job's metrics.jsonl (bench/hosts.py runs one
+across network-namespace hosts instead and returns the same JobRun). A benchmark's run.py
 imports it with `sys.path.insert(0, <bench/>)`, since each runs as a plain script."""
 import json, os, socket, subprocess, time
 
@@ -67,6 +68,43 @@ class JobRun:
     def first_eval(self, target):
         """Rank 0's first evaluation at or above `target` ({} if none): its wall_s and step."""
         return next((e for e in self.rank0("eval") if (e.get("test_accuracy") or 0) >= target), {})
+
+    def compute_s_per_step(self):
+        """Compute seconds per step, the mean over the workers' end records."""
+        ends = [e for e in self.events if e.get("event") == "end"]
+        steps = max((e.get("steps", 0) for e in ends), default=0)
+        return sum(e.get("compute_s", 0) for e in ends) / max(1, len(ends)) / max(1, steps)
+
+    def bytes_per_step(self):
+        """Bytes one worker sent per step over the whole job (its start-up broadcast included)."""
+        workers, steps = self.done.get("workers") or 4, self.done.get("steps") or 0
+        return self.done.get("bytes_sent", 0) / workers / max(1, steps)
+
+    def steady_bytes_per_step(self):
+        """Rank 0's transport counter (bytes_sent) between its second and its last train event,
+        over the steps between them: what one step puts on the wire once the job runs (the
+        start-up broadcast left out; dgc's sparsity warm-up too where it ends before the
+        second event). None without two such events."""
+        t = [e for e in self.rank0("train") if e.get("bytes_sent") is not None]
+        if len(t) < 3 or t[-1]["step"] <= t[1]["step"]:
+            return None
+        return round((t[-1]["bytes_sent"] - t[1]["bytes_sent"]) / (t[-1]["step"] - t[1]["step"]), 1)
+
+    def local_step_s(self):
+        """Seconds per step on rank 0 between its train events, the median over the intervals
+        after the first (start-up left out; an interval holding an evaluation or an exchange
+        is outvoted): what a step costs this machine beside its exchange, in a job that does
+        not exchange every step. None without two intervals."""
+        t = [e for e in self.rank0("train")]
+        per = sorted((b["wall_s"] - a["wall_s"]) / (b["step"] - a["step"]) for a, b in zip(t[1:], t[2:])
+                     if b["step"] > a["step"])
+        return per[len(per) // 2] if per else None
+
+
+def link_mbps(bytes_per_step, step_s, exchange_over_step):
+    """The per-worker link rate, Mbit/s, at which sending `bytes_per_step` takes
+    `exchange_over_step` times `step_s` (a benchmark's calibrated slow links)."""
+    return bytes_per_step * 8 / (exchange_over_step * step_s) / 1e6
 
 
 def run_job(bin_dir, tmp, label, job_text, timeout):

@@ -7,10 +7,9 @@ table sets its choice and time against the fastest algorithm's.
 Each run is a real job through the launcher; the last line is one JSON object."""
 import json, os, subprocess, sys, tempfile
 
-import hosts
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from jobs import FASHION_MNIST, free_port, run_job  # noqa: E402
+from hosts import Hosts, unavailable  # noqa: E402
+from jobs import FASHION_MNIST, free_port, link_mbps, run_job  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "bazel-bin"
 ALGOS = [a for a in os.environ.get("ALGOS", "allreduce,double_buffer,ps_async,bmuf,adpsgd,dgc").split(",")
@@ -70,34 +69,26 @@ log_every_steps = 20
 
 
 def run(algo, scenario, workers_toml, tmp):
-    j = run_job(BIN, tmp, f"{algo}-{scenario}",
-                lambda out: job(f"bench-{algo}-{scenario}", out, algo, workers_toml), timeout=3600)
+    return figures(job_run(algo, scenario, workers_toml, tmp))
+
+
+def job_run(algo, scenario, workers_toml, tmp):
+    return run_job(BIN, tmp, f"{algo}-{scenario}",
+                   lambda out: job(f"bench-{algo}-{scenario}", out, algo, workers_toml), timeout=3600)
+
+
+def figures(j):
+    """One job's figures (a JobRun from the launcher or from the hosts)."""
     if j.error:
         return {"error": j.error}
-    done, wall, reach = j.done, j.wall_s, j.time_to(TARGET)
-    ends = [e for e in j.events if e.get("event") == "end"]
-    steady = steady_bytes_per_step(j)
-    steps = max((e.get("steps", 0) for e in ends), default=0)
-    compute = sum(e.get("compute_s", 0) for e in ends) / max(1, len(ends))
+    reach = j.time_to(TARGET)
     auto = next(iter(j.rank0("auto")), {})
     return {"time_to_target_s": round(reach, 1) if reach is not None else None,
             **({"auto_choice": auto.get("choice") + (" (balanced)" if auto.get("balance") else "")} if auto else {}),
-            "compute_s_per_step": compute / max(1, steps),
-            "bytes_per_step": done.get("bytes_sent", 0) / 4 / max(1, steps),
-            "final_accuracy": done.get("test_accuracy"), "wall_s": round(wall, 1),
-            "bytes_per_worker": int(done.get("bytes_sent", 0) / 4),
-            "steady_bytes_per_step": steady}
-
-
-def steady_bytes_per_step(j):
-    """Rank 0's transport counter (bytes_sent) between its second and its last train event,
-    over the steps between them: what one step puts on the wire once the job runs (the
-    start-up broadcast left out; dgc's sparsity warm-up too where it ends before the
-    second event). None without two such events."""
-    t = [e for e in j.rank0("train") if e.get("bytes_sent") is not None]
-    if len(t) < 3 or t[-1]["step"] <= t[1]["step"]:
-        return None
-    return round((t[-1]["bytes_sent"] - t[1]["bytes_sent"]) / (t[-1]["step"] - t[1]["step"]), 1)
+            "compute_s_per_step": j.compute_s_per_step(), "bytes_per_step": j.bytes_per_step(),
+            "final_accuracy": j.done.get("test_accuracy"), "wall_s": round(j.wall_s, 1),
+            "bytes_per_worker": int(j.done.get("bytes_sent", 0) / 4),
+            "steady_bytes_per_step": j.steady_bytes_per_step()}
 
 
 def print_auto_against_best(results):
@@ -124,10 +115,12 @@ def main():
         equal = "4"
         slow = '[{slowdown = 4.0}, {}, {}, {}]'
         mbps = float(os.environ.get("LIMIT_MBPS", "0"))
-        base = run("allreduce", "calibrate", equal, tmp) if "slow_links" in SCENARIOS and not mbps else {}
-        if not mbps and base and "error" not in base:
-            # Limit so one step's dense exchange takes 4x that step's compute.
-            mbps = base["bytes_per_step"] * 8 / (4 * base["compute_s_per_step"]) / 1e6
+        base = {}
+        if "slow_links" in SCENARIOS and not mbps:
+            cal = job_run("allreduce", "calibrate", equal, tmp)
+            base = figures(cal)
+            if not cal.error:  # limit so one step's dense exchange takes 4x that step's compute
+                mbps = link_mbps(cal.bytes_per_step(), cal.compute_s_per_step(), 4)
         mbps = mbps or 100.0
         print(f"calibration: {json.dumps(base)}; slow links at {mbps:.1f} Mbit/s per worker", flush=True)
         limited = "[" + ", ".join([f"{{bandwidth_mbps = {mbps}}}"] * 4) + "]"
@@ -138,11 +131,16 @@ def main():
                 r = run(algo, scenario, workers, tmp)
                 results[f"{algo}/{scenario}"] = r
                 print(f"{algo:>14} {scenario:>12} {json.dumps(r)}", flush=True)
-        if os.geteuid() == 0 and os.environ.get("HOSTS", "1") != "0":
+        why_not = "HOSTS=0" if os.environ.get("HOSTS", "1") == "0" else unavailable()
+        if why_not:
+            print(f"scenario (d), tbf-shaped namespace hosts, skipped: {why_not}", flush=True)
+        else:
             keys = subprocess.run([f"{BIN}/common/transport/shoal-keygen"], capture_output=True, text=True).stdout
-            with hosts.Hosts(mbps):
+            with Hosts(mbps) as hosts:
                 for algo in ALGOS + ["auto"]:
-                    r = hosts.run(BIN, algo, job(f"bench-{algo}-hosts", "OUT", algo, "4"), tmp, TARGET, keys)
+                    servers = 2 if algo.startswith("ps_") else 0
+                    r = figures(hosts.run(BIN, job(f"bench-{algo}-hosts", "OUT", algo, "4"), tmp, f"{algo}-hosts",
+                                          keys, servers))
                     results[f"{algo}/hosts"] = r
                     print(f"{algo:>14} {'tbf_hosts':>12} {json.dumps(r)}", flush=True)
     print(f"\n| algorithm | equal: s to {TARGET} | bytes/worker | slow worker (x4): s | slow links: s | bytes/worker "
