@@ -25,12 +25,6 @@ const std::string kRoot = "/usr/share/libonnx-testdata/data/node/";
 
 // Cases of supported operators that do not pass, and why.
 const std::map<std::string, std::string> kKnown = {
-    {"test_averagepool_2d_ceil", "ceil_mode that adds a window: max pooling only"},
-    {"test_averagepool_2d_same_lower", "uneven padding: max pooling and convolution only"},
-    {"test_averagepool_2d_same_upper", "uneven padding: max pooling and convolution only"},
-    {"test_averagepool_3d_default", "3-D pooling (1-D and 2-D are supported)"},
-    {"test_maxpool_3d_default", "3-D pooling (1-D and 2-D are supported)"},
-    {"test_maxpool_2d_dilations", "pooling with dilations"},
     {"test_constant", "no input: the graph computes nothing from data"},
     {"test_constantofshape_float_ones", "the shape is the data input; Shoal's inputs are tensors, not shapes"},
     {"test_range_float_type_positive_delta", "scalar inputs: the data needs a batch dimension"},

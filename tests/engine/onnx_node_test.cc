@@ -129,6 +129,61 @@ TEST_P(OnnxNodeCase, BackwardMatchesFiniteDifferences) {
   EXPECT_LT(res.max_err, 2e-2) << res.where;
 }
 
+// Average pooling with uneven pads and a ceil_mode window running past the input, counting
+// the pads and not: the output and the input's gradient of L = sum(y * [1, 2, 3, 4]) equal
+// PyTorch's (torch 1.13: avg_pool2d(pad(x, (1, 0, 0, 0)), 3, 2, ceil_mode=True), divided by
+// the same pooling of the padded ones mask when the pads do not count). ONNX's own cases
+// have no uneven pads with count_include_pad = 1.
+TEST(OnnxPooling, AveragePoolUnevenPadsAndCeilModeMatchPyTorch) {
+  const std::string dir = std::string(kRoot) + "test_averagepool_2d_ceil/";
+  const onnx::TensorProto x = ReadTensor(dir + "test_data_set_0/input_0.pb");  // 1x1x4x4: 1 to 16
+  const std::vector<float> want_y[2] = {{5.5f, 7.0f, 11.5f, 13.0f}, {11.0f / 3, 7.0f, 23.0f / 3, 13.0f}};
+  const std::vector<float> want_dx[2] = {{1.f / 6, 7.f / 18, 2.f / 9, 2.f / 9, 1.f / 6, 7.f / 18, 2.f / 9, 2.f / 9,
+                                          11.f / 12, 65.f / 36, 8.f / 9, 8.f / 9, 0.75f, 17.f / 12, 2.f / 3, 2.f / 3},
+                                         {1.f / 9, 1.f / 3, 2.f / 9, 2.f / 9, 1.f / 9, 1.f / 3, 2.f / 9, 2.f / 9,
+                                          11.f / 18, 1.5f, 8.f / 9, 8.f / 9, 0.5f, 7.f / 6, 2.f / 3, 2.f / 3}};
+  for (int include = 0; include < 2; ++include) {
+    SCOPED_TRACE("count_include_pad " + std::to_string(include));
+    onnx::ModelProto m = ReadModel(dir + "model.onnx");
+    onnx::NodeProto* node = m.mutable_graph()->mutable_node(0);
+    onnx::AttributeProto* pads = node->add_attribute();
+    pads->set_name("pads");
+    pads->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : {0, 1, 0, 0}) pads->add_ints(v);  // H begin, W begin, H end, W end
+    onnx::AttributeProto* count = node->add_attribute();
+    count->set_name("count_include_pad");
+    count->set_type(onnx::AttributeProto::INT);
+    count->set_i(include);
+    // x becomes a trained initializer, so its gradient is a parameter's.
+    InputToInitializer(m, 0, x);
+    DropInputs(m, 0);
+    m.set_ir_version(std::max<int64_t>(m.ir_version(), 4));
+    onnx::ValueInfoProto* dummy = m.mutable_graph()->add_input();
+    dummy->set_name("shoal_test_data");
+    dummy->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    dummy->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    dummy->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    OnnxOptions o;
+    o.any_output = true;
+    auto be = MakeCpuBackend(1);
+    std::unique_ptr<Model> model = ImportOnnx(Save(m, "avgpool_uneven_" + std::to_string(include)), *be, o);
+    ASSERT_EQ(model->parameters().size(), 1u);
+    Tensor data = be->Zeros({1, 1});
+    model->ZeroGrad();
+    const Tensor& y = model->Forward(data, true);
+    ASSERT_EQ(y.shape(), Shape({1, 1, 2, 2}));
+    const std::vector<float> got = testing_util::Host(*be, y);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want_y[include][i], 1e-5) << "y " << i;
+    const std::vector<float> r = {1, 2, 3, 4};
+    Tensor rt = be->Empty(y.shape());
+    be->CopyFromHost(rt, r.data());
+    model->Backward(rt);
+    const std::vector<float> dx = testing_util::Host(*be, model->parameters()[0].grad);
+    ASSERT_EQ(dx.size(), 16u);
+    for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx[i], want_dx[include][i], 1e-5) << "dx " << i;
+  }
+}
+
 // Cases whose forward is checked; their backward too unless listed in kForwardOnly.
 const std::vector<std::string> kCases = {
     "test_add",
@@ -174,11 +229,19 @@ const std::vector<std::string> kCases = {
     "test_maxpool_2d_strides",
     "test_maxpool_1d_default",
     "test_maxpool_2d_same_upper",
+    "test_maxpool_2d_same_lower",
+    "test_maxpool_2d_ceil",
+    "test_maxpool_2d_dilations",
+    "test_maxpool_3d_default",
     "test_averagepool_2d_default",
     "test_averagepool_2d_pads",
     "test_averagepool_2d_pads_count_include_pad",
     "test_averagepool_2d_strides",
     "test_averagepool_1d_default",
+    "test_averagepool_2d_same_upper",
+    "test_averagepool_2d_same_lower",
+    "test_averagepool_2d_ceil",
+    "test_averagepool_3d_default",
     "test_globalaveragepool",
     "test_gemm_all_attributes",
     "test_gemm_alpha",

@@ -1,4 +1,5 @@
-// torchvision's resnet18 and mobilenet_v2 and a small ViT, exported by PyTorch
+// torchvision's resnet18 and mobilenet_v2, a small ViT and a CNN of every pooling window the
+// backends' own pooling cannot do (dilated, ceil_mode overhang, 3-D), exported by PyTorch
 // (pytorch/reference.py, run by this test into its temp dir): for one batch, Shoal's loss and
 // the gradient of every parameter equal PyTorch's within fp32 tolerance.
 #include <gtest/gtest.h>
@@ -99,7 +100,7 @@ TEST_P(OnnxPyTorch, LossAndEveryGradientEqualPyTorchs) {
   EXPECT_GT(compared, 10u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, OnnxPyTorch, ::testing::Values("resnet18", "mobilenet_v2", "vit"));
+INSTANTIATE_TEST_SUITE_P(Models, OnnxPyTorch, ::testing::Values("resnet18", "mobilenet_v2", "vit", "pools"));
 
 }  // namespace
 }  // namespace shoal

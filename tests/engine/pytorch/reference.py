@@ -1,7 +1,7 @@
 """PyTorch's side of onnx_pytorch_test: builds torchvision's resnet18 and mobilenet_v2 (1-channel
-stems for 28x28 input) and a small ViT, exports each to ONNX as users do (training mode, no
-constant folding, opset 17), and writes, for one batch, PyTorch's cross-entropy loss and the
-gradient of every parameter. Dropout is set to 0 so the two sides compute the same function.
+stems for 28x28 input), a small ViT and a CNN of unusual pooling windows, exports each to ONNX
+as users do (training mode, no constant folding, opset 17), and writes, for one batch,
+PyTorch's cross-entropy loss and the gradient of every parameter. Dropout is set to 0 so the two sides compute the same function.
 
 usage: /usr/bin/python3 reference.py OUT_DIR
 OUT_DIR/<model>.onnx, <model>.input.bin (float32), <model>.labels.bin (int32),
@@ -45,7 +45,35 @@ def mobilenet_v2():
     return m
 
 
-MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "vit": SmallViT}
+class Pools(nn.Module):
+    """The pooling windows the backends' own pooling cannot do, each between convolutions:
+    dilations, ceil_mode windows that overhang the input (average pooling counting the
+    padding and not), and 3-D max and average pooling over [N, 1, channels, H, W]."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 6, 3, padding=1)
+        self.pool1 = nn.MaxPool2d(3, stride=2, dilation=2, ceil_mode=True)  # 28 -> 13
+        self.c2 = nn.Conv2d(6, 6, 2)  # 13 -> 12
+        self.pool2 = nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=True)  # 12 -> 7
+        self.c3 = nn.Conv2d(6, 6, 2, padding=1)  # 7 -> 8
+        self.pool3 = nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)  # 8 -> 5
+        self.c4 = nn.Conv2d(6, 8, 3, padding=1)
+        self.pool4 = nn.MaxPool3d(2, stride=2, ceil_mode=True)  # [8, 5, 5] -> [4, 3, 3]
+        self.pool5 = nn.AvgPool3d(3, stride=1, padding=1, count_include_pad=False)
+        self.c5 = nn.Conv2d(4, 4, 1)
+        self.head = nn.Linear(4 * 3 * 3, 10)
+
+    def forward(self, x):
+        h = self.pool1(torch.tanh(self.c1(x)))
+        h = self.pool2(torch.tanh(self.c2(h)))
+        h = self.pool3(torch.tanh(self.c3(h)))
+        h = self.pool5(self.pool4(torch.tanh(self.c4(h)).unsqueeze(1)))
+        h = self.c5(h.squeeze(1))
+        return self.head(h.flatten(1))
+
+
+MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "vit": SmallViT, "pools": Pools}
 
 
 def main(out, names):

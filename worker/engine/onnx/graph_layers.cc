@@ -283,6 +283,7 @@ const std::vector<std::string>& SupportedOperators() {
     for (const char* k : {"Where", "Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}) v.push_back(k);
     for (const std::string& k : TensorLayerOps()) v.push_back(k);
     for (const std::string& k : NnLayerOps()) v.push_back(k);
+    for (const std::string& k : PoolLayerOps()) v.push_back(k);
     for (const char* k : {"Constant", "ConstantOfShape", "Shape", "Size", "Range"}) v.push_back(k);
     std::sort(v.begin(), v.end());
     return v;
@@ -318,6 +319,7 @@ std::unique_ptr<GraphLayer> MakeGraphLayer(Backend& be, const onnx::NodeProto& n
     return std::make_unique<ViewLayer>(be, n, opset);
   if (auto l = MakeTensorLayer(be, n, opset, device_inputs)) return l;
   if (auto l = MakeNnLayer(be, n, opset, device_inputs, seed, node_modes)) return l;
+  if (auto l = MakePoolLayer(be, n)) return l;
   std::string list;
   for (const std::string& s : SupportedOperators()) list += (list.empty() ? "" : ", ") + s;
   throw Error(NodeWhere(n) + ": operator " + op + " is not supported; supported: " + list);

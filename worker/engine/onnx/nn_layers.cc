@@ -1,62 +1,15 @@
 // Layers of network operators: Conv, Gemm, MatMul, BatchNormalization,
-// LayerNormalization, MaxPool, AveragePool, GlobalAveragePool, Softmax, LogSoftmax, Dropout.
+// LayerNormalization, Softmax, LogSoftmax, Dropout (the pools: pool_layers.cc).
 #include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
 #include "worker/engine/onnx/attrs.h"
 #include "worker/engine/onnx/layer_families.h"
+#include "worker/engine/onnx/window.h"
 
 namespace shoal {
 namespace {
-
-// A 1-D spatial input [N,C,L] runs as [N,C,L,1]; 2-D as it is; others are refused.
-Shape As4d(const Shape& s, const std::string& where) {
-  SHOAL_CHECK(s.size() == 3 || s.size() == 4,
-              where + ": input " + ShapeString(s) + " must be [N,C,L] or [N,C,H,W] (1-D and 2-D are supported)");
-  return s.size() == 4 ? s : Shape{s[0], s[1], s[2], 1};
-}
-
-// Window geometry of Conv and the pools, per spatial dimension (2: H and W; 1-D gets W = 1).
-struct Window {
-  int64_t k[2] = {1, 1}, s[2] = {1, 1}, d[2] = {1, 1}, pb[2] = {0, 0}, pe[2] = {0, 0};
-};
-
-Window ReadWindow(const onnx::NodeProto& n, const Shape& x4, int spatial, const int64_t* kernel,
-                  const std::string& where) {
-  Window w;
-  const std::vector<int64_t> st = AttrInts(n, "strides"), di = AttrInts(n, "dilations"), pads = AttrInts(n, "pads");
-  SHOAL_CHECK(st.empty() || int(st.size()) == spatial, where + ": strides do not match the spatial rank");
-  SHOAL_CHECK(di.empty() || int(di.size()) == spatial, where + ": dilations do not match the spatial rank");
-  SHOAL_CHECK(pads.empty() || int(pads.size()) == 2 * spatial, where + ": pads do not match the spatial rank");
-  for (int i = 0; i < spatial; ++i) {
-    w.k[i] = kernel[i];
-    if (!st.empty()) w.s[i] = st[size_t(i)];
-    if (!di.empty()) w.d[i] = di[size_t(i)];
-    if (!pads.empty()) {
-      w.pb[i] = pads[size_t(i)];
-      w.pe[i] = pads[size_t(i + spatial)];
-    }
-    SHOAL_CHECK(w.k[i] > 0 && w.s[i] > 0 && w.d[i] > 0 && w.pb[i] >= 0 && w.pe[i] >= 0,
-                where + ": kernel, strides and dilations must be positive and pads non-negative");
-  }
-  const std::string autopad = AttrString(n, "auto_pad", "NOTSET");
-  if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") {
-    for (int i = 0; i < spatial; ++i) {
-      const int64_t in = x4[size_t(2 + i)], out = (in + w.s[i] - 1) / w.s[i];
-      const int64_t total = std::max<int64_t>(0, (out - 1) * w.s[i] + (w.k[i] - 1) * w.d[i] + 1 - in);
-      w.pb[i] = autopad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      w.pe[i] = total - w.pb[i];
-    }
-  } else if (autopad == "VALID") {
-    for (int i = 0; i < spatial; ++i) w.pb[i] = w.pe[i] = 0;
-  } else {
-    SHOAL_CHECK(autopad == "NOTSET", where + ": auto_pad " + autopad + " is not supported");
-  }
-  return w;
-}
-
-bool Symmetric(const Window& w) { return w.pb[0] == w.pe[0] && w.pb[1] == w.pe[1]; }
 
 // Zero padding written out, for uneven padding the backends' symmetric kernels cannot do.
 struct ExplicitPad {
@@ -499,119 +452,6 @@ class LayerNormLayer final : public GraphLayer {
   Tensor mean_, invstd_, dx_, dg_, db_;
 };
 
-class PoolLayer final : public GraphLayer {
- public:
-  enum Kind { kMax, kAvg, kGlobalAvg };
-  PoolLayer(Backend& be, const onnx::NodeProto& n, Kind kind) : GraphLayer(be, n, 1), node_(n), kind_(kind) {
-    if (kind == kGlobalAvg) return;
-    const std::vector<int64_t> d = AttrInts(n, "dilations");
-    for (int64_t v : d) SHOAL_CHECK(v == 1, where_ + ": dilations other than 1 are not supported");
-  }
-  Shape OutputShape(const std::vector<Shape>& in) const override {
-    const Shape x4 = As4d(in[0], where_);
-    if (kind_ == kGlobalAvg) return in[0].size() == 3 ? Shape{x4[0], x4[1], 1} : Shape{x4[0], x4[1], 1, 1};
-    const PoolParams p = Params(in[0]);
-    const Window w = Geometry(in[0]);
-    Shape out = {x4[0], x4[1], (x4[2] + w.pb[0] + w.pe[0] - p.kh()) / p.sh() + 1,
-                 (x4[3] + w.pb[1] + w.pe[1] - p.kw()) / p.sw() + 1};
-    SHOAL_CHECK(out[2] > 0 && out[3] > 0, where_ + ": the window does not fit the input " + ShapeString(in[0]));
-    if (in[0].size() == 3) out.pop_back();
-    return out;
-  }
-  const Tensor& Forward(const std::vector<const Tensor*>& x, bool) override {
-    const Shape out = OutputShape({x[0]->shape()});
-    Ensure(y_, out);
-    const Tensor x4 = x[0]->Reshape(As4d(x[0]->shape(), where_));
-    Tensor y4 = y_.Reshape(As4d(out, where_));
-    if (kind_ == kMax && !Symmetric(Geometry(x[0]->shape()))) {
-      // Uneven padding: pad with -inf explicitly, then pool without padding.
-      pad_.Plan(x4.shape(), Geometry(x[0]->shape()));
-      Ensure(padded_, pad_.padded);
-      be_.Fill(padded_, -INFINITY);
-      be_.StridedCopy(x4, StridedView{0, ContiguousStrides(x4.shape())}, padded_, pad_.inner, x4.shape());
-      be_.MaxPoolForward(padded_, Params(x[0]->shape()), y4, ws_);
-    } else if (kind_ == kGlobalAvg) {
-      Tensor y2 = y_.Reshape({x4.dim(0), x4.dim(1)});
-      be_.GlobalAvgPoolForward(x4, y2);
-    } else if (kind_ == kMax) {
-      be_.MaxPoolForward(x4, Params(x[0]->shape()), y4, ws_);
-    } else {
-      be_.AvgPoolForward(x4, Params(x[0]->shape()), y4);
-    }
-    return y_;
-  }
-  void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override {
-    if (!need_dx) return;
-    Tensor& g = InputGrad(0, x[0]->shape());
-    const Tensor x4 = x[0]->Reshape(As4d(x[0]->shape(), where_));
-    Tensor dx4 = g.Reshape(x4.shape());
-    if (kind_ == kGlobalAvg)
-      be_.GlobalAvgPoolBackward(dy.Reshape({x4.dim(0), x4.dim(1)}), dx4);
-    else if (kind_ == kMax && !Symmetric(Geometry(x[0]->shape()))) {
-      Ensure(dpadded_, pad_.padded);
-      be_.MaxPoolBackward(padded_, y_.Reshape(As4d(y_.shape(), where_)), dy.Reshape(As4d(dy.shape(), where_)),
-                          Params(x[0]->shape()), ws_, dpadded_);
-      be_.StridedCopy(dpadded_, pad_.inner, dx4, StridedView{0, ContiguousStrides(x4.shape())}, x4.shape());
-    } else if (kind_ == kMax)
-      be_.MaxPoolBackward(x4, y_.Reshape(As4d(y_.shape(), where_)), dy.Reshape(As4d(dy.shape(), where_)),
-                          Params(x[0]->shape()), ws_, dx4);
-    else
-      be_.AvgPoolBackward(dy.Reshape(As4d(dy.shape(), where_)), Params(x[0]->shape()), dx4);
-    dx[0] = g;
-  }
-  BufferUse Buffers() const override { return BufferUse{BufferUse::kOwn, BufferUse::kOwn, true, {}}; }
-
- private:
-  Window Geometry(const Shape& xs) const {
-    const int spatial = int(xs.size()) - 2;
-    const std::vector<int64_t> k = AttrInts(node_, "kernel_shape");
-    SHOAL_CHECK(int(k.size()) == spatial, where_ + ": kernel_shape must have " + std::to_string(spatial) + " entries");
-    Window w = ReadWindow(node_, As4d(xs, where_), spatial, k.data(), where_);
-    // ceil_mode: a last window that starts inside the (padded) input but runs past its end
-    // counts. Max pooling gets it as extra end padding (-inf, never the maximum of a window
-    // that starts inside); average pooling would divide differently, so it is refused.
-    if (AttrInt(node_, "ceil_mode", 0)) {
-      const Shape x4 = As4d(xs, where_);
-      for (int i = 0; i < spatial; ++i) {
-        const int64_t span = x4[size_t(2 + i)] + w.pb[i] + w.pe[i] - w.k[i];
-        int64_t ceil_out = (span + w.s[i] - 1) / w.s[i] + 1;
-        // PyTorch's and ONNX's rule: the last window must start inside the input or left padding.
-        if ((ceil_out - 1) * w.s[i] >= x4[size_t(2 + i)] + w.pb[i]) --ceil_out;
-        const int64_t extra = (ceil_out - 1) * w.s[i] + w.k[i] - (x4[size_t(2 + i)] + w.pb[i] + w.pe[i]);
-        if (extra > 0) {
-          SHOAL_CHECK(kind_ == kMax, where_ +
-                                         ": ceil_mode = 1 changes the output size here; supported for max "
-                                         "pooling only");
-          w.pe[i] += extra;
-        }
-      }
-    }
-    return w;
-  }
-  // The backend's pooling geometry; with uneven padding (max pooling only) the padding is
-  // written out beforehand and the backend pools without any.
-  PoolParams Params(const Shape& xs) const {
-    Window v = Geometry(xs);
-    if (!Symmetric(v)) {
-      SHOAL_CHECK(kind_ == kMax, where_ + ": uneven pads are supported for max pooling only");
-      for (int i = 0; i < 2; ++i) v.pb[i] = v.pe[i] = 0;
-    }
-    PoolParams p;
-    p.kernel = int(v.k[0]);
-    p.kernel_w = int(v.k[1]);
-    p.stride = int(v.s[0]);
-    p.stride_w = int(v.s[1]);
-    p.pad = int(v.pb[0]);
-    p.pad_w = int(v.pb[1]);
-    p.count_include_pad = AttrInt(node_, "count_include_pad", 0) != 0;
-    return p;
-  }
-  onnx::NodeProto node_;
-  Kind kind_;
-  ExplicitPad pad_;
-  Tensor ws_, padded_, dpadded_;
-};
-
 class SoftmaxLayer final : public GraphLayer {
  public:
   BufferUse Buffers() const override { return OutputInY(); }
@@ -700,17 +540,8 @@ class DropoutLayer final : public GraphLayer {
 }  // namespace
 
 const std::vector<std::string>& NnLayerOps() {
-  static const std::vector<std::string> ops = {"Conv",
-                                               "Gemm",
-                                               "MatMul",
-                                               "BatchNormalization",
-                                               "LayerNormalization",
-                                               "MaxPool",
-                                               "AveragePool",
-                                               "GlobalAveragePool",
-                                               "Softmax",
-                                               "LogSoftmax",
-                                               "Dropout"};
+  static const std::vector<std::string> ops = {
+      "Conv", "Gemm", "MatMul", "BatchNormalization", "LayerNormalization", "Softmax", "LogSoftmax", "Dropout"};
   return ops;
 }
 
@@ -723,9 +554,6 @@ std::unique_ptr<GraphLayer> MakeNnLayer(Backend& be, const onnx::NodeProto& n, i
   if (op == "BatchNormalization")
     return std::make_unique<BatchNormLayer>(be, n, node_modes && AttrInt(n, "training_mode", 0) != 0);
   if (op == "LayerNormalization") return std::make_unique<LayerNormLayer>(be, n, device_inputs);
-  if (op == "MaxPool") return std::make_unique<PoolLayer>(be, n, PoolLayer::kMax);
-  if (op == "AveragePool") return std::make_unique<PoolLayer>(be, n, PoolLayer::kAvg);
-  if (op == "GlobalAveragePool") return std::make_unique<PoolLayer>(be, n, PoolLayer::kGlobalAvg);
   if (op == "Softmax" || op == "LogSoftmax") return std::make_unique<SoftmaxLayer>(be, n, opset, op == "LogSoftmax");
   if (op == "Dropout") return std::make_unique<DropoutLayer>(be, n, opset, seed, node_modes);
   return nullptr;
