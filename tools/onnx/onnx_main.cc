@@ -4,7 +4,8 @@
 //   shoal onnx run MODEL.onnx --input IN0.pb [--input IN1.pb ...] --output_dir DIR [--device cuda:0]
 //       one forward pass in inference mode; DIR/output_K.pb per graph output, as ONNX TensorProtos
 //       (the format of ONNX's own test data). The first input is the data; the others are
-//       bound as constants of the graph.
+//       bound as constants of the graph. A graph with nothing to batch (no input, a scalar
+//       data input, or data read only as a shape) is evaluated on the host instead.
 #include <gflags/gflags.h>
 #include <onnx/onnx_pb.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "common/error.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/model.h"
+#include "worker/engine/onnx/graph_layers.h"
 #include "worker/engine/onnx/host_value.h"
 #include "worker/engine/onnx/onnx_import.h"
 
@@ -71,6 +74,63 @@ std::vector<const onnx::ValueInfoProto*> FedInputs(const onnx::GraphProto& g) {
   return out;
 }
 
+int Opset(const onnx::ModelProto& m) {
+  for (const onnx::OperatorSetIdProto& id : m.opset_import())
+    if (id.domain().empty() || id.domain() == "ai.onnx") return int(id.version());
+  return 1;
+}
+
+// Whether the graph has no data to batch: no input, a scalar one, or one every node reads
+// as a value known before training (a shape), as ConstantOfShape and Range do.
+bool NothingToBatch(const onnx::GraphProto& g, const std::vector<const onnx::ValueInfoProto*>& fed,
+                    const HostValue& data, int opset) {
+  if (fed.empty() || data.shape.empty()) return true;
+  for (const onnx::NodeProto& n : g.node())
+    for (int i = 0; i < n.input_size(); ++i)
+      if (n.input(i) == fed[0]->name() && !IsHostInput(n.op_type(), i, opset)) return false;
+  return true;
+}
+
+void WriteOutput(const std::string& name, const Shape& shape, const std::vector<float>& values, int k) {
+  onnx::TensorProto out;
+  out.set_name(name);
+  out.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : shape) out.add_dims(d);
+  out.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  const std::string file = FLAGS_output_dir + "/output_" + std::to_string(k) + ".pb";
+  std::ofstream f(file, std::ios::binary);
+  if (!f || !out.SerializeToOstream(&f)) throw Error(file + ": cannot write");
+  printf("%s: %s %s\n", file.c_str(), name.c_str(), ShapeString(shape).c_str());
+}
+
+// Every node on the host, as the importer evaluates shape arithmetic (initializers and the
+// inputs, all bound, are in `model`'s initializers).
+void RunOnHost(const onnx::ModelProto& model, const std::string& path) {
+  const int opset = Opset(model);
+  std::map<std::string, HostValue> values;
+  for (const onnx::TensorProto& t : model.graph().initializer()) values[t.name()] = FromTensorProto(t, path);
+  for (const onnx::NodeProto& n : model.graph().node()) {
+    std::vector<const HostValue*> in;
+    std::vector<Shape> shapes;
+    for (const std::string& name : n.input()) {
+      auto it = values.find(name);
+      if (!name.empty() && it == values.end())
+        throw InputError(path + ": node '" + n.name() + "' (" + n.op_type() + "): input '" + name +
+                         "' is not known on the host");
+      in.push_back(name.empty() ? nullptr : &it->second);
+      shapes.push_back(name.empty() ? Shape() : it->second.shape);
+    }
+    std::vector<HostValue> out = EvalHost(n, opset, in, shapes);
+    for (int k = 0; k < n.output_size() && k < int(out.size()); ++k) values[n.output(k)] = std::move(out[size_t(k)]);
+  }
+  for (int k = 0; k < model.graph().output_size(); ++k) {
+    const std::string& name = model.graph().output(k).name();
+    auto it = values.find(name);
+    if (it == values.end()) throw InputError(path + ": output '" + name + "' is computed by no node");
+    WriteOutput(name, it->second.shape, std::vector<float>(it->second.v.begin(), it->second.v.end()), k);
+  }
+}
+
 int Inspect(const std::string& path, Backend& be) {
   OnnxOptions o;
   o.any_output = true;
@@ -85,7 +145,6 @@ int Inspect(const std::string& path, Backend& be) {
 
 int Run(const std::string& path, const std::vector<std::string>& inputs, Backend& be) {
   if (FLAGS_output_dir.empty()) throw InputError("shoal onnx run: --output_dir is required");
-  if (inputs.empty()) throw InputError("shoal onnx run: give the data with --input IN0.pb");
   onnx::ModelProto model = ReadModel(path);
   const std::vector<const onnx::ValueInfoProto*> fed = FedInputs(model.graph());
   if (inputs.size() != fed.size())
@@ -93,9 +152,23 @@ int Run(const std::string& path, const std::vector<std::string>& inputs, Backend
                      std::to_string(inputs.size()));
   std::vector<onnx::TensorProto> tensors;
   for (const std::string& p : inputs) tensors.push_back(ReadTensor(p));
-  // Inputs after the first become constants of the graph.
   std::vector<std::string> names;
   for (const auto* v : fed) names.push_back(v->name());
+  mkdir(FLAGS_output_dir.c_str(), 0755);
+  const HostValue x = tensors.empty() ? HostValue() : FromTensorProto(tensors[0], inputs[0]);
+  if (NothingToBatch(model.graph(), fed, x, Opset(model))) {
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      tensors[k].set_name(names[k]);
+      *model.mutable_graph()->add_initializer() = tensors[k];
+    }
+    RunOnHost(model, path);
+    return 0;
+  }
+  // Training never meets a batch of no samples, nor does the engine size tensors for one.
+  if (x.numel() == 0)
+    throw InputError(inputs[0] + ": the data input " + ShapeString(x.shape) +
+                     " has no elements; Shoal runs batches of at least one sample");
+  // Inputs after the first become constants of the graph.
   for (size_t k = 1; k < tensors.size(); ++k) {
     onnx::TensorProto t = tensors[k];
     t.set_name(names[k]);
@@ -108,9 +181,6 @@ int Run(const std::string& path, const std::vector<std::string>& inputs, Backend
         in->DeleteSubrange(i, 1);
   }
   if (model.ir_version() < 4) model.set_ir_version(4);  // initializers outside the inputs
-  const HostValue x = FromTensorProto(tensors[0], inputs[0]);
-  if (x.shape.empty()) throw InputError(inputs[0] + ": the data input needs a batch dimension");
-  mkdir(FLAGS_output_dir.c_str(), 0755);
   // One import per output: the model's output is its graph's first.
   const int outputs = model.graph().output_size();
   for (int k = 0; k < outputs; ++k) {
@@ -130,15 +200,7 @@ int Run(const std::string& path, const std::vector<std::string>& inputs, Backend
     const Tensor& y = m->Forward(xt, false);
     std::vector<float> host(size_t(y.numel()));
     be.CopyToHost(y, host.data());
-    onnx::TensorProto out;
-    out.set_name(model.graph().output(k).name());
-    out.set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : y.shape()) out.add_dims(d);
-    out.set_raw_data(std::string(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float)));
-    const std::string file = FLAGS_output_dir + "/output_" + std::to_string(k) + ".pb";
-    std::ofstream f(file, std::ios::binary);
-    if (!f || !out.SerializeToOstream(&f)) throw Error(file + ": cannot write");
-    printf("%s: %s %s\n", file.c_str(), out.name().c_str(), ShapeString(y.shape()).c_str());
+    WriteOutput(model.graph().output(k).name(), y.shape(), host, k);
   }
   return 0;
 }
