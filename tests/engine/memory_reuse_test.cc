@@ -184,6 +184,20 @@ Factory ImportedTransformer() {
 
 TEST(MemoryReuse, ImportedTransformerSameBits) { ExpectReuseChangesNothing(ImportedTransformer(), {12}, 5, true); }
 
+// The pools only the gather path runs (dilated, ceil_mode past the input, 3-D; make_models.py
+// pools): its own buffers beside the planned output and gradient.
+TEST(MemoryReuse, ImportedPoolsSameBits) {
+  ExpectReuseChangesNothing(
+      [](Backend& be) {
+        OnnxOptions o;
+        o.input_shape = {1, 28, 28};
+        o.num_classes = 10;
+        o.batch = 8;
+        return ImportOnnx(kDir + "pools.onnx", be, o);
+      },
+      {1, 28, 28}, 10, false);
+}
+
 // The peak over a step after the first (every buffer allocated by then) without reuse,
 // minus the same with reuse, is what the plan saves: its buffers one by one minus its block.
 int64_t SecondStepPeak(const Factory& make, const Shape& xs, bool tokens, bool reuse, MemoryPlan* plan) {

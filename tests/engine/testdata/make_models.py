@@ -1,6 +1,6 @@
 """Exports the ONNX models the engine tests import, with PyTorch (Debian's python3-torch),
 and PyTorch's own outputs for a fixed input, so the tests compare Shoal against PyTorch
-without needing it installed. Run from this folder: /usr/bin/python3 make_models.py [gpt]"""
+without needing it installed. Run from this folder: /usr/bin/python3 make_models.py [gpt | pools]"""
 import sys
 
 import numpy as np
@@ -95,9 +95,21 @@ def make_gpt():
     print("tiny_gpt", tuple(tokens.shape), "->", tuple(y.shape))
 
 
+def make_pools():
+    """onnx_pytorch_test's CNN of dilated, ceil_mode and 3-D pools, for memory_reuse_test."""
+    sys.path.insert(0, "../pytorch")
+    from reference import Pools
+    torch.manual_seed(2)
+    export(Pools(), torch.randn(4, 1, 28, 28), "pools.onnx")
+    print("pools.onnx")
+
+
 def main():
     if sys.argv[1:] == ["gpt"]:  # only the GPT (the others' files stay as committed)
         make_gpt()
+        return
+    if sys.argv[1:] == ["pools"]:
+        make_pools()
         return
     make_gpt()
     torch.manual_seed(0)
