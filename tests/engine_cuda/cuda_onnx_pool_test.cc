@@ -1,6 +1,7 @@
 // The pooling layers of imported graphs on the CUDA backend against the CPU engine: the
-// backends' own pooling (plain 1-D and 2-D windows) and the gather path both run on (dilations,
-// uneven pads, ceil_mode windows past the input with the pads counted and not, 3-D), the
+// backends' own pooling (plain 1-D and 2-D windows; max pooling with uneven pads or a ceil_mode
+// window past the input, on a -inf padded copy) and the gather path both run on (dilations,
+// average pooling with uneven pads or past the input, the pads counted and not, 3-D), the
 // output and the input's gradient. The models are built here: the GPU machine has no ONNX test
 // data. Skips without a device; the harness self-test (SHOAL_TEST_HARNESS_ON_CPU) runs the CPU
 // engine in the device's place, so a failure on a GPU is the GPU's.
@@ -143,6 +144,7 @@ TEST(CudaOnnxPool, EveryWindowKindMatchesTheCpuEngine) {
       {"max_1d_backend", "MaxPool", {2, 3, 10}, {3}, {2}, {}, {1, 1}},
       {"max_dilated_ceil", "MaxPool", {2, 3, 11, 12}, {3, 3}, {2, 2}, {2, 2}, {}, 1},
       {"max_uneven_pads", "MaxPool", {2, 3, 9, 8}, {3, 3}, {2, 2}, {}, {0, 1, 1, 0}},
+      {"max_ceil", "MaxPool", {2, 3, 10, 9}, {3, 3}, {2, 2}, {}, {}, 1},
       {"avg_uneven_ceil", "AveragePool", {2, 3, 10, 9}, {3, 3}, {2, 2}, {}, {1, 0, 0, 1}, 1, 0},
       {"avg_uneven_ceil_pads_counted", "AveragePool", {2, 3, 10, 9}, {3, 3}, {2, 2}, {}, {1, 0, 0, 1}, 1, 1},
       {"avg_1d_ceil", "AveragePool", {2, 3, 10}, {3}, {2}, {}, {}, 1},

@@ -1,9 +1,10 @@
 // MaxPool, AveragePool and GlobalAveragePool.
 //
 // Plain 1-D and 2-D windows (symmetric pads, no dilation, no ceil_mode overhang) run on the
-// backend's pooling. Every other window (dilations, uneven pads, a ceil_mode window running
-// past the input, 3-D) runs as a gather on the backend's general ops, so both backends share
-// one implementation: the padded input's window elements are laid out side by side as
+// backend's pooling, and so does 1-D and 2-D max pooling with uneven pads or a ceil_mode
+// overhang, on a copy padded with -inf. Every other window (dilations, average pooling with
+// uneven pads or an overhang, 3-D) runs as a gather on the backend's general ops, so both
+// backends share one implementation: the padded input's window elements are laid out side by side as
 // [N, C, outputs, window] by one strided copy per window offset, then pooled along the last
 // axis (max pooling with a 1 x window kernel, or a sum times each output's 1 / divisor); the
 // backward runs the same steps in reverse, accumulating the copies.
@@ -28,7 +29,9 @@ struct PoolGeometry {
   int64_t n = 0, c = 0;
   int spatial = 0;
   int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, extra[3] = {0, 0, 0};
-  bool direct = true;  // the backend's pooling does it
+  // kBackend: the backend's pooling with its symmetric pads; kPaddedMax: max pooling of a copy
+  // padded with -inf; kGather: the general ops.
+  enum Route { kBackend, kPaddedMax, kGather } route = kBackend;
   int64_t Outputs() const { return out[0] * out[1] * out[2]; }
   int64_t Taps() const { return w.k[0] * w.k[1] * w.k[2]; }
   int64_t Padded(int i) const { return in[i] + w.pb[i] + w.pe[i] + extra[i]; }
@@ -61,16 +64,17 @@ class PoolLayer final : public GraphLayer {
       return y_;
     }
     const PoolGeometry g = Geometry(xs);
-    if (!g.direct) {
+    if (g.route == PoolGeometry::kGather) {
       GatherForward(*x[0], g);
       return y_;
     }
-    const Tensor x4 = x[0]->Reshape(As4d(xs, where_));
     Tensor y4 = y_.Reshape(As4d(y_.shape(), where_));
-    if (kind_ == kMax)
-      be_.MaxPoolForward(x4, Params(g), y4, ws_);
+    if (g.route == PoolGeometry::kPaddedMax)
+      be_.MaxPoolForward(PaddedCopy(*x[0], g), Params(g), y4, ws_);
+    else if (kind_ == kMax)
+      be_.MaxPoolForward(x[0]->Reshape(As4d(xs, where_)), Params(g), y4, ws_);
     else
-      be_.AvgPoolForward(x4, Params(g), y4);
+      be_.AvgPoolForward(x[0]->Reshape(As4d(xs, where_)), Params(g), y4);
     return y_;
   }
   void Backward(const std::vector<const Tensor*>& x, const Tensor& dy, bool need_dx, std::vector<Tensor>& dx) override {
@@ -80,8 +84,14 @@ class PoolLayer final : public GraphLayer {
     if (kind_ == kGlobalAvg) {
       Tensor flat = grad.Reshape(Flat(xs));
       be_.GlobalAvgPoolBackward(dy.Reshape({xs[0], xs[1]}), flat);
-    } else if (const PoolGeometry g = Geometry(xs); !g.direct) {
+    } else if (const PoolGeometry g = Geometry(xs); g.route == PoolGeometry::kGather) {
       GatherBackward(dy, g, grad);
+    } else if (g.route == PoolGeometry::kPaddedMax) {
+      const Tensor dy4 = dy.Reshape(As4d(dy.shape(), where_)), padded4 = padded_.Reshape(As4d(padded_.shape(), where_));
+      Ensure(dpadded_, padded_.shape());
+      Tensor dpadded4 = dpadded_.Reshape(padded4.shape());
+      be_.MaxPoolBackward(padded4, y_.Reshape(dy4.shape()), dy4, Params(g), ws_, dpadded4);
+      be_.StridedCopy(dpadded_, Inner(g), grad, StridedView{0, ContiguousStrides(xs)}, xs);
     } else {
       const Tensor x4 = x[0]->Reshape(As4d(xs, where_)), dy4 = dy.Reshape(As4d(dy.shape(), where_));
       Tensor dx4 = grad.Reshape(x4.shape());
@@ -105,7 +115,7 @@ class PoolLayer final : public GraphLayer {
                 where_ + ": kernel_shape must have " + std::to_string(g.spatial) + " entries");
     g.w = ReadWindow(node_, xs, g.spatial, k.data(), where_);
     const bool ceil = AttrInt(node_, "ceil_mode", 0) != 0;
-    g.direct = g.spatial <= 2 && Symmetric(g.w);
+    bool plain = g.spatial <= 2;
     for (int i = 0; i < g.spatial; ++i) {
       const int64_t in = xs[size_t(2 + i)], s = g.w.s[i], pb = g.w.pb[i];
       const int64_t reach = (g.w.k[i] - 1) * g.w.d[i] + 1, span = in + pb + g.w.pe[i] - reach;
@@ -119,18 +129,24 @@ class PoolLayer final : public GraphLayer {
         g.out[i] = out;
         g.extra[i] = std::max<int64_t>(0, (out - 1) * s + reach - (in + pb + g.w.pe[i]));
       }
-      g.direct = g.direct && g.w.d[i] == 1 && g.extra[i] == 0;
+      plain = plain && g.w.d[i] == 1;
     }
+    const bool overhang = g.extra[0] || g.extra[1] || g.extra[2];
+    if (!plain)
+      g.route = PoolGeometry::kGather;
+    else if (!Symmetric(g.w) || overhang)
+      g.route = kind_ == kMax ? PoolGeometry::kPaddedMax : PoolGeometry::kGather;
     return g;
   }
+  // The backend's geometry; none of the pads on the padded copy.
   PoolParams Params(const PoolGeometry& g) const {
     PoolParams p;
     p.kernel = int(g.w.k[0]);
     p.kernel_w = int(g.w.k[1]);
     p.stride = int(g.w.s[0]);
     p.stride_w = int(g.w.s[1]);
-    p.pad = int(g.w.pb[0]);
-    p.pad_w = int(g.w.pb[1]);
+    p.pad = g.route == PoolGeometry::kBackend ? int(g.w.pb[0]) : 0;
+    p.pad_w = g.route == PoolGeometry::kBackend ? int(g.w.pb[1]) : 0;
     p.count_include_pad = include_pad_;
     return p;
   }
@@ -182,11 +198,16 @@ class PoolLayer final : public GraphLayer {
       f(src, dst, grid);
     }
   }
-  void GatherForward(const Tensor& x, const PoolGeometry& g) {
+  // x in padded_ (-inf around it for max pooling: never a window's maximum unless the whole
+  // window is padding; zeros for average pooling), as [N,C,H,W] unless 3-D.
+  Tensor PaddedCopy(const Tensor& x, const PoolGeometry& g) {
     Ensure(padded_, PaddedShape(g));
-    // -inf is never a window's maximum unless the whole window is padding.
     be_.Fill(padded_, kind_ == kMax ? -INFINITY : 0.0f);
     be_.StridedCopy(x, StridedView{0, ContiguousStrides(x.shape())}, padded_, Inner(g), x.shape());
+    return g.spatial <= 2 ? padded_.Reshape(As4d(padded_.shape(), where_)) : padded_;
+  }
+  void GatherForward(const Tensor& x, const PoolGeometry& g) {
+    PaddedCopy(x, g);
     const Shape rows = {g.n, g.c, g.Outputs(), 1};
     Ensure(taps_, {rows[0], rows[1], rows[2], g.Taps()});
     ForEachTap(g, [&](const StridedView& src, const StridedView& dst, const Shape& grid) {
