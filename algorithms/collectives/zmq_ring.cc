@@ -405,10 +405,15 @@ void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
   if (size_ == 1) return;
   CheckUsable();
   ++seq_;
-  for (int step = 0; step < size_ - 1; ++step) {
-    int send_c = Mod(rank_ - step, size_), recv_c = Mod(rank_ - step - 1, size_);
-    SendSegments(uint32_t(step), o + bytes * send_c, bytes);
-    RecvSegments(uint32_t(step), o + bytes * recv_c, bytes, false, "all-gather");
+  try {
+    for (int step = 0; step < size_ - 1; ++step) {
+      int send_c = Mod(rank_ - step, size_), recv_c = Mod(rank_ - step - 1, size_);
+      SendSegments(uint32_t(step), o + bytes * send_c, bytes);
+      RecvSegments(uint32_t(step), o + bytes * recv_c, bytes, false, "all-gather");
+    }
+  } catch (...) {
+    Abort();  // as a failed all-reduce: the neighbours see this rank go and fail at once too
+    throw;
   }
 }
 
@@ -421,10 +426,15 @@ void ZmqRing::Broadcast(void* data, int64_t bytes, int root) {
   // Passed along the ring from the root; the rank before the root does not forward.
   int dist = Mod(rank_ - root, size_);
   auto* d = static_cast<uint8_t*>(data);
-  if (dist == 0)
-    SendSegments(0, d, bytes);
-  else
-    RecvSegments(0, d, bytes, dist != size_ - 1, "broadcast");
+  try {
+    if (dist == 0)
+      SendSegments(0, d, bytes);
+    else
+      RecvSegments(0, d, bytes, dist != size_ - 1, "broadcast");
+  } catch (...) {
+    Abort();
+    throw;
+  }
 }
 
 void ZmqRing::Barrier() {

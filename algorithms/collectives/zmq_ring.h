@@ -3,7 +3,8 @@
 // N is. Each rank binds one PULL socket (from its left neighbour) and connects one PUSH
 // socket (to its right); segments are pipelined so adding one overlaps receiving the next.
 // A neighbour that disconnects mid-collective, or silence past the timeout, is an error
-// naming the rank, never a hang.
+// naming the rank, never a hang. A failed collective tears this rank's ring down (every
+// later call throws), so its neighbours see it go and fail at once instead of waiting.
 #pragma once
 #include <memory>
 #include <utility>
