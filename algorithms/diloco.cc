@@ -164,7 +164,6 @@ class Diloco : public LocalBlockAlgorithm {
   int64_t bytes_sent() const override {
     return (quorum_ ? quorum_->bytes_sent() : comm_->bytes_sent()) + stream_bytes_;
   }
-  Communicator* peers() override { return comm_.get(); }  // none when elastic
   bool AgreeToStop(bool mine) override {
     if (!elastic_) return LocalBlockAlgorithm::AgreeToStop(mine);
     float v = 0;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "algorithms/collectives/factory.h"
 #include "common/error.h"
 #include "common/int_list.h"
 #include "common/metrics.h"
@@ -38,9 +39,7 @@ int64_t ParseRound(const std::string& s, const std::string& what) {
 }  // namespace
 
 LiveQuorum::LiveQuorum(const AlgorithmEnv& env, std::string name)
-    : env_(env),
-      name_(std::move(name)),
-      timeout_ms_(int(env.config->algorithm_opts.GetInt("collective_timeout_ms", 120000, 100, 86400000))) {
+    : env_(env), name_(std::move(name)), timeout_ms_(CollectiveTimeoutMs(*env.config)) {
   SHOAL_CHECK(env_.store && env_.make_member_ring, name_ + ": a live quorum needs the job's store and member rings");
 }
 
@@ -138,7 +137,7 @@ LiveQuorum::Decision LiveQuorum::Decide(int64_t round, bool admit_joiners, int64
   ring_broken_ = false;
   env_.store->Set(name_ + "/decision", std::to_string(d.round) + ";" + std::to_string(d.ring) + ";" +
                                            JoinIntList(d.members) + ";" + JoinIntList(d.joiners));
-  if (d.ring != current_.ring && current_.round >= 0) {
+  if (d.ring != current_.ring) {
     std::sort(dropped.begin(), dropped.end());
     printf("diloco: round %lld among workers %s%s%s\n", (long long)round, JoinIntList(d.members, ", ").c_str(),
            dropped.empty() ? "" : ("; left out: " + JoinIntList(dropped, ", ")).c_str(),
@@ -177,11 +176,13 @@ LiveQuorum::Decision LiveQuorum::AwaitDecision(int64_t round) {
 Communicator& LiveQuorum::Adopt(const Decision& d) {
   if (!ring_ || d.ring != current_.ring) {
     if (ring_) bytes_before_ += ring_->bytes_sent();
-    ring_.reset();  // its neighbours may be gone; nothing is in flight after a whole collective
-    printf("worker %d: outer round %lld among workers %s%s\n", env_.rank, (long long)d.round,
-           JoinIntList(d.members, ", ").c_str(),
-           d.joiners.empty() ? "" : (" (joining: " + JoinIntList(d.joiners, ", ") + ")").c_str());
-    fflush(stdout);
+    ring_.reset();         // its neighbours may be gone; nothing is in flight after a whole collective
+    if (env_.rank != 0) {  // rank 0 said so as it decided
+      printf("worker %d: outer round %lld among workers %s%s\n", env_.rank, (long long)d.round,
+             JoinIntList(d.members, ", ").c_str(),
+             d.joiners.empty() ? "" : (" (joining: " + JoinIntList(d.joiners, ", ") + ")").c_str());
+      fflush(stdout);
+    }
     ring_ = env_.make_member_ring(name_ + "-" + std::to_string(d.ring), d.members);
   }
   current_ = d;

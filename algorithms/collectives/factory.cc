@@ -20,6 +20,10 @@ std::string RunId() {
   return "0";
 }
 
+int CollectiveTimeoutMs(const JobConfig& cfg) {
+  return int(cfg.algorithm_opts.GetInt("collective_timeout_ms", 120000, 100, 86400000));
+}
+
 namespace {
 
 // The ring options of worker `rank`'s rings: the job's timeouts, segment size, bind host,
@@ -28,7 +32,7 @@ RingOptions RingOptionsOf(const JobConfig& cfg, int rank, const std::string& nam
   const ConfigSection& o = cfg.algorithm_opts;
   RingOptions ro;
   ro.prefix = name;
-  ro.timeout_ms = int(o.GetInt("collective_timeout_ms", 120000, 100, 86400000));
+  ro.timeout_ms = CollectiveTimeoutMs(cfg);
   ro.segment_bytes = o.GetInt("segment_bytes", 1 << 20, 256, int64_t(1) << 30);
   ro.bind_host = cfg.workers[size_t(rank)].host;
   ro.bandwidth_bytes_per_s = cfg.workers[size_t(rank)].bandwidth_mbps * 1e6 / 8;
@@ -46,8 +50,9 @@ std::unique_ptr<Communicator> MakeMemberRing(const JobConfig& cfg, int rank, con
   const auto me = std::find(members.begin(), members.end(), rank);
   if (rank < 0 || rank >= cfg.world_size() || me == members.end())
     throw Error(cfg.path + ": rank " + std::to_string(rank) + " is not among the ring's members");
-  return std::unique_ptr<Communicator>(
-      new ZmqRing(int(me - members.begin()), int(members.size()), store, RingOptionsOf(cfg, rank, name)));
+  RingOptions ro = RingOptionsOf(cfg, rank, name);
+  ro.members = members;
+  return std::unique_ptr<Communicator>(new ZmqRing(int(me - members.begin()), int(members.size()), store, ro));
 }
 
 std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int rank, Store& store,

@@ -29,6 +29,8 @@ struct RingOptions {
   // CurveZMQ (Z85 keys from the job's [security]): when set, ring links are encrypted and
   // a peer must hold the job's keys to complete the handshake.
   std::string curve_server_public, curve_server_secret, curve_client_public, curve_client_secret;
+  // The job rank of each ring rank, for messages (a ring among some workers); empty: the same.
+  std::vector<int> members;
 };
 
 class ZmqRing : public Communicator {
@@ -76,6 +78,8 @@ class ZmqRing : public Communicator {
   void Send(const Header& h, const void* payload, size_t bytes, bool zero_copy);
   void SendSegments(uint32_t step, const uint8_t* data, int64_t bytes);
   void RecvSegments(uint32_t step, uint8_t* data, int64_t bytes, bool forward, const char* what);
+  // A ring rank as messages name it (its job rank, RingOptions::members).
+  std::string Named(int ring_rank) const;
   // The largest payload of one message: what the receiving socket admits.
   int64_t SegmentBytes() const;
   void WaitSendsReleased();
