@@ -52,9 +52,9 @@ std::optional<std::string> LiveQuorum::Peek(const std::string& key) {
 }
 
 std::optional<LiveQuorum::Decision> LiveQuorum::ReadDecision() {
-  std::optional<std::string> v = Peek(name_ + "/decision");
+  std::optional<std::string> v = Peek(name_ + ".decision");
   if (!v) return std::nullopt;
-  const std::string what = "store value " + name_ + "/decision";
+  const std::string what = "store value " + name_ + ".decision";
   std::vector<std::string> f = Split(*v, ';');
   Decision d;
   d.round = ParseRound(f[0], what);
@@ -70,16 +70,16 @@ std::optional<LiveQuorum::Decision> LiveQuorum::ReadDecision() {
 }
 
 std::optional<LiveQuorum::Announcement> LiveQuorum::ReadAnnouncement(int rank) {
-  std::optional<std::string> v = Peek(name_ + "/round/" + std::to_string(rank));
+  std::optional<std::string> v = Peek(name_ + ".round." + std::to_string(rank));
   if (!v) return std::nullopt;
   std::vector<std::string> f = Split(*v, ';');
-  const std::string what = "store value " + name_ + "/round/" + std::to_string(rank);
+  const std::string what = "store value " + name_ + ".round." + std::to_string(rank);
   SHOAL_CHECK(f.size() == 2 && (f[1] == "v" || f[1] == "j"), what + ": \"" + *v + "\" is no announcement");
   return Announcement{ParseRound(f[0], what), f[1] == "j"};
 }
 
 void LiveQuorum::Announce(int64_t round, bool joiner) {
-  env_.store->Set(name_ + "/round/" + std::to_string(env_.rank), std::to_string(round) + (joiner ? ";j" : ";v"));
+  env_.store->Set(name_ + ".round." + std::to_string(env_.rank), std::to_string(round) + (joiner ? ";j" : ";v"));
 }
 
 LiveQuorum::Decision LiveQuorum::Decide(int64_t round, bool admit_joiners, int64_t step) {
@@ -135,7 +135,7 @@ LiveQuorum::Decision LiveQuorum::Decide(int64_t round, bool admit_joiners, int64
   // After a failed round its ring is broken (aborted), members or not.
   d.ring = d.members == current_.members && d.joiners.empty() && !ring_broken_ ? current_.ring : current_.ring + 1;
   ring_broken_ = false;
-  env_.store->Set(name_ + "/decision", std::to_string(d.round) + ";" + std::to_string(d.ring) + ";" +
+  env_.store->Set(name_ + ".decision", std::to_string(d.round) + ";" + std::to_string(d.ring) + ";" +
                                            JoinIntList(d.members) + ";" + JoinIntList(d.joiners));
   if (d.ring != current_.ring) {
     std::sort(dropped.begin(), dropped.end());
@@ -223,7 +223,7 @@ Communicator& LiveQuorum::EnterAsJoiner() {
 
 bool LiveQuorum::Settle(bool completed) {
   const int64_t round = current_.round;
-  const std::string outcome_key = name_ + "/outcome";
+  const std::string outcome_key = name_ + ".outcome";
   bool commit = completed;
   if (env_.rank == 0) {
     std::vector<int> pending, failed;
@@ -234,7 +234,7 @@ bool LiveQuorum::Settle(bool completed) {
       const std::vector<int> dead = ParseIntList<int>(Peek(kDeadRanksKey).value_or(""), kDeadRanksKey);
       std::vector<int> still;
       for (int r : pending) {
-        std::optional<std::string> v = Peek(name_ + "/done/" + std::to_string(r));
+        std::optional<std::string> v = Peek(name_ + ".done." + std::to_string(r));
         std::vector<std::string> f = v ? Split(*v, ';') : std::vector<std::string>();
         std::optional<Announcement> a = ReadAnnouncement(r);
         if (f.size() == 2 && f[0] == std::to_string(round)) {
@@ -251,7 +251,7 @@ bool LiveQuorum::Settle(bool completed) {
     commit = completed && failed.empty();
     env_.store->Set(outcome_key, std::to_string(round) + (commit ? ";commit" : ";retry"));
   } else {
-    env_.store->Set(name_ + "/done/" + std::to_string(env_.rank),
+    env_.store->Set(name_ + ".done." + std::to_string(env_.rank),
                     std::to_string(round) + (completed ? ";ok" : ";fail"));
     const auto deadline = Clock::now() + 2 * std::chrono::milliseconds(timeout_ms_);
     while (true) {
@@ -276,7 +276,7 @@ bool LiveQuorum::Settle(bool completed) {
 }
 
 void LiveQuorum::End() {
-  if (env_.rank == 0) env_.store->Set(name_ + "/decision", std::to_string(current_.round + 1) + ";over");
+  if (env_.rank == 0) env_.store->Set(name_ + ".decision", std::to_string(current_.round + 1) + ";over");
 }
 
 int LiveQuorum::StateRoot() const {

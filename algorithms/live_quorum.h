@@ -1,15 +1,15 @@
 // Who takes part in each collective of a job that survives lost workers (diloco with
 // [algorithm] elastic = true), agreed per round as torchft's per-step quorum does, over the
-// job's rendezvous store. Every member announces each round (`<name>/round/<rank>` =
+// job's rendezvous store. Every member announces each round (`<name>.round.<rank>` =
 // "<round>;v", or ";j" for a worker restarted alone); worker rank 0, which hosts the job's
 // coordinator and so outlives every other member, decides: the previous round's members
 // that announced, less those the coordinator lists dead (kDeadRanksKey: silent past
 // heartbeat_timeout_ms) or that stayed silent past collective_timeout_ms, plus the
-// newcomers where the round admits them. It writes `<name>/decision` =
+// newcomers where the round admits them. It writes `<name>.decision` =
 // "<round>;<ring>;<members>;<joiners>" (rank lists), and every member builds a ring among
 // the members (MakeMemberRing, store prefix `<name>-<ring>`) whenever they change. After the
-// round's collective every member reports whether it completed (`<name>/done/<rank>`), and
-// rank 0 writes `<name>/outcome` = "<round>;commit" only when all did: a member that died in
+// round's collective every member reports whether it completed (`<name>.done.<rank>`), and
+// rank 0 writes `<name>.outcome` = "<round>;commit" only when all did: a member that died in
 // the collective (some others may have finished it) makes every member do the round again
 // among those left, so no member ever applies a result the others did not. Not thread-safe:
 // the trainer's thread only.

@@ -67,7 +67,7 @@ struct MembershipOptions {
 
 // The store key under which the coordinator of a job without deaths_end_job lists the
 // workers silent past the heartbeat timeout ("1,3"; "" when none).
-inline constexpr const char* kDeadRanksKey = "members/dead";
+inline constexpr const char* kDeadRanksKey = "members.dead";
 
 // The coordinator of a job without servers: worker rank 0 runs one on its own thread and
 // socket. It serves rendezvous and membership: it acknowledges every worker's heartbeat,
