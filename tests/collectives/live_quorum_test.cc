@@ -29,23 +29,29 @@ std::pair<float, float> CountAndSum(Communicator& ring, int rank) {
   return {v[0], v[1]};
 }
 
+// Rank `rank` of `world` over a FileStore in `dir`, with real member rings.
+AlgorithmEnv Env(const JobConfig& cfg, int rank, int world, const std::shared_ptr<FileStore>& store) {
+  AlgorithmEnv env;
+  env.config = &cfg;
+  env.rank = rank;
+  env.world = world;
+  env.store = store;
+  env.make_member_ring = [rank, store](const std::string& name, const std::vector<int>& members) {
+    RingOptions o;
+    o.prefix = name;
+    o.members = members;
+    const int index = int(std::find(members.begin(), members.end(), rank) - members.begin());
+    return std::unique_ptr<Communicator>(new ZmqRing(index, int(members.size()), *store, o));
+  };
+  return env;
+}
+
 TEST(LiveQuorum, DeadRankLeftOutAndRestartedRankRejoinsAtARoundThatAdmitsNewcomers) {
   const std::string dir = ::testing::TempDir() + "/live_quorum_" + std::to_string(getpid());
   const JobConfig cfg;  // collective_timeout_ms: its default
   auto codes = RunRanks(3, [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
-    AlgorithmEnv env;
-    env.config = &cfg;
-    env.rank = rank;
-    env.world = 3;
-    env.store = store;
-    env.make_member_ring = [&](const std::string& name, const std::vector<int>& members) {
-      RingOptions o;
-      o.prefix = name;
-      o.members = members;
-      const int index = int(std::find(members.begin(), members.end(), rank) - members.begin());
-      return std::unique_ptr<Communicator>(new ZmqRing(index, int(members.size()), *store, o));
-    };
+    AlgorithmEnv env = Env(cfg, rank, 3, store);
     auto quorum = std::make_unique<LiveQuorum>(env, "q");
     auto round0 = CountAndSum(quorum->Enter(false, 0), rank);
     if (round0 != std::make_pair(3.f, 6.f) || !quorum->Settle(true)) return 1;
@@ -101,6 +107,25 @@ TEST(LiveQuorum, DeadRankLeftOutAndRestartedRankRejoinsAtARoundThatAdmitsNewcome
     return 10;
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// A round one member could not complete (it may have died in it after others finished): no
+// member may use its result, and the next round, on a new ring, works.
+TEST(LiveQuorum, ARoundOneMemberFailedIsDoneAgainByAll) {
+  const std::string dir = ::testing::TempDir() + "/live_quorum_retry_" + std::to_string(getpid());
+  const JobConfig cfg;
+  auto codes = RunRanks(2, [&](int rank) {
+    AlgorithmEnv env = Env(cfg, rank, 2, std::make_shared<FileStore>(dir));
+    LiveQuorum quorum(env, "q");
+    auto first = CountAndSum(quorum.Enter(false, 0), rank);
+    if (first != std::make_pair(2.f, 3.f) || !quorum.Settle(true)) return 1;
+    CountAndSum(quorum.Enter(true, 0), rank);
+    if (quorum.Settle(/*completed=*/rank == 0)) return 2;  // rank 1 says it failed: nobody commits
+    auto again = CountAndSum(quorum.Enter(true, 0), rank);
+    if (quorum.round() != 2 || again != std::make_pair(2.f, 3.f) || !quorum.Settle(true)) return 3;
+    return 0;
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
 }  // namespace
