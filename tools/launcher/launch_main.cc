@@ -466,7 +466,7 @@ class Launch {
   // algorithm's facts tolerate that death), Ctrl-C.
   int Supervise() {
     tty_ = isatty(2);
-    // Workers that may die without ending the job (asynchronous algorithms).
+    // Workers that may die without ending the job (asynchronous algorithms, elastic diloco).
     const bool tolerant =
         elastic_ ||
         cfg_.algorithm_opts.GetBool("tolerate_worker_failure", facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast);
