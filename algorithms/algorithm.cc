@@ -1,6 +1,7 @@
 #include "algorithms/algorithm.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -57,6 +58,19 @@ void ScaleGradient(const ParamView& p, float f, DeviceOps* device, bool queued) 
     return;
   }
   for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;
+}
+
+std::string WeightsHash(const std::vector<ParamView>& views) {
+  uint64_t hash = 1469598103934665603ull;
+  for (auto& v : views)
+    for (int64_t i = 0; i < v.n; ++i) {
+      uint32_t bits;
+      memcpy(&bits, &v.w[i], 4);
+      hash = (hash ^ bits) * 1099511628211ull;
+    }
+  char hex[32];
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+  return hex;
 }
 
 bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device) {

@@ -123,8 +123,9 @@ struct AlgorithmEnv {
   std::shared_ptr<LrSchedule> schedule;
   MetricsWriter* metrics = nullptr;
   bool resume = false;  // continue from the job's newest complete checkpoint
-  // With resume: this worker was restarted alone while the job's other processes run
-  // (ps_sync: its resume query starts a new recovery generation; algorithms/ps).
+  // This worker was restarted alone while the job's other processes run: with resume in
+  // ps_sync (its resume query starts a new recovery generation; algorithms/ps), or in a job
+  // that survives lost workers (diloco elastic: it joins at the next outer step).
   bool rejoin = false;
   // Batch balancing (algorithms/balance.h): -1 = as [algorithm] balance says; 0 or 1 =
   // decided by the code that builds the algorithm (auto's choice). Read it with BalanceOn.
@@ -135,6 +136,10 @@ struct AlgorithmEnv {
   // A Communicator among the job's workers; `name` keeps the rendezvous keys of two
   // communicators of one job apart (one per use: "allreduce", "adpsgd", ...).
   std::function<std::unique_ptr<Communicator>(const std::string& name)> make_communicator;
+  // A ring among some of the job's workers only (`members`: ranks, ascending, this one
+  // among them; ring rank i is members[i]): diloco's outer steps among the live workers.
+  std::function<std::unique_ptr<Communicator>(const std::string& name, const std::vector<int>& members)>
+      make_member_ring;
   // A client of the job's parameter servers.
   std::function<std::unique_ptr<Client>(const ClientOptions& opts)> make_ps_client;
   // Where peers publish and find endpoints (adpsgd's gossip listeners).
@@ -253,6 +258,10 @@ void ScaleGradient(const ParamView& p, float f, DeviceOps* device, bool queued =
 // Whether every gradient of `params` is finite (no NaN, no inf); on-device views through
 // `device`.
 bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device = nullptr);
+
+// FNV-1a over the bits of every host weight (views in order, one 32-bit word per float), as
+// 16 hex digits: the `weights_hash` of end records, equal where the weights are identical.
+std::string WeightsHash(const std::vector<ParamView>& views);
 
 using AlgorithmFactory = std::function<std::unique_ptr<Algorithm>(const AlgorithmEnv&)>;
 

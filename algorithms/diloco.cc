@@ -17,6 +17,13 @@
 // "whenever it arrives", so runs repeat bit for bit and a checkpoint resumes exactly. Finish
 // lands the exchange in flight, exchanges every fragment that moved since its last exchange,
 // and every worker ends on the global weights.
+//
+// elastic = true: the outer steps run among the live workers (algorithms/live_quorum.h): a
+// worker lost between two of them drops out of the average (weighted by the samples each
+// member processed, over the members only), and one restarted alone (--rejoin) joins at the
+// next outer step: the lowest other member broadcasts the global weights, the outer momentum,
+// the rounds done and the step, it adds nothing to that step's average and trains on from
+// there (its shard at that global step). The stop votes are rounds of their own.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -24,9 +31,13 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/compressors/block_quant.h"
+#include "algorithms/job_keys.h"
+#include "algorithms/live_quorum.h"
 #include "algorithms/local_block.h"
 #include "algorithms/outer_optimizer.h"
 #include "common/error.h"
+#include "common/int_list.h"
+#include "common/metrics.h"
 
 namespace shoal {
 namespace {
@@ -69,7 +80,9 @@ void ForRange(const std::vector<ParamView>& params, int64_t begin, int64_t end, 
 
 class Diloco : public LocalBlockAlgorithm {
  public:
-  explicit Diloco(const AlgorithmEnv& env) : LocalBlockAlgorithm(env, "diloco", "sync_every", 100) {
+  explicit Diloco(const AlgorithmEnv& env)
+      : LocalBlockAlgorithm(env, "diloco", "sync_every", 100, !SurvivesLostWorkers(*env.config)),
+        elastic_(SurvivesLostWorkers(*env.config)) {
     const ConfigSection& a = env.config->algorithm_opts;
     outer_.rule = ParseOuterRule(a);
     outer_.lr = float(a.GetDouble("outer_lr", 0.7, 0, 1000));
@@ -93,12 +106,24 @@ class Diloco : public LocalBlockAlgorithm {
   std::string Name() const override { return "diloco"; }
 
   void Init(const std::vector<ParamView>& params) override {
+    if (elastic_) {
+      quorum_ = std::make_unique<LiveQuorum>(env_, "diloco-live");
+      block_.StartAt(params);
+      momentum_.assign(size_t(block_.elements()), 0.f);
+      if (env_.rejoin) return Rejoin(params);
+      RoundAmongMembers(/*admit_joiners=*/false, [&](Communicator& ring) {  // round 0: every worker that started
+        for (auto& p : params) ring.Broadcast(p.w, p.n * 4, 0);
+      });
+      block_.StartAt(params);
+      return;
+    }
     StartFirstBlock(params);
     momentum_.assign(size_t(block_.elements()), 0.f);
     for (int64_t k = 0; k < streaming_; ++k)
       fragments_.push_back(Fragment{k * block_.elements() / streaming_, (k + 1) * block_.elements() / streaming_});
   }
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
+    next_step_ = info.step + 1;
     if (streaming_ == 0) return LocalStep(params, info);
     updater_.Apply(params, info.step);
     for (auto& f : fragments_) {
@@ -115,8 +140,10 @@ class Diloco : public LocalBlockAlgorithm {
       }
   }
   void Finish(const std::vector<ParamView>& params) override {
+    finishing_ = true;  // a newcomer would start training after everyone stopped
     if (streaming_ == 0) {
       LocalBlockAlgorithm::Finish(params);
+      if (quorum_) quorum_->End();
     } else {
       if (pending_ >= 0) Land(params);
       for (size_t k = 0; k < fragments_.size(); ++k) {  // a last exchange of what moved since
@@ -134,7 +161,19 @@ class Diloco : public LocalBlockAlgorithm {
              (long long)OuterSteps(), streaming_ ? " (one fragment each)" : "", wire_name_.c_str(),
              (long long)BytesPerOuterStep());
   }
-  int64_t bytes_sent() const override { return comm_->bytes_sent() + stream_bytes_; }
+  int64_t bytes_sent() const override {
+    return (quorum_ ? quorum_->bytes_sent() : comm_->bytes_sent()) + stream_bytes_;
+  }
+  bool AgreeToStop(bool mine) override {
+    if (!elastic_) return LocalBlockAlgorithm::AgreeToStop(mine);
+    float v = 0;
+    RoundAmongMembers(/*admit_joiners=*/false, [&](Communicator& ring) {
+      v = mine ? 1.f : 0.f;
+      ring.AllReduce(&v, 1, ReduceOp::kSum);
+    });
+    return v > 0;
+  }
+  int64_t ResumedStep() const override { return std::max<int64_t>(0, rejoined_at_); }
 
   std::string ReshapeNote() const override { return "diloco starts its round again from the shared global weights"; }
   void AddMetrics(JsonObject* out) const override {
@@ -247,6 +286,16 @@ class Diloco : public LocalBlockAlgorithm {
   // The outer step: the mean pseudo-gradient through the outer optimizer into the global
   // weights, from which every worker goes on.
   void EndBlock(const std::vector<ParamView>& params) override {
+    if (elastic_) {
+      std::vector<float> delta;
+      RoundAmongMembers(/*admit_joiners=*/!finishing_, [&](Communicator& ring) {
+        if (!quorum_->joiners().empty()) ShareState(ring, params);
+        delta = MeanAmongMembers(ring, params);
+      });
+      ApplyOuterStepAndRestart(delta, params);
+      if (!quorum_->joiners().empty()) LogJoinRound("join_round", params);
+      return;
+    }
     std::vector<float> delta = block_.WeightedDelta(params, comm_->size());
     const int64_t before = comm_->bytes_sent();
     MeanOverWorkers(*comm_, delta.data(), block_.elements());
@@ -255,21 +304,114 @@ class Diloco : public LocalBlockAlgorithm {
     block_.Restart(params);
   }
 
+  // elastic: `fn(ring)` in rounds among the live workers until one completed on every member
+  // (a member lost in it: again among those left). fn must leave no state changed that a
+  // second call would not set again.
+  template <typename Fn>
+  void RoundAmongMembers(bool admit_joiners, Fn&& fn) {
+    while (true) {
+      Communicator& ring = quorum_->Enter(admit_joiners, next_step_);
+      if (quorum_->Settle(Attempt(ring, fn))) return;
+    }
+  }
+  template <typename Fn>
+  bool Attempt(Communicator& ring, Fn&& fn) {
+    try {
+      fn(ring);
+      return true;
+    } catch (const Error& e) {
+      fprintf(stderr, "worker %d: outer round %lld: %s\n", env_.rank, (long long)quorum_->round(), e.what());
+      return false;
+    }
+  }
+  // The members' pseudo-gradients, each weighted by its share of the samples the members
+  // processed in the round (a newcomer's share is 0), summed over the ring.
+  std::vector<float> MeanAmongMembers(Communicator& ring, const std::vector<ParamView>& params) {
+    const int64_t before = ring.bytes_sent();
+    const int64_t mine = block_.block_samples();
+    std::vector<int64_t> samples(size_t(ring.size()));
+    ring.AllGather(&mine, sizeof mine, samples.data());
+    int64_t total = 0;
+    for (int64_t s : samples) total += s;
+    std::vector<float> delta = block_.Delta(params, total > 0 ? float(double(mine) / double(total)) : 0.f);
+    Reduce(ring, delta.data(), block_.elements(), ReduceOp::kSum);
+    outer_bytes_ += ring.bytes_sent() - before;
+    return delta;
+  }
+  void ApplyOuterStepAndRestart(const std::vector<float>& delta, const std::vector<ParamView>& params) {
+    ApplyOuterStep(outer_, delta.data(), block_.elements(), block_.start().data(), momentum_.data());
+    block_.Restart(params);
+  }
+  // A round with newcomers: the lowest other member hands every member the global weights,
+  // the outer momentum, the rounds done and the step the next round starts at (the others
+  // receive their own bits); a newcomer takes them.
+  void ShareState(Communicator& ring, const std::vector<ParamView>& params) {
+    const int root = quorum_->StateRoot();
+    ring.Broadcast(block_.start().data(), block_.elements() * 4, root);
+    ring.Broadcast(momentum_.data(), block_.elements() * 4, root);
+    int64_t place[2] = {block_.blocks(), next_step_};
+    ring.Broadcast(place, sizeof place, root);
+    if (!joining_) return;
+    block_.Adopt(params, place[0]);
+    rejoined_at_ = place[1];
+  }
+  // A worker restarted alone: it joins the next round that takes newcomers, takes the state,
+  // adds nothing to that round's outer step and trains on from the step the others are at.
+  void Rejoin(const std::vector<ParamView>& params) {
+    joining_ = true;
+    std::vector<float> delta;
+    while (true) {
+      Communicator& ring = quorum_->EnterAsJoiner();
+      const bool done = Attempt(ring, [&](Communicator& r) {
+        ShareState(r, params);
+        delta = MeanAmongMembers(r, params);
+      });
+      if (quorum_->Settle(done)) break;
+    }
+    joining_ = false;
+    ApplyOuterStepAndRestart(delta, params);
+    printf(
+        "worker %d: rejoined at outer round %lld (step %lld) among workers %s: took the global weights and "
+        "outer momentum from worker %d\n",
+        env_.rank, (long long)quorum_->round(), (long long)rejoined_at_, JoinIntList(quorum_->members(), ", ").c_str(),
+        quorum_->members()[size_t(quorum_->StateRoot())]);
+    fflush(stdout);
+    LogJoinRound("rejoin", params);
+  }
+  // Every member of a round with newcomers, after its outer step: the weights all now hold.
+  void LogJoinRound(const char* event, const std::vector<ParamView>& params) {
+    if (!env_.metrics) return;
+    env_.metrics->Write(event, next_step_ > 0 ? next_step_ : rejoined_at_,
+                        JsonObject()
+                            .Add("rank", env_.rank)
+                            .Add("round", quorum_->round())
+                            .Add("joiners", JoinIntList(quorum_->joiners()))
+                            .Add("outer_steps", block_.blocks())
+                            .Add("weights_hash", WeightsHash(params)));
+  }
+
   // delta becomes the mean of every worker's delta as outer_wire carries it: the same bits on
   // every worker.
-  void MeanOverWorkers(Communicator& comm, float* delta, int64_t n) const {
+  void MeanOverWorkers(Communicator& comm, float* delta, int64_t n) const { Reduce(comm, delta, n, ReduceOp::kMean); }
+  void Reduce(Communicator& comm, float* delta, int64_t n, ReduceOp op) const {
     switch (wire_) {
       case OuterWire::kFp32:
-        return comm.AllReduce(delta, n, ReduceOp::kMean);
+        return comm.AllReduce(delta, n, op);
       case OuterWire::kBf16:
-        return comm.AllReduce(delta, n, ReduceOp::kMean, DType::kBF16);
+        return comm.AllReduce(delta, n, op, DType::kBF16);
       case OuterWire::kInt8:
-        return comm.AllReduceQuantized(delta, n, ReduceOp::kMean, BlockQuant::kInt8);
+        return comm.AllReduceQuantized(delta, n, op, BlockQuant::kInt8);
       case OuterWire::kInt4:
-        return comm.AllReduceQuantized(delta, n, ReduceOp::kMean, BlockQuant::kInt4);
+        return comm.AllReduceQuantized(delta, n, op, BlockQuant::kInt4);
     }
   }
 
+  bool elastic_;
+  std::unique_ptr<LiveQuorum> quorum_;  // elastic: the rounds among the live workers and their ring
+  int64_t next_step_ = 0;               // the step after the last one trained
+  int64_t rejoined_at_ = -1;            // a newcomer: the step it took up training at
+  bool joining_ = false;                // a newcomer before its first round completed
+  bool finishing_ = false;
   OuterOptimizerParams outer_;
   OuterWire wire_ = OuterWire::kFp32;
   std::string wire_name_;

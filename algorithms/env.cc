@@ -4,6 +4,7 @@
 
 #include "algorithms/collectives/factory.h"
 #include "algorithms/cuda_device_ops.h"
+#include "algorithms/job_keys.h"
 #include "common/device.h"
 #include "common/rendezvous/store.h"
 #include "common/error.h"
@@ -51,6 +52,7 @@ std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::share
       MembershipOptions mo;
       for (auto& w : cfg.workers) mo.hosts.push_back(w.host);
       mo.heartbeat_timeout_ms = int(cfg.heartbeat_timeout_ms);
+      mo.deaths_end_job = !SurvivesLostWorkers(cfg);
       try {
         session->server = std::make_unique<RendezvousServer>(ListenEndpoint(address), keys, mo);
       } catch (const Error& e) {
@@ -83,6 +85,9 @@ AlgorithmEnv MakeAlgorithmEnv(const JobConfig& cfg, int rank, const BatchSchedul
   const JobConfig* c = &cfg;
   env.make_communicator = [c, rank, store](const std::string& name) {
     return MakeWorkerCommunicator(*c, rank, *store, name);
+  };
+  env.make_member_ring = [c, rank, store](const std::string& name, const std::vector<int>& members) {
+    return MakeMemberRing(*c, rank, members, *store, name);
   };
   env.make_ps_client = [c](const ClientOptions& o) { return std::make_unique<Client>(*c, o); };
   // Only a CUDA worker ever has on-device views; its device is the one its backend uses.

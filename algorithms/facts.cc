@@ -34,7 +34,7 @@ const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
              "balance_every_steps"})},
       {"diloco", false, D::kNone, U::kNone,
        comm({"sync_every", "outer_optimizer", "outer_lr", "outer_momentum", "outer_wire", "streaming", "overlap_steps",
-             "merge_alpha", "balance", "balance_every_steps"})},
+             "merge_alpha", "balance", "balance_every_steps", "elastic"})},
       {"dgc",
        false,
        D::kNone,

@@ -10,6 +10,11 @@ namespace shoal {
 // Throws shoal::Error naming the file, the section, the key and the nearest known key.
 // Also rejects an unknown algorithm or optimizer name, and [train] batch_schedule with an
 // algorithm that needs servers.
+// Also refuses `elastic` where it cannot work (SurvivesLostWorkers).
 void CheckJobKeys(const JobConfig& cfg);
+
+// diloco with [algorithm] elastic = true: a worker lost between two outer steps drops out of
+// them and the job goes on (algorithms/live_quorum.h); `shoal run` restarts it alone.
+bool SurvivesLostWorkers(const JobConfig& cfg);
 
 }  // namespace shoal

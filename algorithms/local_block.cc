@@ -23,20 +23,28 @@ bool LocalBlock::Count(const StepInfo& info) {
   return ++in_block_ == block_steps_;
 }
 
-std::vector<float> LocalBlock::WeightedDelta(const std::vector<ParamView>& params, int world) const {
+std::vector<float> LocalBlock::Delta(const std::vector<ParamView>& params, float weight) const {
   std::vector<float> delta(start_.size());
   size_t off = 0;
   for (auto& p : params) {
     for (int64_t i = 0; i < p.n; ++i) delta[off + size_t(i)] = start_[off + size_t(i)] - p.w[i];
     off += size_t(p.n);
   }
-  StepInfo block;
-  block.samples = block_samples_;
-  block.global_samples = block_global_;
-  const float weight = float(GradientWeight(block, world));
   if (weight != 1.f)
     for (auto& d : delta) d *= weight;
   return delta;
+}
+
+std::vector<float> LocalBlock::WeightedDelta(const std::vector<ParamView>& params, int world) const {
+  StepInfo block;
+  block.samples = block_samples_;
+  block.global_samples = block_global_;
+  return Delta(params, float(GradientWeight(block, world)));
+}
+
+void LocalBlock::Adopt(const std::vector<ParamView>& params, int64_t blocks) {
+  Restart(params);
+  blocks_ = blocks;
 }
 
 void LocalBlock::Restart(const std::vector<ParamView>& params) {
@@ -76,11 +84,11 @@ void LocalBlock::Load(const std::vector<ParamView>& params, const CheckpointStat
 }
 
 LocalBlockAlgorithm::LocalBlockAlgorithm(const AlgorithmEnv& env, const std::string& name, const std::string& steps_key,
-                                         int64_t default_steps)
+                                         int64_t default_steps, bool ring_of_all)
     : env_(env),
       balance_(BalanceOn(env)),
       updater_(env),
-      comm_(env.make_communicator(name)),
+      comm_(ring_of_all ? env.make_communicator(name) : nullptr),
       block_(name, steps_key, env.config->algorithm_opts.GetInt(steps_key, default_steps, 1, 1 << 30)) {}
 
 bool LocalBlockAlgorithm::AgreeToStop(bool mine) {

@@ -30,11 +30,17 @@ class LocalBlock {
   int64_t blocks() const { return blocks_; }
   int64_t elements() const { return int64_t(start_.size()); }
   int64_t steps() const { return block_steps_; }
+  int64_t block_samples() const { return block_samples_; }
   std::vector<float>& start() { return start_; }
+  // (start - w) x weight for every element.
+  std::vector<float> Delta(const std::vector<ParamView>& params, float weight) const;
   // start - w for every element, each times the factor that makes a mean over `world`
   // workers the sample-weighted mean (uneven batches: each delta counts by the samples it
   // saw in the block; GradientWeight).
   std::vector<float> WeightedDelta(const std::vector<ParamView>& params, int world) const;
+  // A worker joining a running job: start() holds the job's, and it is `blocks` blocks in.
+  // Its weights become start() and it has no step in this block yet.
+  void Adopt(const std::vector<ParamView>& params, int64_t blocks);
   // The block ends: every worker's weights become start() (the caller has moved it).
   void Restart(const std::vector<ParamView>& params);
   void Save(CheckpointState* out) const;
@@ -70,9 +76,11 @@ class LocalBlockAlgorithm : public Algorithm {
 
  protected:
   // `name`: the communicator's and the checkpoint entries' name; block_steps read from
-  // [algorithm] `steps_key` (default `default_steps`).
+  // [algorithm] `steps_key` (default `default_steps`). Without `ring_of_all` no communicator
+  // among every worker is built (comm_ stays null): the subclass meets its peers its own way
+  // and overrides what uses comm_ (Init, AgreeToStop, peers, bytes_sent).
   LocalBlockAlgorithm(const AlgorithmEnv& env, const std::string& name, const std::string& steps_key,
-                      int64_t default_steps);
+                      int64_t default_steps, bool ring_of_all = true);
   virtual void EndBlock(const std::vector<ParamView>& params) = 0;
   // Every worker takes rank 0's weights; the first block starts there.
   void StartFirstBlock(const std::vector<ParamView>& params);

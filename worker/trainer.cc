@@ -14,6 +14,7 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/balance.h"
 #include "algorithms/env.h"
+#include "algorithms/job_keys.h"
 #include "algorithms/worker_checkpoints.h"
 #include "common/checkpoint/checkpoint_store.h"
 #include "common/error.h"
@@ -401,11 +402,17 @@ class Trainer {
       _exit(1);
     };
     env_ = MakeAlgorithmEnv(cfg_, rank_, *batch_plan_, &metrics_, opts_.resume, on_member_failure);
-    env_.rejoin = opts_.resume && opts_.rejoin;
+    // Restarted alone: with --resume in ps_sync; a job that survives lost workers needs no
+    // checkpoint (the others hand it the global state at the next outer step).
+    env_.rejoin = opts_.rejoin && (opts_.resume || SurvivesLostWorkers(cfg_));
     // Balanced batches give no worker fewer samples than batch norm needs (balance.h).
     env_.min_share = MinBalancedShare(model_->MinStatisticsValues(), cfg_.batch_size);
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
     buffers_ = std::make_unique<HostBuffers>(*model_, *backend_);
+    // Averaging the buffers meets every worker, and the live ones may be fewer.
+    if (SurvivesLostWorkers(cfg_) && !buffers_->empty())
+      throw InputError(cfg_.algorithm_opts.Where("elastic") + ": model \"" + cfg_.model +
+                       "\" has batch-norm statistics, which every worker averages; not with elastic = true");
     algo_->SetBuffers(buffers_.get());
     // Workers that train one model over a communicator (every algorithm without servers but
     // local, whose workers are independent) average their buffers over one of their own (an
@@ -472,7 +479,10 @@ class Trainer {
     step_ = checkpoints_ ? resumed_step_ : algo_->ResumedStep();
     const int64_t first_epoch = batch_plan_->EpochOfStep(step_);
     const int64_t first_batch = step_ - batch_plan_->FirstStepOfEpoch(first_epoch);
-    if (step_ > 0) {
+    if (step_ > 0 && env_.rejoin && !opts_.resume) {  // the algorithm wrote its own record
+      printf("worker %d: takes up training at step %lld (epoch %lld, batch %lld), where the others are\n", rank_,
+             (long long)step_, (long long)first_epoch, (long long)first_batch);
+    } else if (step_ > 0) {
       printf("worker %d: resumed at step %lld (epoch %lld, batch %lld)\n", rank_, (long long)step_,
              (long long)first_epoch, (long long)first_batch);
       metrics_.Write("resume", step_,
@@ -592,7 +602,7 @@ class Trainer {
         .Add("loss_scale", scaler_.scale_double())
         .Add("skipped_steps", scaler_.skipped_steps())
         .Add("weights_hash", hash)
-        .Add("buffers_hash", Fnv1a(buffers_->ToHost()))
+        .Add("buffers_hash", shoal::WeightsHash(buffers_->ToHost()))
         .Add("data_skipped", DataSkipped());
     algo_->AddMetrics(&end);  // the algorithm's own totals (diloco's bytes per outer step)
     metrics_.Write("end", step_, end);
@@ -831,7 +841,7 @@ class Trainer {
   int64_t DataSkipped() const { return train_->skipped() + load_skipped_ + test_skipped_; }
 
   // FNV-1a of the final weights: synchronous algorithms must end bit-identical everywhere.
-  std::string WeightsHash() const { return Fnv1a(params_->HostWeights()); }
+  std::string WeightsHash() const { return shoal::WeightsHash(params_->HostWeights()); }
 
   // Before an evaluation or a worker checkpoint, at most once a step (so a resumed run sees
   // the very buffers the uninterrupted one evaluated; the export follows the last
@@ -848,19 +858,6 @@ class Trainer {
     } else {
       algo_->SyncBuffers();
     }
-  }
-
-  static std::string Fnv1a(const std::vector<ParamView>& views) {
-    uint64_t hash = 1469598103934665603ull;
-    for (auto& v : views)
-      for (int64_t i = 0; i < v.n; ++i) {
-        uint32_t bits;
-        memcpy(&bits, &v.w[i], 4);
-        hash = (hash ^ bits) * 1099511628211ull;
-      }
-    char hex[32];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
-    return hex;
   }
 
   static void CheckExportPath(const JobConfig& cfg, const std::string& key, const std::string& path) {

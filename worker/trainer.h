@@ -12,8 +12,8 @@ struct TrainerOptions {
   int rank = 0;
   bool resume = false;  // continue from the job's newest complete checkpoint
   bool fresh = false;   // start over, deleting an earlier run's checkpoints
-  bool rejoin = false;  // with resume: restarted alone while the job's other processes run (ps_sync)
-  int threads = 0;  // 0: from the job file
+  bool rejoin = false;  // restarted alone while the job's other processes run (ps_sync with resume; diloco elastic)
+  int threads = 0;      // 0: from the job file
 };
 
 struct TrainResult {

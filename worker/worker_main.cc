@@ -15,8 +15,9 @@ DEFINE_string(config, "", "job file (TOML)");
 DEFINE_int32(rank, -1, "worker rank; from OMPI_COMM_WORLD_RANK / PMIX_RANK / SLURM_PROCID / RANK when not given");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
 DEFINE_bool(rejoin, false,
-            "with --resume, in a ps_sync job whose other processes still run: this worker was restarted alone; "
-            "it starts a new recovery generation, and every shard and worker goes back to the checkpoint with it");
+            "this worker was restarted alone while the job's other processes still run: with --resume in a ps_sync "
+            "job it starts a new recovery generation, and every shard and worker goes back to the checkpoint with "
+            "it; in a diloco job with elastic = true it joins at the next outer step and takes the global weights");
 DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
 DEFINE_int32(threads, 0, "CPU threads (0: [train] threads, or all cores)");
 DEFINE_int64(epochs, 0, "override [train] epochs");

@@ -1,5 +1,6 @@
 #include "algorithms/collectives/factory.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "algorithms/collectives/hierarchical_nccl.h"
@@ -19,6 +20,41 @@ std::string RunId() {
   return "0";
 }
 
+int CollectiveTimeoutMs(const JobConfig& cfg) {
+  return int(cfg.algorithm_opts.GetInt("collective_timeout_ms", 120000, 100, 86400000));
+}
+
+namespace {
+
+// The ring options of worker `rank`'s rings: the job's timeouts, segment size, bind host,
+// simulated bandwidth and CurveZMQ keys.
+RingOptions RingOptionsOf(const JobConfig& cfg, int rank, const std::string& name) {
+  const ConfigSection& o = cfg.algorithm_opts;
+  RingOptions ro;
+  ro.prefix = name;
+  ro.timeout_ms = CollectiveTimeoutMs(cfg);
+  ro.segment_bytes = o.GetInt("segment_bytes", 1 << 20, 256, int64_t(1) << 30);
+  ro.bind_host = cfg.workers[size_t(rank)].host;
+  ro.bandwidth_bytes_per_s = cfg.workers[size_t(rank)].bandwidth_mbps * 1e6 / 8;
+  ro.curve_server_public = cfg.curve_server_public;
+  ro.curve_server_secret = cfg.curve_server_secret;
+  ro.curve_client_public = cfg.curve_client_public;
+  ro.curve_client_secret = cfg.curve_client_secret;
+  return ro;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeMemberRing(const JobConfig& cfg, int rank, const std::vector<int>& members,
+                                             Store& store, const std::string& name) {
+  const auto me = std::find(members.begin(), members.end(), rank);
+  if (rank < 0 || rank >= cfg.world_size() || me == members.end())
+    throw Error(cfg.path + ": rank " + std::to_string(rank) + " is not among the ring's members");
+  RingOptions ro = RingOptionsOf(cfg, rank, name);
+  ro.members = members;
+  return std::unique_ptr<Communicator>(new ZmqRing(int(me - members.begin()), int(members.size()), store, ro));
+}
+
 std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int rank, Store& store,
                                                      const std::string& name) {
   const ConfigSection& o = cfg.algorithm_opts;
@@ -30,16 +66,7 @@ std::unique_ptr<Communicator> MakeWorkerCommunicator(const JobConfig& cfg, int r
   if (kind != "ring" && kind != "torus2d" && kind != "hierarchical" && kind != "nccl")
     throw Error(o.Where("collective") + ": expected \"ring\", \"torus2d\", \"hierarchical\" or \"nccl\", got \"" +
                 kind + "\"");
-  RingOptions ro;
-  ro.prefix = name;
-  ro.timeout_ms = int(o.GetInt("collective_timeout_ms", 120000, 100, 86400000));
-  ro.segment_bytes = o.GetInt("segment_bytes", 1 << 20, 256, int64_t(1) << 30);
-  ro.bind_host = cfg.workers[size_t(rank)].host;
-  ro.bandwidth_bytes_per_s = cfg.workers[size_t(rank)].bandwidth_mbps * 1e6 / 8;
-  ro.curve_server_public = cfg.curve_server_public;
-  ro.curve_server_secret = cfg.curve_server_secret;
-  ro.curve_client_public = cfg.curve_client_public;
-  ro.curve_client_secret = cfg.curve_client_secret;
+  const RingOptions ro = RingOptionsOf(cfg, rank, name);
   if (kind == "ring") return std::unique_ptr<Communicator>(new ZmqRing(rank, world, store, ro));
   // NCCL has no encryption: a job that asked for it with keys must say it accepts that.
   auto refuse_unencrypted = [&] {

@@ -92,7 +92,7 @@ void ZmqRing::Wire(Store& store) {
   try {
     out_->Connect(right_ep);
   } catch (const Error& e) {
-    throw Error("ring rank " + std::to_string(rank) + ": rank " + std::to_string(right) + ": " + e.what());
+    throw Error("ring rank " + Named(rank) + ": rank " + Named(right) + ": " + e.what());
   }
   Barrier();  // the ring is wired once a token has gone round
 }
@@ -126,13 +126,18 @@ void ZmqRing::Close(bool abort) {
   out_.reset();
 }
 
+std::string ZmqRing::Named(int ring_rank) const {
+  const bool listed = ring_rank >= 0 && size_t(ring_rank) < opts_.members.size();
+  return std::to_string(listed ? opts_.members[size_t(ring_rank)] : ring_rank);
+}
+
 int64_t ZmqRing::SegmentBytes() const { return std::max<int64_t>(opts_.segment_bytes, 8); }
 
 void ZmqRing::WaitSendsReleased() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.timeout_ms);
   while (out_ && out_->in_flight() > 0) {
     if (std::chrono::steady_clock::now() > deadline)
-      throw Error("ring rank " + std::to_string(rank_) + ": rank " + std::to_string(Mod(rank_ + 1, size_)) +
+      throw Error("ring rank " + Named(rank_) + ": rank " + Named(Mod(rank_ + 1, size_)) +
                   " (right neighbour) took nothing for " + std::to_string(opts_.timeout_ms) + " ms" + RightRefusal());
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
@@ -144,8 +149,7 @@ void ZmqRing::WaitSendsReleased() {
 std::string ZmqRing::RightRefusal() {
   std::string hint = out_ ? out_->RefusalHint() : "";
   if (hint.empty()) return "";
-  return "; this rank's link to rank " + std::to_string(Mod(rank_ + 1, size_)) +
-         " (right neighbour) never carried data" + hint;
+  return "; this rank's link to rank " + Named(Mod(rank_ + 1, size_)) + " (right neighbour) never carried data" + hint;
 }
 
 // Connections to our PULL socket are counted, not trusted one by one: anyone may connect
@@ -199,13 +203,13 @@ void ZmqRing::Recv(PipeMessage* msg, const char* what) {
     CheckMonitors(what);
     if (left_gone_) {
       if (TryRecv(msg, what)) return;
-      throw Error(std::string("ring ") + what + ": rank " + std::to_string(Mod(rank_ - 1, size_)) +
+      throw Error(std::string("ring ") + what + ": rank " + Named(Mod(rank_ - 1, size_)) +
                   " (left neighbour) disconnected: it stopped or crashed");
     }
     in_->Wait(100);
     if (std::chrono::steady_clock::now() > deadline)
-      throw Error(std::string("ring ") + what + ": no data from rank " + std::to_string(Mod(rank_ - 1, size_)) +
-                  " for " + std::to_string(opts_.timeout_ms) + " ms" + RightRefusal() + RefusedHandshakes());
+      throw Error(std::string("ring ") + what + ": no data from rank " + Named(Mod(rank_ - 1, size_)) + " for " +
+                  std::to_string(opts_.timeout_ms) + " ms" + RightRefusal() + RefusedHandshakes());
   }
 }
 
@@ -303,7 +307,7 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, const WireFormat& wire, 
         if (wire.quantized) {
           tmp.assign(size_t(cnt), 0.f);
           AddDequantized(wire.q, in, int64_t(m.body.size()), cnt, tmp.data(),
-                         std::string("ring ") + what + ": rank " + std::to_string(Mod(rank_ - 1, N)) + "'s segment");
+                         std::string("ring ") + what + ": rank " + Named(Mod(rank_ - 1, N)) + "'s segment");
           if (!reduce) kept[size_t(c)].emplace_back(in, in + m.body.size());
           in = reinterpret_cast<const uint8_t*>(tmp.data());
         } else if (!raw) {
@@ -359,8 +363,7 @@ void ZmqRing::Pass(float* data, int64_t n, ReduceOp op, const WireFormat& wire, 
 }
 
 void ZmqRing::CheckUsable() const {
-  if (!ctx_)
-    throw Error("ring rank " + std::to_string(rank_) + ": the ring was torn down by an earlier failed collective");
+  if (!ctx_) throw Error("ring rank " + Named(rank_) + ": the ring was torn down by an earlier failed collective");
 }
 
 // Sends `bytes` from `data` as segments of at most SegmentBytes(), numbered from 0.
@@ -405,10 +408,15 @@ void ZmqRing::AllGather(const void* in, int64_t bytes, void* out) {
   if (size_ == 1) return;
   CheckUsable();
   ++seq_;
-  for (int step = 0; step < size_ - 1; ++step) {
-    int send_c = Mod(rank_ - step, size_), recv_c = Mod(rank_ - step - 1, size_);
-    SendSegments(uint32_t(step), o + bytes * send_c, bytes);
-    RecvSegments(uint32_t(step), o + bytes * recv_c, bytes, false, "all-gather");
+  try {
+    for (int step = 0; step < size_ - 1; ++step) {
+      int send_c = Mod(rank_ - step, size_), recv_c = Mod(rank_ - step - 1, size_);
+      SendSegments(uint32_t(step), o + bytes * send_c, bytes);
+      RecvSegments(uint32_t(step), o + bytes * recv_c, bytes, false, "all-gather");
+    }
+  } catch (...) {
+    Abort();  // as a failed all-reduce: the neighbours see this rank go and fail at once too
+    throw;
   }
 }
 
@@ -421,10 +429,15 @@ void ZmqRing::Broadcast(void* data, int64_t bytes, int root) {
   // Passed along the ring from the root; the rank before the root does not forward.
   int dist = Mod(rank_ - root, size_);
   auto* d = static_cast<uint8_t*>(data);
-  if (dist == 0)
-    SendSegments(0, d, bytes);
-  else
-    RecvSegments(0, d, bytes, dist != size_ - 1, "broadcast");
+  try {
+    if (dist == 0)
+      SendSegments(0, d, bytes);
+    else
+      RecvSegments(0, d, bytes, dist != size_ - 1, "broadcast");
+  } catch (...) {
+    Abort();
+    throw;
+  }
 }
 
 void ZmqRing::Barrier() {

@@ -3,7 +3,8 @@
 // N is. Each rank binds one PULL socket (from its left neighbour) and connects one PUSH
 // socket (to its right); segments are pipelined so adding one overlaps receiving the next.
 // A neighbour that disconnects mid-collective, or silence past the timeout, is an error
-// naming the rank, never a hang.
+// naming the rank, never a hang. A failed collective tears this rank's ring down (every
+// later call throws), so its neighbours see it go and fail at once instead of waiting.
 #pragma once
 #include <memory>
 #include <utility>
@@ -28,6 +29,8 @@ struct RingOptions {
   // CurveZMQ (Z85 keys from the job's [security]): when set, ring links are encrypted and
   // a peer must hold the job's keys to complete the handshake.
   std::string curve_server_public, curve_server_secret, curve_client_public, curve_client_secret;
+  // The job rank of each ring rank, for messages (a ring among some workers); empty: the same.
+  std::vector<int> members;
 };
 
 class ZmqRing : public Communicator {
@@ -75,6 +78,8 @@ class ZmqRing : public Communicator {
   void Send(const Header& h, const void* payload, size_t bytes, bool zero_copy);
   void SendSegments(uint32_t step, const uint8_t* data, int64_t bytes);
   void RecvSegments(uint32_t step, uint8_t* data, int64_t bytes, bool forward, const char* what);
+  // A ring rank as messages name it (its job rank, RingOptions::members).
+  std::string Named(int ring_rank) const;
   // The largest payload of one message: what the receiving socket admits.
   int64_t SegmentBytes() const;
   void WaitSendsReleased();

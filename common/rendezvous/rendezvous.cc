@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/int_list.h"
 
 namespace shoal {
 namespace {
@@ -141,6 +142,7 @@ RendezvousServer::RendezvousServer(const std::string& bind_endpoint, const Curve
   dead_.assign(n, 0);
   transport_ = std::make_unique<Transport>(ctx_, Transport::Kind::kServer, keys);
   endpoint_ = transport_->Bind(bind_endpoint);
+  if (!members_.deaths_end_job) PublishDead();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -173,6 +175,12 @@ void RendezvousServer::OnMembership(const InMessage& m) {
   } else {
     seen_[size_t(r)] = 1;
     last_seen_[size_t(r)] = Clock::now();
+    if (dead_[size_t(r)] && !members_.deaths_end_job) {  // restarted: a member again
+      dead_[size_t(r)] = 0;
+      left_[size_t(r)] = 0;
+      LOG(INFO) << "coordinator: worker " << r << " answers again";
+      PublishDead();
+    }
     if (dead_message_.empty()) {
       o.setKind(msg::Kind::HEARTBEAT_ACK);
     } else {
@@ -194,9 +202,19 @@ void RendezvousServer::Tick() {
                        ") stopped answering: no heartbeat for " + std::to_string(ms) + " ms (timeout " +
                        std::to_string(members_.heartbeat_timeout_ms) + " ms)";
     LOG(ERROR) << "coordinator: " << what;
-    if (dead_message_.empty()) dead_message_ = what;
+    if (!members_.deaths_end_job)
+      PublishDead();
+    else if (dead_message_.empty())
+      dead_message_ = what;
   }
   all_gone_ = AllGone();
+}
+
+void RendezvousServer::PublishDead() {
+  std::vector<int> dead;
+  for (size_t r = 0; r < dead_.size(); ++r)
+    if (dead_[r]) dead.push_back(int(r));
+  service_.Put(kDeadRanksKey, JoinIntList(dead));
 }
 
 void RendezvousServer::Run() {

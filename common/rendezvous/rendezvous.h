@@ -28,6 +28,8 @@ class RendezvousService {
   // True when `m` was a store message (answered through `reply`); throws shoal::Error for a
   // malformed or oversized one (the caller answers with the error).
   bool Handle(const InMessage& m, const std::function<void(OutMessage&)>& reply);
+  // The coordinator's own value (its membership news), beside what the ranks set.
+  void Put(const std::string& key, std::string value) { values_[key] = std::move(value); }
   size_t size() const { return values_.size(); }
 
  private:
@@ -57,7 +59,15 @@ class CoordinatorStore : public Store {
 struct MembershipOptions {
   std::vector<std::string> hosts;  // worker rank -> host, for the messages
   int heartbeat_timeout_ms = 5000;
+  // True: a death is every member's news (memberDead), and the job ends. False (a job that
+  // survives lost workers, algorithms/live_quorum.h): the ranks silent now are only kept in
+  // the store as kDeadRanksKey, and a rank that heartbeats again (restarted) is alive again.
+  bool deaths_end_job = true;
 };
+
+// The store key under which the coordinator of a job without deaths_end_job lists the
+// workers silent past the heartbeat timeout ("1,3"; "" when none).
+inline constexpr const char* kDeadRanksKey = "members.dead";
 
 // The coordinator of a job without servers: worker rank 0 runs one on its own thread and
 // socket. It serves rendezvous and membership: it acknowledges every worker's heartbeat,
@@ -77,6 +87,7 @@ class RendezvousServer {
   void OnMembership(const InMessage& m);
   void Tick();
   bool AllGone() const;
+  void PublishDead();
   MembershipOptions members_;
   std::vector<std::chrono::steady_clock::time_point> last_seen_;
   std::vector<char> seen_, left_, dead_;

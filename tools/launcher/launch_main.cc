@@ -143,6 +143,7 @@ class Launch {
     }
     try {
       CheckJobKeys(cfg_);
+      elastic_ = SurvivesLostWorkers(cfg_);
       MakeOptimizer(cfg_.optimizer, cfg_.optimizer_opts);
       LrSchedule::FromConfig(cfg_.optimizer_opts, cfg_.batch_size * cfg_.world_size(), 1, 1);
     } catch (const Error& e) {
@@ -465,8 +466,9 @@ class Launch {
   // algorithm's facts tolerate that death), Ctrl-C.
   int Supervise() {
     tty_ = isatty(2);
-    // Workers that may die without ending the job (asynchronous algorithms).
+    // Workers that may die without ending the job (asynchronous algorithms, elastic diloco).
     const bool tolerant =
+        elastic_ ||
         cfg_.algorithm_opts.GetBool("tolerate_worker_failure", facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast);
     while (true) {
       if (g_stop_signal) {
@@ -603,9 +605,13 @@ class Launch {
   // coordinator keeps its recovery generation beside its checkpoints and learns membership
   // and placement again from the members), or a worker of a PS job (ps_sync: the others
   // roll back with it); only from a committed checkpoint, and within max_restarts.
+  // diloco with elastic = true: any worker but rank 0 (the coordinator's host) while none has
+  // finished; it needs no checkpoint (the others hand it the global state).
   bool CanRestartAlone(const Child& c) const {
-    if (g_stop_signal || restarts_ >= cfg_.max_restarts || !facts_.needs_servers) return false;
+    if (g_stop_signal || restarts_ >= cfg_.max_restarts) return false;
     if (c.term_signal == 0 && (c.exit_code == 2 || c.exit_code == 0)) return false;  // bad input, or done
+    if (elastic_) return WorkerRank(c.name) > 0 && workers_done_ == 0;
+    if (!facts_.needs_servers) return false;
     if (last_checkpoint_ == 0 && !FLAGS_resume) return false;
     if (c.name.rfind("server ", 0) == 0) return true;
     return c.name.rfind("worker ", 0) == 0 && (facts_.tolerated_deaths == ToleratedDeaths::kAnyButLast || SyncPs()) &&
@@ -615,20 +621,24 @@ class Launch {
   // (--rejoin): every shard and the other workers go back to its checkpoint with it.
   bool SyncPs() const { return facts_.needs_servers && facts_.server_update == ServerUpdate::kMeanOfWorkers; }
 
-  // Starts the process of that name again, alone, from the newest committed checkpoint.
+  // Starts the process of that name again, alone, from the newest committed checkpoint (an
+  // elastic diloco worker: from the global state the others hand it at the next outer step).
   void RestartAlone(const std::string& name, const std::string& why) {
     ++restarts_;
     auto& [argv, log] = started_.at(name);
     std::vector<std::string> a;
     for (auto& x : argv)
       if (x != "--resume" && x != "--fresh" && x != "--rejoin") a.push_back(x);
-    a.push_back("--resume");
+    if (!elastic_) a.push_back("--resume");
     const bool server = name.rfind("server ", 0) == 0;
-    if (server || SyncPs()) a.push_back("--rejoin");
+    if (server || SyncPs() || elastic_) a.push_back("--rejoin");
     std::string from = last_checkpoint_ > 0 ? "checkpoint " + std::to_string(last_checkpoint_) + " (step " +
                                                   std::to_string(last_checkpoint_step_) + ")"
                                             : "the checkpoint the run resumed from";
-    std::string what = server     ? "shard " + name.substr(7) + " restarted alone; workers re-pull from " + from
+    std::string what = elastic_ ? name +
+                                      " restarted alone; it takes the global weights at the next outer step, the "
+                                      "others go on"
+                       : server   ? "shard " + name.substr(7) + " restarted alone; workers re-pull from " + from
                        : SyncPs() ? name + " restarted alone from " + from + "; the others roll back to it"
                                   : name + " restarted alone from " + from + "; the others go on";
     fprintf(stderr, "shoal: restart %d of %lld after %s: %s\n", restarts_, (long long)cfg_.max_restarts, why.c_str(),
@@ -753,7 +763,9 @@ class Launch {
     bool fatal = false;
     for (Child* c : failed) {
       bool is_worker = c->name.rfind("worker", 0) == 0;
-      fatal = fatal || !is_worker || !tolerant || workers_failed_ + 1 >= cfg_.world_size();
+      // An elastic job's worker 0 hosts the coordinator, which decides every outer step.
+      fatal = fatal || !is_worker || !tolerant || workers_failed_ + 1 >= cfg_.world_size() ||
+              (elastic_ && WorkerRank(c->name) == 0);
       if (is_worker && !fatal) ++workers_failed_;
     }
     if (fatal) {
@@ -779,7 +791,8 @@ class Launch {
       group_.StopAll();
       return 1;
     }
-    fprintf(stderr, "shoal: the job goes on without them (asynchronous algorithm)\n");
+    fprintf(stderr, "shoal: the job goes on without them (%s)\n",
+            elastic_ ? "diloco elastic: the outer steps go on among the live workers" : "asynchronous algorithm");
     return 0;
   }
 
@@ -819,6 +832,7 @@ class Launch {
   bool tty_ = false;
   int workers_done_ = 0, workers_failed_ = 0;
   int restarts_ = 0;
+  bool elastic_ = false;          // SurvivesLostWorkers: a lost worker is restarted alone, or the others go on
   uint64_t last_checkpoint_ = 0;  // the newest complete checkpoint this run has seen committed
   int64_t last_checkpoint_step_ = 0;
   std::string last_failure_;  // "worker 1 killed by SIGKILL"

@@ -1,0 +1,132 @@
+// LiveQuorum's rounds over a real store and real rings, one forked process per rank: a rank
+// the coordinator lists dead is left out and the others' ring shrinks; the same rank started
+// again (a new LiveQuorum, announcing itself as a newcomer) is taken only by a round that
+// admits newcomers; every member of a round sees the same members, and the round's
+// all-reduce sums exactly theirs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "algorithms/collectives/zmq_ring.h"
+#include "algorithms/live_quorum.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/rendezvous/rendezvous.h"
+#include "common/rendezvous/store.h"
+#include "tests/collectives/run_ranks.h"
+
+namespace shoal {
+namespace {
+
+// A round's all-reduce of (1, rank + 1): how many members took part and the sum of their values.
+std::pair<float, float> CountAndSum(Communicator& ring, int rank) {
+  float v[2] = {1.f, float(rank + 1)};
+  ring.AllReduce(v, 2, ReduceOp::kSum);
+  return {v[0], v[1]};
+}
+
+// Rank `rank` of `world` over a FileStore in `dir`, with real member rings.
+AlgorithmEnv Env(const JobConfig& cfg, int rank, int world, const std::shared_ptr<FileStore>& store) {
+  AlgorithmEnv env;
+  env.config = &cfg;
+  env.rank = rank;
+  env.world = world;
+  env.store = store;
+  env.make_member_ring = [rank, store](const std::string& name, const std::vector<int>& members) {
+    RingOptions o;
+    o.prefix = name;
+    o.members = members;
+    const int index = int(std::find(members.begin(), members.end(), rank) - members.begin());
+    return std::unique_ptr<Communicator>(new ZmqRing(index, int(members.size()), *store, o));
+  };
+  return env;
+}
+
+TEST(LiveQuorum, DeadRankLeftOutAndRestartedRankRejoinsAtARoundThatAdmitsNewcomers) {
+  const std::string dir = ::testing::TempDir() + "/live_quorum_" + std::to_string(getpid());
+  const JobConfig cfg;  // collective_timeout_ms: its default
+  auto codes = RunRanks(3, [&](int rank) {
+    auto store = std::make_shared<FileStore>(dir);
+    AlgorithmEnv env = Env(cfg, rank, 3, store);
+    auto quorum = std::make_unique<LiveQuorum>(env, "q");
+    auto round0 = CountAndSum(quorum->Enter(false, 0), rank);
+    if (round0 != std::make_pair(3.f, 6.f) || !quorum->Settle(true)) return 1;
+    if (rank == 2) {
+      // Gone: this process's quorum and ring go away, the coordinator would list it dead,
+      // and a new incarnation comes back once the others held a round without it.
+      quorum.reset();
+      store->Set(kDeadRanksKey, "2");
+      while (true) {
+        try {
+          if (store->Get("test.round1_done", 0) == "yes") break;
+        } catch (const Error&) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      store->Set(kDeadRanksKey, "");  // it heartbeats again
+      auto again = std::make_unique<LiveQuorum>(env, "q");
+      Communicator& ring = again->EnterAsJoiner();
+      if (again->joiners() != std::vector<int>{2} || again->StateRoot() != 0) return 2;
+      auto joined = CountAndSum(ring, rank);
+      if (joined != std::make_pair(3.f, 6.f) || !again->Settle(true)) return 3;
+      auto last = CountAndSum(again->Enter(false, 0), rank);
+      return last == std::make_pair(3.f, 6.f) && again->Settle(true) ? 0 : 4;
+    }
+    // Round 1 admits no newcomer: it waits for rank 2 until the coordinator lists it dead.
+    while (true) {
+      try {
+        if (store->Get(kDeadRanksKey, 0) == "2") break;
+      } catch (const Error&) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    Communicator& r1 = quorum->Enter(false, 0);
+    if (quorum->members() != std::vector<int>{0, 1}) return 5;
+    auto round1 = CountAndSum(r1, rank);
+    if (round1 != std::make_pair(2.f, 3.f) || !quorum->Settle(true)) return 6;
+    if (rank == 0) store->Set("test.round1_done", "yes");
+    // Rounds that admit newcomers, until rank 2 is back (bounded).
+    for (int i = 0; i < 500; ++i) {
+      Communicator& ring = quorum->Enter(true, 0);
+      const bool joined = quorum->members() == std::vector<int>{0, 1, 2};
+      auto sums = CountAndSum(ring, rank);
+      if (sums != (joined ? std::make_pair(3.f, 6.f) : std::make_pair(2.f, 3.f)) || !quorum->Settle(true)) return 7;
+      if (joined) {
+        if (quorum->joiners() != std::vector<int>{2}) return 8;
+        auto last = CountAndSum(quorum->Enter(false, 0), rank);
+        if (last != std::make_pair(3.f, 6.f) || !quorum->Settle(true)) return 9;
+        if (rank == 0) quorum->End();
+        return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return 10;
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// A round one member could not complete (it may have died in it after others finished): no
+// member may use its result, and the next round, on a new ring, works.
+TEST(LiveQuorum, ARoundOneMemberFailedIsDoneAgainByAll) {
+  const std::string dir = ::testing::TempDir() + "/live_quorum_retry_" + std::to_string(getpid());
+  const JobConfig cfg;
+  auto codes = RunRanks(2, [&](int rank) {
+    AlgorithmEnv env = Env(cfg, rank, 2, std::make_shared<FileStore>(dir));
+    LiveQuorum quorum(env, "q");
+    auto first = CountAndSum(quorum.Enter(false, 0), rank);
+    if (first != std::make_pair(2.f, 3.f) || !quorum.Settle(true)) return 1;
+    CountAndSum(quorum.Enter(true, 0), rank);
+    if (quorum.Settle(/*completed=*/rank == 0)) return 2;  // rank 1 says it failed: nobody commits
+    auto again = CountAndSum(quorum.Enter(true, 0), rank);
+    if (quorum.round() != 2 || again != std::make_pair(2.f, 3.f) || !quorum.Settle(true)) return 3;
+    return 0;
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace shoal

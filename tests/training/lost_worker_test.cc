@@ -1,0 +1,171 @@
+// diloco with [algorithm] elastic = true: a worker killed (SIGKILL) mid-run drops out of the
+// outer steps and the others go on without a whole-job restart; `shoal run` starts it again
+// alone and it takes the global weights at the next outer step, or, without restarts left, the
+// others finish alone. Real launcher and workers on loopback, CurveZMQ keys on every link,
+// bounded waits, no process left behind.
+#include <gtest/gtest.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "common/json_fields.h"
+#include "tests/training/job_runner.h"
+
+namespace shoal {
+namespace testing {
+namespace {
+
+const char* kAdamW = "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nweight_decay = 1e-2\n\n";
+
+// 4 workers of the mlp, batch 32, 12000 samples: 93 steps an epoch, an outer step every 10.
+std::string Job(const std::string& name, const std::string& dir, int epochs, int max_restarts, bool keys) {
+  std::string security;
+  if (keys) {
+    char spub[41], ssec[41], cpub[41], csec[41];
+    EXPECT_EQ(zmq_curve_keypair(spub, ssec), 0);
+    EXPECT_EQ(zmq_curve_keypair(cpub, csec), 0);
+    security = std::string("[security]\nserver_public_key = \"") + spub + "\"\nserver_secret_key = \"" + ssec +
+               "\"\nclient_public_key = \"" + cpub + "\"\nclient_secret_key = \"" + csec + "\"\n\n";
+  }
+  std::string t = FmnistJob(name, dir + "/out", 4, "mlp", 12000, epochs,
+                            "[algorithm]\nname = \"diloco\"\nsync_every = 10\nelastic = true\n\n" + security + kAdamW);
+  t.insert(t.find("seed = 42\n") + 10, "max_restarts = " + std::to_string(max_restarts) + "\n");
+  t.replace(t.find("[cluster]\n"), 10, "[cluster]\nheartbeat_ms = 200\nheartbeat_timeout_ms = 2000\n");
+  return t;
+}
+
+double Wall(const std::string& event) { return JsonNumber(event, "wall_s").value_or(-1); }
+
+// Seconds from the launcher's record of the death to the first round decided after it.
+double KillToNextRound(const JobRun& r) {
+  auto failed = Events(r, "process_failed");
+  if (failed.empty()) return -1;
+  for (auto& q : Events(r, "quorum"))
+    if (Wall(q) > Wall(failed[0])) return Wall(q) - Wall(failed[0]);
+  return -1;
+}
+
+// The end records' ranks and weights.
+std::map<int, std::string> EndHashes(const JobRun& r) {
+  std::map<int, std::string> out;
+  for (auto& e : Events(r, "end"))
+    out[int(JsonNumber(e, "rank").value_or(-1))] = JsonField(e, "weights_hash").value_or("?");
+  return out;
+}
+
+// A job of 6 epochs whose worker `rank` is killed once the job logged 40 train events (about
+// step 200, between or inside outer steps as it happens); it must end well all the same.
+JobRun KilledRun(const std::string& name, const std::string& rank, int max_restarts, bool keys) {
+  const std::string dir = FreshDir(name);
+  std::thread killer([&] { KillWhenTraining(dir, "--rank " + rank, 40); });
+  JobRun r = RunJob(dir, Job(name, dir, 6, max_restarts, keys), 600);
+  killer.join();
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.80) << r.done_line;
+  EXPECT_EQ(ProcessesOf(dir), 0);
+  return r;
+}
+
+TEST(LostWorker, RestartedAloneItRejoinsWithTheGlobalWeights) {
+  const std::string base_dir = FreshDir("elastic_no_kill");
+  JobRun base = RunJob(base_dir, Job("elastic_no_kill", base_dir, 6, 1, true), 600);
+  ASSERT_EQ(base.exit_code, 0) << base.stderr_text;
+  const double base_acc = JsonNumber(base.done_line, "test_accuracy").value_or(0);
+
+  JobRun r = KilledRun("elastic_kill", "2", 1, true);
+  ASSERT_EQ(r.exit_code, 0);
+  const double acc = JsonNumber(r.done_line, "test_accuracy").value_or(0);
+  EXPECT_EQ(JsonNumber(r.done_line, "restarts").value_or(0), 1) << r.done_line;
+  EXPECT_FALSE(JsonNumber(r.done_line, "workers_failed").has_value()) << r.done_line;
+  // Worker 2 alone was started again, once; nothing else was (a whole-job restart names no
+  // process alone, and every worker would say it resumed).
+  auto restarts = Events(r, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << r.stderr_text;
+  EXPECT_EQ(JsonField(restarts[0], "alone").value_or(""), "worker 2") << restarts[0];
+  EXPECT_TRUE(Events(r, "resume").empty()) << r.stderr_text;
+  // It rejoined: at the round that took it every member ends on the same weights.
+  auto rejoin = Events(r, "rejoin");
+  ASSERT_EQ(rejoin.size(), 1u) << r.stderr_text;
+  EXPECT_EQ(JsonNumber(rejoin[0], "rank").value_or(-1), 2);
+  EXPECT_GT(JsonNumber(rejoin[0], "step").value_or(0), 0);
+  const double round = JsonNumber(rejoin[0], "round").value_or(-1);
+  std::set<int> members;
+  std::set<std::string> hashes = {JsonField(rejoin[0], "weights_hash").value_or("?")};
+  for (auto& e : Events(r, "join_round"))
+    if (JsonNumber(e, "round").value_or(-2) == round) {
+      members.insert(int(JsonNumber(e, "rank").value_or(-1)));
+      hashes.insert(JsonField(e, "weights_hash").value_or("?"));
+    }
+  EXPECT_EQ(members, (std::set<int>{0, 1, 3})) << r.stderr_text;
+  EXPECT_EQ(hashes.size(), 1u) << "the rejoined worker's weights differ from the others' after its first outer step";
+  // All four end on one model, and all trained to the last step.
+  std::map<int, std::string> ends = EndHashes(r);
+  ASSERT_EQ(ends.size(), 4u) << r.stderr_text;
+  for (auto& [rank, hash] : ends) EXPECT_EQ(hash, ends[0]) << "worker " << rank;
+  for (auto& e : Events(r, "end")) EXPECT_EQ(JsonNumber(e, "steps").value_or(0), 93 * 6) << e;
+  printf(
+      "elastic diloco, 4 workers, 6 epochs: accuracy %.4f without a kill, %.4f with worker 2 killed and rejoined "
+      "(at step %.0f); %.2f s from the kill to the next outer round\n",
+      base_acc, acc, JsonNumber(rejoin[0], "step").value_or(0), KillToNextRound(r));
+}
+
+TEST(LostWorker, NotRestartedTheOthersFinishAlone) {
+  JobRun r = KilledRun("elastic_lost", "3", 0, false);
+  ASSERT_EQ(r.exit_code, 0);
+  const double acc = JsonNumber(r.done_line, "test_accuracy").value_or(0);
+  EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
+  EXPECT_TRUE(Events(r, "restart").empty()) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("the outer steps go on among the live workers"), std::string::npos) << r.stderr_text;
+  // Some round after the death was decided among the three left.
+  bool without = false;
+  for (auto& q : Events(r, "quorum")) without = without || JsonField(q, "members").value_or("") == "0,1,2";
+  EXPECT_TRUE(without) << r.stderr_text;
+  std::map<int, std::string> ends = EndHashes(r);
+  EXPECT_EQ(ends.size(), 3u) << r.stderr_text;
+  EXPECT_EQ(ends.count(3), 0u);
+  for (auto& [rank, hash] : ends) EXPECT_EQ(hash, ends[0]) << "worker " << rank;
+  printf(
+      "elastic diloco, worker 3 killed and not restarted: accuracy %.4f; %.2f s from the kill to the next outer "
+      "round\n",
+      acc, KillToNextRound(r));
+}
+
+// What elastic cannot be combined with is refused before anything starts, naming the key.
+TEST(LostWorker, RefusedWhereItCannotWork) {
+  auto refused = [](const std::string& name, const std::string& algorithm, const std::string& job_keys = "") {
+    const std::string dir = FreshDir(name);
+    std::string t = FmnistJob(name, dir + "/out", 2, "mlp", 1000, 1, algorithm + "\n" + kAdamW);
+    t.insert(t.find("seed = 42\n") + 10, job_keys);
+    JobRun r = RunJob(dir, t, 120);
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.stderr_text;
+    return r.stderr_text;
+  };
+  EXPECT_NE(refused("elastic_streaming", "[algorithm]\nname = \"diloco\"\nelastic = true\nstreaming = 2\n")
+                .find("[algorithm] streaming: not with elastic = true (lost-worker tolerance works with streaming = "
+                      "0 only)"),
+            std::string::npos);
+  EXPECT_NE(refused("elastic_balance", "[algorithm]\nname = \"diloco\"\nelastic = true\nbalance = true\n")
+                .find("[algorithm] balance: not with elastic = true"),
+            std::string::npos);
+  EXPECT_NE(refused("elastic_torus", "[algorithm]\nname = \"diloco\"\nelastic = true\ncollective = \"torus2d\"\n")
+                .find("[algorithm] collective: not with elastic = true"),
+            std::string::npos);
+  EXPECT_NE(refused("elastic_ckpt", "[algorithm]\nname = \"diloco\"\nelastic = true\n",
+                    "checkpoint_dir = \"/tmp/never-made-elastic\"\n")
+                .find("[job] checkpoint_dir: not with elastic = true"),
+            std::string::npos);
+  EXPECT_NE(refused("elastic_bmuf", "[algorithm]\nname = \"auto\"\nelastic = true\n")
+                .find("[algorithm] elastic: only with name = \"diloco\""),
+            std::string::npos);
+  EXPECT_NE(refused("elastic_type", "[algorithm]\nname = \"diloco\"\nelastic = 3\n").find("elastic"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace shoal
