@@ -151,9 +151,11 @@ TEST(BatchSchedule, BalancingSplitsEachStagesGlobalBatch) {
   }
   const std::vector<int64_t>& final_split = last.rbegin()->second;
   EXPECT_LT(final_split[0], final_split[1]) << "the slowed worker's share is not the smaller";
-  for (auto& e : Events(run, "train"))
-    if (JsonNumber(e, "rank").value_or(-1) == 0)
+  for (auto& e : Events(run, "train")) {
+    if (JsonNumber(e, "rank").value_or(-1) == 0) {
       EXPECT_EQ(JsonNumber(e, "global_batch").value_or(0), BatchAt(int64_t(JsonNumber(e, "step").value_or(0)) - 1));
+    }
+  }
   EXPECT_EQ(WeightsHashes(run).size(), 1u);
   EXPECT_EQ(ProcessesOf(d), 0);
 }
