@@ -54,6 +54,17 @@ void DropInputs(onnx::ModelProto& m, int first) {
   while (in->size() > first) in->RemoveLast();
 }
 
+// Gives a graph whose inputs all became initializers the 1x1 data input an import needs (its
+// value is never read), at an IR version where initializers need not be inputs (4).
+void AddUnreadDataInput(onnx::ModelProto& m) {
+  m.set_ir_version(std::max<int64_t>(m.ir_version(), 4));
+  onnx::ValueInfoProto* dummy = m.mutable_graph()->add_input();
+  dummy->set_name("shoal_test_data");
+  dummy->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  dummy->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+  dummy->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+}
+
 class OnnxNodeCase : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { be_ = MakeCpuBackend(1); }
@@ -98,12 +109,7 @@ TEST_P(OnnxNodeCase, BackwardMatchesFiniteDifferences) {
     InputToInitializer(m, k, t);
   }
   DropInputs(m, 0);
-  m.set_ir_version(std::max<int64_t>(m.ir_version(), 4));  // initializers need not be inputs from IR 4 on
-  onnx::ValueInfoProto* dummy = m.mutable_graph()->add_input();
-  dummy->set_name("shoal_test_data");
-  dummy->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  dummy->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
-  dummy->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+  AddUnreadDataInput(m);
   OnnxOptions o;
   o.any_output = true;
   std::unique_ptr<Model> model = ImportOnnx(Save(m, GetParam() + "_grad"), *be_, o);
@@ -157,12 +163,7 @@ TEST(OnnxPooling, AveragePoolUnevenPadsAndCeilModeMatchPyTorch) {
     // x becomes a trained initializer, so its gradient is a parameter's.
     InputToInitializer(m, 0, x);
     DropInputs(m, 0);
-    m.set_ir_version(std::max<int64_t>(m.ir_version(), 4));
-    onnx::ValueInfoProto* dummy = m.mutable_graph()->add_input();
-    dummy->set_name("shoal_test_data");
-    dummy->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-    dummy->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
-    dummy->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    AddUnreadDataInput(m);
     OnnxOptions o;
     o.any_output = true;
     auto be = MakeCpuBackend(1);
