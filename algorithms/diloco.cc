@@ -300,8 +300,7 @@ class Diloco : public LocalBlockAlgorithm {
     const int64_t before = comm_->bytes_sent();
     MeanOverWorkers(*comm_, delta.data(), block_.elements());
     outer_bytes_ += comm_->bytes_sent() - before;
-    ApplyOuterStep(outer_, delta.data(), block_.elements(), block_.start().data(), momentum_.data());
-    block_.Restart(params);
+    ApplyOuterStepAndRestart(delta, params);
   }
 
   // elastic: `fn(ring)` in rounds among the live workers until one completed on every member
