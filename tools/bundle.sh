@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs Shoal into one relocatable archive: bin/ (shoal-server, shoal-worker, shoal-launch,
-# shoal-task, shoal-keygen) with RPATH $ORIGIN/../lib, lib/ with every shared library they
+# shoal-task, shoal-keygen, shoal-onnx) with RPATH $ORIGIN/../lib, lib/ with every shared library they
 # need except glibc's and the CUDA driver's and toolkit's (those come from the target
 # machine), and a `shoal` entry that runs from the unpacked folder.
 # With --gpu-checks it also holds checks/: the CUDA tests and the engine benchmark listed in
@@ -20,7 +20,7 @@ trap 'rm -rf "$STAGE"' EXIT
 ROOT="$STAGE/$NAME"
 mkdir -p "$ROOT/bin" "$ROOT/lib"
 BINARIES=(server/shoal-server worker/shoal-worker tools/launcher/shoal-launch tools/launcher/shoal-task
-  common/transport/shoal-keygen)
+  common/transport/shoal-keygen tools/onnx/shoal-onnx)
 
 # Left to the target machine: glibc and the dynamic loader, and the CUDA driver and toolkit
 # (a GPU machine has its own; a CPU machine reports "no CUDA device" without them).
@@ -115,10 +115,11 @@ case "$cmd" in
   worker) exec "$HERE/bin/shoal-worker" "$@" ;;
   task) exec "$HERE/bin/shoal-task" "$@" ;;
   keygen) exec "$HERE/bin/shoal-keygen" "$@" ;;
+  onnx) exec "$HERE/bin/shoal-onnx" "$@" ;;
   gpu-check)
     [[ -x "$HERE/checks/gpu_check.sh" ]] || { echo "shoal: this bundle has no checks/ (build it with ./shoal bundle --gpu-checks)" >&2; exit 2; }
     exec "$HERE/checks/gpu_check.sh" "$@" ;;
-  *) echo "usage: shoal run JOB.toml [--resume] | checkpoints JOB.toml | server | worker | task --config JOB.toml | keygen | gpu-check [OUT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: shoal run JOB.toml [--resume] | checkpoints JOB.toml | server | worker | task --config JOB.toml | keygen | onnx run|inspect MODEL.onnx | gpu-check [OUT_DIR]" >&2; exit 2 ;;
 esac
 ENTRY
 chmod +x "$ROOT/shoal"

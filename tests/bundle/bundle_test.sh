@@ -42,4 +42,11 @@ cd "$TEST_TMPDIR"
 env -i PATH=/usr/bin:/bin HOME="$TEST_TMPDIR" LD_LIBRARY_PATH="$DECOY" timeout -s KILL 120 "$B/shoal" run job.toml \
   > run.out 2> run.err || fail "the bundled job failed: $(tail -5 run.err)"
 tail -1 run.out | grep -q '"event":"done".*"steps":' || fail "no done line: $(tail -2 run.out)"
-echo "3 passed, 0 failed"
+
+# `shoal onnx` from the bundle, bare environment: one of ONNX's own test models inspected.
+M=/usr/share/libonnx-testdata/data/node/test_relu/model.onnx
+[[ -f "$M" ]] || fail "no $M (Debian's libonnx-testdata)"
+env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$DECOY" "$B/shoal" onnx inspect "$M" > inspect.out 2>&1 ||
+  fail "shoal onnx inspect from the bundle failed: $(tail -3 inspect.out)"
+grep -q 'Relu' inspect.out || fail "shoal onnx inspect printed no Relu node: $(head -3 inspect.out)"
+echo "4 passed, 0 failed"
