@@ -161,10 +161,10 @@ TEST_P(CpuConv, InputGradientMatchesNaiveElementwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuConv,
-                         ::testing::Values(ConvCase{{4, 1, 28, 28}, {32, 1, 5, 5}, 1, 0},    // lenet conv1
-                                           ConvCase{{4, 32, 12, 12}, {64, 32, 5, 5}, 1, 0},  // lenet conv2
-                                           ConvCase{{2, 16, 16, 16}, {32, 16, 3, 3}, 2, 1},  // resnet20 downsample
-                                           ConvCase{{2, 3, 11, 11}, {8, 3, 7, 7}, 2, 3},     // resnet50 stem
+                         ::testing::Values(ConvCase{{4, 1, 28, 28}, {32, 1, 5, 5}, 1, 0},        // lenet conv1
+                                           ConvCase{{4, 32, 12, 12}, {64, 32, 5, 5}, 1, 0},      // lenet conv2
+                                           ConvCase{{2, 16, 16, 16}, {32, 16, 3, 3}, 2, 1},      // resnet20 downsample
+                                           ConvCase{{2, 3, 11, 11}, {8, 3, 7, 7}, 2, 3},         // resnet50 stem
                                            ConvCase{{16, 512, 2, 2}, {512, 512, 3, 3}, 1, 1}));  // resnet18 layer4
 
 TEST(CpuBackend, LinearAccumulatesWeightGradients) {
@@ -185,6 +185,33 @@ TEST(CpuBackend, LinearAccumulatesWeightGradients) {
   EXPECT_EQ(Host(*be, dx), (std::vector<float>{3, 1}));
   EXPECT_EQ(Host(*be, dw), (std::vector<float>{2, 4, -2, -4, 4, 8}));
   EXPECT_EQ(Host(*be, db), (std::vector<float>{2, -2, 4}));
+}
+
+// c = alpha a b + beta c for any alpha and beta (the Backend contract; ONNX's Gemm asks for them),
+// against a naive loop, with a transposed b shared by every batch.
+TEST(CpuBackend, MatMulWithAnyAlphaAndBeta) {
+  auto be = MakeCpuBackend(1);
+  const int64_t B = 2, M = 3, N = 4, K = 5;
+  std::vector<float> a(B * M * K), b(N * K), c0(B * M * N);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 7) - 3) / 4;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 5) - 2) / 2;
+  for (size_t i = 0; i < c0.size(); ++i) c0[i] = float(int(i % 3) - 1);
+  for (auto [alpha, beta] : {std::pair{2.f, -0.5f}, {1.f, 1.f}, {0.5f, 0.f}, {0.f, 3.f}, {-1.f, -1.f}}) {
+    Tensor ta = be->Empty({B, M, K}), tb = be->Empty({1, N, K}), tc = be->Empty({B, M, N});
+    be->CopyFromHost(ta, a.data());
+    be->CopyFromHost(tb, b.data());
+    be->CopyFromHost(tc, c0.data());
+    be->MatMul(ta, false, tb, true, tc, alpha, beta);
+    const std::vector<float> got = Host(*be, tc);
+    for (int64_t i = 0; i < B; ++i)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k) s += double(a[(i * M + m) * K + k]) * b[n * K + k];
+          const size_t at = size_t((i * M + m) * N + n);
+          EXPECT_NEAR(got[at], alpha * s + beta * c0[at], 1e-5) << "alpha " << alpha << " beta " << beta;
+        }
+  }
 }
 
 TEST(CpuBackend, SoftmaxCrossEntropyValues) {

@@ -330,11 +330,23 @@ void CpuBackend::MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tens
                   (tb ? "^T" : "") + " does not give " + ShapeString(c.shape()));
   const int64_t as = a.dim(0) == 1 ? 0 : a.dim(1) * a.dim(2), bs = b.dim(0) == 1 ? 0 : b.dim(1) * b.dim(2);
   float* cp = c.data<float>();
-  // Gemm overwrites or adds (beta 0 or 1) and has no alpha: alpha scales the product after,
-  // which is only right when nothing was added to it.
-  SHOAL_CHECK(beta == 0.0f || (beta == 1.0f && alpha == 1.0f),
-              "CpuBackend::MatMul: beta must be 0, or 1 with alpha 1, got alpha " + std::to_string(alpha) + " beta " +
-                  std::to_string(beta));
+  // Gemm overwrites or adds (beta 0 or 1) and has no alpha, so c = alpha (ab + (beta / alpha) c):
+  // c is scaled first when beta / alpha is not 0 or 1, the product added, and the sum scaled by alpha.
+  const int64_t cn = c.numel();
+  auto scale_c = [cp, cn](float f) {
+#pragma omp parallel for if (cn > kParallelMin)
+    for (int64_t i = 0; i < cn; ++i) cp[i] *= f;
+  };
+  if (alpha == 0.0f) {
+    if (beta == 0.0f)
+      std::fill(cp, cp + cn, 0.0f);
+    else
+      scale_c(beta);
+    return;
+  }
+  const float rel = beta / alpha;
+  if (beta != 0.0f && rel != 1.0f) scale_c(rel);
+  beta = beta == 0.0f ? 0.0f : 1.0f;
   // One matrix shared by every batch on the left, none on the right: one tall product.
   if (as != 0 && bs == 0 && !ta) {
     Gemm('N', tb ? 'T' : 'N', B * M, N, K, a.data<float>(), K, b.data<float>(), tb ? K : N, beta, cp, N);
@@ -343,11 +355,7 @@ void CpuBackend::MatMul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tens
       Gemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, a.data<float>() + i * as, ta ? M : K, b.data<float>() + i * bs,
            tb ? K : N, beta, cp + i * M * N, N);
   }
-  if (alpha != 1.0f) {
-    const int64_t n = c.numel();
-#pragma omp parallel for if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) cp[i] *= alpha;
-  }
+  if (alpha != 1.0f) scale_c(alpha);
 }
 
 void CpuBackend::Softmax(const Tensor& x, int axis, bool log, Tensor& y) {

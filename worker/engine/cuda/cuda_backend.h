@@ -54,6 +54,7 @@ struct CudaConvPlan {
   bool has_fwd = false, has_bwd = false;
   // Mixed mode: x, w, y live in cuDNN as NHWC / KRSC (else NCHW / OIHW).
   bool nhwc = false;
+  std::string where;  // the shapes and geometry, for messages
 };
 
 class CudaBackend final : public Backend {
@@ -159,6 +160,7 @@ class CudaBackend final : public Backend {
 
   // fp32 data computed without TF32: only FMA convolution kernels qualify.
   bool ExactFp32(DType dt) const { return dt == DType::kF32 && !options_.allow_tf32; }
+  cudnnMathType_t RankingMath(DType dt) const;
   // Makes this backend's device current for the calling thread.
   void Activate() const;
   // Throws unless t is defined, on this device, of dtype dt.

@@ -25,27 +25,56 @@ std::string Dims(const Shape& s) {
 // Walks the heuristic ranking and takes the first algorithm that runs in the requested
 // math mode within the workspace limit. `workspace(algo, &bytes)` asks cuDNN for its size.
 // exact_fp32: fp32 data without TF32, so only FMA kernels qualify; otherwise the algorithm's
-// own math type (tensor cores for fp16/bf16, TF32 when allowed) is used.
+// own math type (tensor cores for fp16/bf16, TF32 when allowed), then cuDNN's default math and
+// plain FMA: a deterministic algorithm that cuDNN will not size in the ranked math type (seen
+// for backward data in TF32 at resnet50's shapes) still runs in another.
 // deterministic: only algorithms cuDNN reports as giving the same bits on every run (some
 // backward ones sum with atomics): the synchronous algorithms promise bit-identical weights on
 // every worker and after --resume, which one non-deterministic gradient breaks.
+// On failure `why` says what each ranked algorithm was refused for.
 template <typename Perf, typename Algo, typename SizeFn>
 bool PickAlgo(const std::vector<Perf>& ranked, int count, bool exact_fp32, bool deterministic, size_t max_bytes,
-              cudnnConvolutionDescriptor_t conv, SizeFn workspace, Algo* algo, cudnnMathType_t* math, size_t* bytes) {
+              cudnnConvolutionDescriptor_t conv, SizeFn workspace, Algo* algo, cudnnMathType_t* math, size_t* bytes,
+              std::string* why) {
+  why->clear();
   for (int i = 0; i < count; ++i) {
     const Perf& r = ranked[i];
-    if (r.status != CUDNN_STATUS_SUCCESS) continue;
-    if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-    if (exact_fp32 && TensorOpMath(r.mathType)) continue;
-    const cudnnMathType_t m = exact_fp32 ? CUDNN_FMA_MATH : r.mathType;
-    if (cudnnSetConvolutionMathType(conv, m) != CUDNN_STATUS_SUCCESS) continue;
-    size_t need = 0;
-    if (workspace(r.algo, &need) != CUDNN_STATUS_SUCCESS || need > max_bytes) continue;
-    *algo = r.algo;
-    *math = m;
-    *bytes = need;
-    return true;
+    const std::string name = "; algorithm " + std::to_string(int(r.algo));
+    if (r.status != CUDNN_STATUS_SUCCESS) {
+      *why += name + ": " + cudnnGetErrorString(r.status);
+      continue;
+    }
+    if (deterministic && r.determinism != CUDNN_DETERMINISTIC) {
+      *why += name + ": not deterministic";
+      continue;
+    }
+    if (exact_fp32 && TensorOpMath(r.mathType)) {
+      *why += name + ": tensor-core math only (TF32 is off)";
+      continue;
+    }
+    std::vector<cudnnMathType_t> maths = {CUDNN_FMA_MATH};
+    if (!exact_fp32) maths = {r.mathType, CUDNN_DEFAULT_MATH, CUDNN_FMA_MATH};
+    cudnnMathType_t prev = cudnnMathType_t(-1);
+    for (cudnnMathType_t m : maths) {
+      if (m == prev) continue;
+      prev = m;
+      size_t need = 0;
+      cudnnStatus_t st = cudnnSetConvolutionMathType(conv, m);
+      if (st == CUDNN_STATUS_SUCCESS) st = workspace(r.algo, &need);
+      if (st != CUDNN_STATUS_SUCCESS || need > max_bytes) {
+        *why += name + " math " + std::to_string(int(m)) + ": " +
+                (st != CUDNN_STATUS_SUCCESS
+                     ? std::string(cudnnGetErrorString(st))
+                     : "workspace " + std::to_string(need) + " bytes > " + std::to_string(max_bytes));
+        continue;
+      }
+      *algo = r.algo;
+      *math = m;
+      *bytes = need;
+      return true;
+    }
   }
+  if (why->empty()) *why = "; cuDNN ranked no algorithm";
   return false;
 }
 
@@ -88,6 +117,7 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   plan->dtype = dt;
   plan->nhwc = nhwc;
+  plan->where = "x " + Dims(x.shape()) + " w " + Dims(w.shape()) + " " + geometry();
   Check(cudnnSetTensor4dDescriptor(plan->x.get(), format, type, int(x.dim(0)), int(x.dim(1)), int(x.dim(2)),
                                    int(x.dim(3))),
         where);
@@ -98,11 +128,7 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         where);
   Check(cudnnSetConvolutionGroupCount(plan->conv.get(), p.groups), where + " cudnnSetConvolutionGroupCount");
-  // Accumulation is fp32 for every data type.
-  Check(cudnnSetConvolutionMathType(plan->conv.get(), ExactFp32(dt)       ? CUDNN_FMA_MATH
-                                                      : dt == DType::kF32 ? CUDNN_DEFAULT_MATH
-                                                                          : CUDNN_TENSOR_OP_MATH),
-        where);
+  Check(cudnnSetConvolutionMathType(plan->conv.get(), RankingMath(dt)), where);
   int n = 0, o = 0, ho = 0, wo = 0;
   Check(cudnnGetConvolution2dForwardOutputDim(plan->conv.get(), plan->x.get(), plan->w.get(), &n, &o, &ho, &wo), where);
   SHOAL_CHECK(ho > 0 && wo > 0, where + ": kernel larger than the padded input");
@@ -116,7 +142,15 @@ CudaConvPlan& CudaBackend::PlanFor(const Tensor& x, const Tensor& w, const ConvP
   return ref;
 }
 
+// The math type the heuristics rank under; reset before each ranking, because picking an
+// algorithm leaves the descriptor in that algorithm's math (tensor-op math on fp32 data made
+// cuDNN rank no usable backward algorithm). Accumulation is fp32 for every data type.
+cudnnMathType_t CudaBackend::RankingMath(DType dt) const {
+  return ExactFp32(dt) ? CUDNN_FMA_MATH : dt == DType::kF32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
+}
+
 void CudaBackend::ChooseForwardAlgo(CudaConvPlan& pl) {
+  Check(cudnnSetConvolutionMathType(pl.conv.get(), RankingMath(pl.dtype)), Where("ConvForward"));
   int max_n = 0;
   Check(cudnnGetConvolutionForwardAlgorithmMaxCount(cudnn_, &max_n), Where("ConvForward"));
   std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(max_n > 0 ? max_n : 1);
@@ -127,13 +161,15 @@ void CudaBackend::ChooseForwardAlgo(CudaConvPlan& pl) {
   auto size = [&](cudnnConvolutionFwdAlgo_t a, size_t* b) {
     return cudnnGetConvolutionForwardWorkspaceSize(cudnn_, pl.x.get(), pl.w.get(), pl.conv.get(), pl.y.get(), a, b);
   };
+  std::string why;
   SHOAL_CHECK(PickAlgo(ranked, got, ExactFp32(pl.dtype), options_.deterministic, options_.max_workspace_bytes,
-                       pl.conv.get(), size, &pl.fwd, &pl.fwd_math, &pl.fwd_bytes),
-              Where("ConvForward") + ": cuDNN offers no usable forward algorithm for this shape");
+                       pl.conv.get(), size, &pl.fwd, &pl.fwd_math, &pl.fwd_bytes, &why),
+              Where("ConvForward") + " " + pl.where + ": cuDNN offers no usable forward algorithm" + why);
   pl.has_fwd = true;
 }
 
 void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
+  Check(cudnnSetConvolutionMathType(pl.conv.get(), RankingMath(pl.dtype)), Where("ConvBackward"));
   int max_n = 0;
   Check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnn_, &max_n), Where("ConvBackward"));
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(max_n > 0 ? max_n : 1);
@@ -145,10 +181,12 @@ void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, pl.w.get(), pl.y.get(), pl.conv.get(), pl.x.get(), a,
                                                         b);
   };
+  std::string why;
   SHOAL_CHECK(PickAlgo(data, got, ExactFp32(pl.dtype), options_.deterministic, options_.max_workspace_bytes,
-                       pl.conv.get(), data_size, &pl.bwd_data, &pl.bwd_data_math, &pl.bwd_data_bytes),
-              Where("ConvBackward") + ": cuDNN offers no usable backward-data algorithm");
+                       pl.conv.get(), data_size, &pl.bwd_data, &pl.bwd_data_math, &pl.bwd_data_bytes, &why),
+              Where("ConvBackward") + " " + pl.where + ": cuDNN offers no usable backward-data algorithm" + why);
 
+  Check(cudnnSetConvolutionMathType(pl.conv.get(), RankingMath(pl.dtype)), Where("ConvBackward"));
   Check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnn_, &max_n), Where("ConvBackward"));
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filt(max_n > 0 ? max_n : 1);
   Check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, pl.x.get(), pl.y.get(), pl.conv.get(), pl.w.get(),
@@ -159,8 +197,8 @@ void CudaBackend::ChooseBackwardAlgos(CudaConvPlan& pl) {
                                                           b);
   };
   SHOAL_CHECK(PickAlgo(filt, got, ExactFp32(pl.dtype), options_.deterministic, options_.max_workspace_bytes,
-                       pl.conv.get(), filt_size, &pl.bwd_filter, &pl.bwd_filter_math, &pl.bwd_filter_bytes),
-              Where("ConvBackward") + ": cuDNN offers no usable backward-filter algorithm");
+                       pl.conv.get(), filt_size, &pl.bwd_filter, &pl.bwd_filter_math, &pl.bwd_filter_bytes, &why),
+              Where("ConvBackward") + " " + pl.where + ": cuDNN offers no usable backward-filter algorithm" + why);
   pl.has_bwd = true;
 }
 
