@@ -754,9 +754,12 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   }
   const bool encoded = c.data_format == "imagefolder" || c.data_format == "webdataset";
   // Keys of the encoded-image formats only: elsewhere they would be silently ignored.
-  for (const char* k : {"channels", "crop_fraction", "test_cache_mb"})
+  for (const char* k : {"crop_fraction", "test_cache_mb"})
     if (data.Get(k) && !encoded)
       data.Fail(k, "only format = \"imagefolder\" or \"webdataset\" takes it (format is \"" + c.data_format + "\")");
+  if (data.Get("channels") && !encoded && c.data_format != "synthetic")
+    data.Fail("channels", "only format = \"imagefolder\", \"webdataset\" or \"synthetic\" takes it (format is \"" +
+                              c.data_format + "\")");
   if (data.Get("skip_bad") && !encoded && !tokens)
     data.Fail("skip_bad", "only format = \"imagefolder\", \"webdataset\" or \"tokens\" takes it (format is \"" +
                               c.data_format + "\")");

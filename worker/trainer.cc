@@ -263,6 +263,7 @@ class Trainer {
       throw Error(cfg_.path + ": [data] synthetic_samples: " + std::to_string(cfg_.synthetic_samples) + " x " +
                   std::to_string(world_) + " workers is more than " + std::to_string(kMaxSamples) + " samples");
     dopt.synthetic_image_size = cfg_.synthetic_image_size;
+    dopt.synthetic_channels = cfg_.data_channels;
     dopt.synthetic_classes = cfg_.synthetic_classes;
     dopt.cifar100_coarse = cfg_.data_label == "coarse";
     if (cfg_.data_format != "synthetic") dopt.num_classes = cfg_.data_classes;

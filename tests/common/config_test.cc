@@ -102,6 +102,13 @@ TEST(Config, ImageDataKeys) {
   EXPECT_EQ(error(kGood, "test_cache_mb = 10"),
             "job.toml: [data] test_cache_mb: only format = \"imagefolder\" or \"webdataset\" takes it (format is "
             "\"idx\")");
+  EXPECT_EQ(error(kGood, "channels = 1"),
+            "job.toml: [data] channels: only format = \"imagefolder\", \"webdataset\" or \"synthetic\" takes it "
+            "(format is \"idx\")");
+  // Synthetic images as grayscale: the shape of a 1-channel model (an ONNX export, say).
+  EXPECT_EQ(ParseJobConfig(Replace(kGood, "format = \"idx\"", "format = \"synthetic\"\nchannels = 1"), "job.toml")
+                .data_channels,
+            1);
   EXPECT_EQ(error(folder, "shuffle_buffer = 10"),
             "job.toml: [data] shuffle_buffer: only format = \"webdataset\" takes it (format is \"imagefolder\")");
   EXPECT_NE(error(folder, "crop_fraction = 1.5").find("job.toml: [data] crop_fraction: expected a number in"),

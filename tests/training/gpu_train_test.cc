@@ -129,15 +129,15 @@ TEST(GpuTraining, Bf16Resnet20Learns) {
 // precision = "fp16" with dynamic loss scaling and overlapped NCCL buckets, end to end: the
 // scale starts far above fp16's range, so the first steps overflow; each such step must be
 // skipped on every path (the buckets already sent during that backward pass included) and
-// the scale halved until it fits, after which resnet20 learns as in fp32. 1e12 needs about 25
-// halvings of the job's 96 steps (1e30 took 79 on an H200 and left too few to learn in).
+// the scale halved until it fits, after which resnet20 learns as in fp32. On an H200 it settled
+// near 1e6: 1e8 costs about 7 of the job's 96 steps (1e30 took 79 and 1e12 23, leaving too few).
 TEST(GpuTraining, Fp16DynamicLossScalingWithOverlapSkipsOverflowsAndLearns) {
   if (CudaDevices() < 1) GTEST_SKIP() << "no CUDA device on this machine";
   std::string dir = FreshDir("gpu_fp16_overlap");
   std::string job =
       GpuJob("gpu-fp16", dir, "name = \"allreduce\"\ncollective = \"nccl\"\nbucket_bytes = 65536\noverlap = true");
   job.replace(job.find("name = \"mlp\""), 12,
-              "name = \"resnet20\"\nprecision = \"fp16\"\nloss_scale_init = 1e12\nloss_scale_growth_interval = 20");
+              "name = \"resnet20\"\nprecision = \"fp16\"\nloss_scale_init = 1e8\nloss_scale_growth_interval = 20");
   job.replace(job.find("image_size = 8"), 14, "image_size = 32");
   JobRun r = RunJob(dir, job, 300);
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
@@ -145,8 +145,8 @@ TEST(GpuTraining, Fp16DynamicLossScalingWithOverlapSkipsOverflowsAndLearns) {
   ASSERT_GE(train.size(), 4u) << r.stdout_text;
   const std::string end = Events(r, "end").at(0);
   EXPECT_GE(JsonNumber(end, "skipped_steps").value_or(0), 1) << end;
-  const double scale = JsonNumber(end, "loss_scale").value_or(1e12);
-  EXPECT_LT(scale, 1e12 / 1024) << end;  // halved at least ten times more than it grew
+  const double scale = JsonNumber(end, "loss_scale").value_or(1e8);
+  EXPECT_LT(scale, 1e8 / 16) << end;  // halved at least four times more than it grew
   EXPECT_GE(scale, 1.0) << end;
   EXPECT_GT(JsonNumber(train.back(), "overlapped_buckets").value_or(0), 0) << train.back();
   double first = JsonNumber(train.front(), "loss").value_or(0), last = JsonNumber(train.back(), "loss").value_or(1e9);
