@@ -130,7 +130,7 @@ TEST(GpuTraining, Bf16Resnet20Learns) {
 // scale starts far above fp16's range, so the first steps overflow; each such step must be
 // skipped on every path (the buckets already sent during that backward pass included) and
 // the scale halved until it fits, after which resnet20 learns as in fp32. On an H200 it settled
-// near 1e6: 1e8 costs about 7 of the job's 96 steps (1e30 took 79 and 1e12 23, leaving too few).
+// near 1e6: 1e8 costs about 7 of the job's 160 steps (1e30 took 79 and 1e12 23, leaving too few).
 TEST(GpuTraining, Fp16DynamicLossScalingWithOverlapSkipsOverflowsAndLearns) {
   if (CudaDevices() < 1) GTEST_SKIP() << "no CUDA device on this machine";
   std::string dir = FreshDir("gpu_fp16_overlap");
@@ -139,6 +139,7 @@ TEST(GpuTraining, Fp16DynamicLossScalingWithOverlapSkipsOverflowsAndLearns) {
   job.replace(job.find("name = \"mlp\""), 12,
               "name = \"resnet20\"\nprecision = \"fp16\"\nloss_scale_init = 1e8\nloss_scale_growth_interval = 20");
   job.replace(job.find("image_size = 8"), 14, "image_size = 32");
+  job.replace(job.find("epochs = 3"), 10, "epochs = 5");  // 160 steps: the skipped ones and enough to learn in
   JobRun r = RunJob(dir, job, 300);
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   auto train = Events(r, "train");
