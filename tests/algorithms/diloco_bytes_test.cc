@@ -116,7 +116,9 @@ Trained Train(int64_t steps, int64_t h, int64_t steps_per_vote, bool same_start)
       StepInfo info;
       info.step = s;
       algo->Step(views, info);
-      if ((s + 1) % steps_per_vote == 0) EXPECT_FALSE(algo->AgreeToStop(false));
+      if ((s + 1) % steps_per_vote == 0) {
+        EXPECT_FALSE(algo->AgreeToStop(false));
+      }
     }
     algo->Finish(views);
     out.bytes[size_t(rank)] = algo->bytes_sent();
