@@ -182,9 +182,10 @@ def main():
            "load_avg_end": round(os.getloadavg()[0], 1), "results": results}
     out.update(summary(results, rates))
     if out["diloco_bytes_ratio"] is not None:
-        print(f"\ndiloco_bytes_ratio {out['diloco_bytes_ratio']} (accuracy {out['diloco_accuracy']}): diloco at sync_every "
-              f"100 with {DILOCO_WIRE} pseudo-gradients; with fp32 ones {out['diloco_bytes_ratio_fp32']} (accuracy "
-              f"{out['diloco_accuracy_fp32']}); allreduce's accuracy {out['allreduce_accuracy']}", flush=True)
+        print(f"\ndiloco_bytes_ratio {out['diloco_bytes_ratio']} (accuracy {out['diloco_accuracy']}): diloco at "
+              f"sync_every 100 with {DILOCO_WIRE} pseudo-gradients; with fp32 ones "
+              f"{out['diloco_bytes_ratio_fp32']} (accuracy {out['diloco_accuracy_fp32']}); allreduce's accuracy "
+              f"{out['allreduce_accuracy']}", flush=True)
     print(json.dumps(out))
 
 
