@@ -78,13 +78,13 @@ std::string WeightsHash(const std::vector<ParamView>& views) {
 }
 
 void StartFromRankZero(Communicator& comm, const std::vector<ParamView>& params) {
+  // Every rank takes part in the all-gather, so all decide alike; one that cannot read its
+  // weights here sends a value of its own rank instead of a hash, so the ranks disagree.
   const bool on_device = std::any_of(params.begin(), params.end(), [](const ParamView& p) { return p.on_device; });
-  if (!on_device) {
-    const uint64_t mine = WeightsHashValue(params);
-    std::vector<uint64_t> all(size_t(comm.size()));
-    comm.AllGather(&mine, sizeof mine, all.data());
-    if (std::all_of(all.begin(), all.end(), [&](uint64_t h) { return h == all[0]; })) return;
-  }
+  const uint64_t mine = on_device ? ~uint64_t(comm.rank()) : WeightsHashValue(params);
+  std::vector<uint64_t> all(size_t(comm.size()));
+  comm.AllGather(&mine, sizeof mine, all.data());
+  if (std::all_of(all.begin(), all.end(), [&](uint64_t h) { return h == all[0]; })) return;
   for (auto& p : params) comm.Broadcast(p.w, p.n * 4, 0);
 }
 

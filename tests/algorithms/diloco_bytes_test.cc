@@ -160,5 +160,33 @@ TEST(DilocoBytes, RanksThatStartApartTakeRankZerosWeightsByBroadcast) {
   EXPECT_EQ(run.final_weights.size(), 1u);
 }
 
+// A rank whose weights are on the device (here flagged so, in host memory) cannot hash them: it
+// still joins the all-gather, the ranks disagree, and every rank takes part in the broadcast.
+TEST(DilocoBytes, ARankWithOnDeviceWeightsMakesEveryRankBroadcast) {
+  static int run = 0;
+  const std::string dir = ::testing::TempDir() + "/start_" + std::to_string(getpid()) + "_" + std::to_string(run++);
+  std::vector<int64_t> bytes(kWorld);
+  RunRankThreads(kWorld, [&](int rank) {
+    FileStore store(dir);
+    RingOptions o;
+    o.prefix = "start";
+    o.segment_bytes = kSegmentBytes;
+    ZmqRing ring(rank, kWorld, store, o);
+    std::vector<std::vector<float>> w;
+    std::vector<ParamView> views;
+    for (size_t t = 0; t < kModel.size(); ++t) {
+      w.emplace_back(size_t(kModel[t]), 0.25f * float(t + 1));
+      ParamView p;
+      p.w = w.back().data();
+      p.n = kModel[t];
+      p.on_device = rank == 2;
+      views.push_back(p);
+    }
+    StartFromRankZero(ring, views);
+    bytes[size_t(rank)] = ring.bytes_sent();
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(bytes[size_t(r)], StartBytes(r, true)) << "rank " << r;
+}
+
 }  // namespace
 }  // namespace shoal
