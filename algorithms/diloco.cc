@@ -112,7 +112,7 @@ class Diloco : public LocalBlockAlgorithm {
       momentum_.assign(size_t(block_.elements()), 0.f);
       if (env_.rejoin) return Rejoin(params);
       RoundAmongMembers(/*admit_joiners=*/false, [&](Communicator& ring) {  // round 0: every worker that started
-        for (auto& p : params) ring.Broadcast(p.w, p.n * 4, 0);
+        StartFromRankZero(ring, params);
       });
       block_.StartAt(params);
       return;
