@@ -608,6 +608,12 @@ bool Transport::Recv(InMessage* m, int timeout_ms) {
     }
     more = zmq_msg_more(FrameAccess::Msg(m->payloads.back()));
   }
+  // The first frames are let go once read, as ZeroMQ's receive buffer they point into
+  // cannot be reused while any frame holds it.
+  struct Release {
+    Transport* t;
+    ~Release() { t->identity_ = Frame(), t->header_ = Frame(); }
+  } release{this};
   m->Accept(server ? &identity_ : nullptr, has_header ? &header_ : nullptr);
   return true;
 }
