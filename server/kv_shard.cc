@@ -33,21 +33,30 @@ void AddRule::Apply(const std::string&, StoredTensor& param, const void* grad, s
   AddInto(param.dtype, param.buf->data(), grad, param.elements());
 }
 
-std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std::vector<int64_t> shape, Frame&& data,
-                                      msg::PushOp op) {
+Frame KvShard::Push(const std::string& name, DType dtype, const std::vector<int64_t>& shape, Frame&& data,
+                    msg::PushOp op, const StoredTensor** stored) {
   auto it = tensors_.find(name);
   if (it == tensors_.end() || op == msg::PushOp::ASSIGN) {
     // First push of a tensor, or a replacement: keep the received frame as the value, at
     // whatever offset ZeroMQ delivered it (Writable aligns it before anything reads floats).
-    StoredTensor& t = tensors_[name];
-    std::shared_ptr<Buffer> old = std::move(t.buf);
-    if (t.dtype != dtype || t.shape != shape) t.rule_state.reset();  // sized for the old shape
-    t.dtype = dtype;
-    t.shape = std::move(shape);
-    t.buf = std::make_shared<Buffer>();
-    t.buf->bytes = std::move(data);
+    StoredTensor& t = it == tensors_.end() ? tensors_[name] : it->second;
+    if (t.dtype != dtype || t.shape != shape) {
+      t.rule_state.reset();  // sized for the old shape
+      t.dtype = dtype;
+      t.shape = shape;
+    }
     ++t.version;
-    return old;
+    if (stored) *stored = &t;
+    // Only ZeroMQ's I/O thread (a pull reply still being sent) drops references
+    // concurrently, so a count of 1 is final: the Buffer is reused in place.
+    if (t.buf && t.buf.use_count() == 1) {
+      Frame old = std::move(t.buf->bytes);
+      t.buf->bytes = std::move(data);
+      return old;
+    }
+    t.buf = std::make_shared<Buffer>();  // the old one stays with whoever still holds it
+    t.buf->bytes = std::move(data);
+    return Frame();
   }
   StoredTensor& t = it->second;
   SHOAL_CHECK(t.dtype == dtype && t.shape == shape, "push of '" + name + "' as " + DTypeName(dtype) + ShapeStr(shape) +
@@ -62,7 +71,8 @@ std::shared_ptr<Buffer> KvShard::Push(const std::string& name, DType dtype, std:
   else
     rule_->Apply(name, w, grad.data(), grad.size());
   ++w.version;
-  return nullptr;
+  if (stored) *stored = &w;
+  return Frame();
 }
 
 StoredTensor& KvShard::Writable(const std::string& name) {

@@ -74,11 +74,12 @@ class KvShard {
 
   // Applies one pushed tensor; `data` is the received frame, at any alignment (kept without
   // copying on assign; copied to alignment only when an update reads it as floats). Throws
-  // shoal::Error if dtype/shape disagree with the stored tensor. Returns
-  // the buffer an assign replaced, so the caller can free it after answering (freeing a
-  // large buffer costs page-table work that need not delay the reply).
-  std::shared_ptr<Buffer> Push(const std::string& name, DType dtype, std::vector<int64_t> shape, Frame&& data,
-                               msg::PushOp op);
+  // shoal::Error if dtype/shape disagree with the stored tensor. Returns the bytes an assign
+  // replaced, so the caller can free them after answering (freeing a large buffer costs
+  // page-table work that need not delay the reply); empty when a pending send still holds
+  // them (ZeroMQ frees them once sent). The stored tensor is `*stored` when given.
+  Frame Push(const std::string& name, DType dtype, const std::vector<int64_t>& shape, Frame&& data, msg::PushOp op,
+             const StoredTensor** stored = nullptr);
   // nullptr when absent.
   const StoredTensor* Find(const std::string& name) const;
   size_t size() const { return tensors_.size(); }

@@ -10,16 +10,6 @@
 #include "common/ps/client.h"
 
 namespace shoal {
-namespace {
-
-std::vector<int64_t> ShapeOf(msg::TensorMeta::Reader meta) {
-  auto dims = meta.getShape();
-  std::vector<int64_t> s(dims.size());
-  for (unsigned i = 0; i < dims.size(); ++i) s[i] = dims[i];
-  return s;
-}
-
-}  // namespace
 
 CurveKeys CurveKeysFrom(const JobConfig& cfg) {
   CurveKeys k;
@@ -397,48 +387,40 @@ void CheckNoRepeats(const std::vector<std::string>& names, const char* what) {
                 std::string(what) + " names tensor '" + *sorted[i] + "' twice (one entry per tensor)");
 }
 
-bool SameShape(const std::vector<int64_t>& a, capnp::List<int64_t>::Reader b) {
-  if (a.size() != b.size()) return false;
-  for (unsigned i = 0; i < b.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
 }  // namespace
 
 void Server::HandlePush(InMessage& m) {
   CheckGeneration(m, "push");
-  m.ValidateTensors();
+  const std::vector<TensorEntry>& tensors = m.ValidateTensors();
   auto h = m.header();
-  auto metas = h.getTensors();
   auto op = h.getOp();
   SHOAL_CHECK(op == msg::PushOp::ASSIGN || op == msg::PushOp::ADD || op == msg::PushOp::APPLY,
               "push with unknown op " + std::to_string(int(op)));
-  // Each name is read off the wire once, into strings kept from the last request.
+  // Names and shapes go into scratch kept from the last request.
   std::vector<std::string>& names = names_;
-  names.resize(metas.size());
-  for (unsigned i = 0; i < metas.size(); ++i) {
-    capnp::Text::Reader name = metas[i].getName();
-    names[i].assign(name.begin(), name.size());
+  names.resize(tensors.size());
+  shapes_.resize(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    names[i].assign(tensors[i].name.begin(), tensors[i].name.size());
+    tensors[i].ShapeInto(&shapes_[i]);
   }
   // Check every tensor before changing any, so a rejected push leaves the shard as it was.
   CheckNoRepeats(names, "push");
-  for (unsigned i = 0; i < metas.size(); ++i) {
-    auto meta = metas[i];
+  for (size_t i = 0; i < tensors.size(); ++i) {
     CheckPlaced(names[i], "push");
     const StoredTensor* t = kv_.Find(names[i]);
     if (!t || op == msg::PushOp::ASSIGN) continue;
-    SHOAL_CHECK(t->dtype == FromWire(meta.getDtype()) && SameShape(t->shape, meta.getShape()),
+    SHOAL_CHECK(t->dtype == FromWire(tensors[i].dtype) && t->shape == shapes_[i],
                 "push of '" + names[i] + "' disagrees with the stored dtype/shape");
   }
-  std::vector<std::shared_ptr<Buffer>>& replaced = replaced_;  // freed after the answer is on its way
-  replaced.clear();
-  for (unsigned i = 0; i < metas.size(); ++i) {
-    auto meta = metas[i];
-    replaced.push_back(kv_.Push(names[i], FromWire(meta.getDtype()), ShapeOf(meta), std::move(m.payloads[i]), op));
-  }
+  std::vector<Frame>& replaced = replaced_;  // freed after the answer is on its way
+  std::vector<const StoredTensor*>& stored = found_;
+  replaced.resize(tensors.size());
+  stored.resize(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    replaced[i] = kv_.Push(names[i], FromWire(tensors[i].dtype), shapes_[i], std::move(m.payloads[i]), op, &stored[i]);
   if (h.getKind() == msg::Kind::PUSH_PULL) {
-    SendTensors(m.identity, h.getRequestId(), names);
+    SendTensors(m.identity, h.getRequestId(), names, stored);
   } else {
     OutMessage out;
     ReplyHeader(out, msg::Kind::PUSH_ACK, h.getRequestId());
@@ -454,8 +436,15 @@ void Server::HandlePull(InMessage& m) {
   names.resize(list.size());
   for (unsigned i = 0; i < list.size(); ++i) names[i].assign(list[i].begin(), list[i].size());
   CheckNoRepeats(names, "pull");
-  for (auto& n : names) CheckPlaced(n, "pull");
-  SendTensors(m.identity, m.header().getRequestId(), names);
+  std::vector<const StoredTensor*>& found = found_;
+  found.clear();
+  for (auto& n : names) {
+    CheckPlaced(n, "pull");
+    const StoredTensor* t = kv_.Find(n);
+    SHOAL_CHECK(t, "pull of unknown tensor '" + n + "' (this shard holds " + std::to_string(kv_.size()) + " tensors)");
+    found.push_back(t);
+  }
+  SendTensors(m.identity, m.header().getRequestId(), names, found);
 }
 
 void Server::LearnPlacement() {
@@ -492,15 +481,10 @@ void Server::CheckPlaced(const std::string& name, const char* request) {
                                        std::to_string(placed_.size()) + " are placed here)");
 }
 
-void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names) {
-  std::vector<const StoredTensor*>& found = found_;
-  found.clear();
-  for (auto& n : names) {
-    const StoredTensor* t = kv_.Find(n);
-    SHOAL_CHECK(t, "pull of unknown tensor '" + n + "' (this shard holds " + std::to_string(kv_.size()) + " tensors)");
-    found.push_back(t);
-  }
+void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names,
+                         const std::vector<const StoredTensor*>& found) {
   OutMessage out;
+  out.payloads.swap(spare_payloads_);  // the last reply's vector, emptied by Send: no allocation
   auto r = ReplyHeader(out, msg::Kind::PULL_REPLY, request_id);
   auto metas = r.initTensors(found.size());
   out.payloads.reserve(found.size());
@@ -519,6 +503,7 @@ void Server::SendTensors(const PeerId& to, uint64_t request_id, const std::vecto
     out.payloads.push_back(std::move(p));
   }
   transport_->Send(out, &to);
+  out.payloads.swap(spare_payloads_);
 }
 
 void Server::FlushWarnings(Coordinator::Clock::time_point now) {

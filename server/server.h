@@ -75,7 +75,9 @@ class Server {
   void CheckGeneration(InMessage& m, const char* request) const;
   // The header of an answer from this shard: kind, the request it answers, role and rank.
   msg::Header::Builder ReplyHeader(OutMessage& out, msg::Kind kind, uint64_t request_id) const;
-  void SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names);
+  // Answers with the tensors `found` (stored under `names`, in the order asked).
+  void SendTensors(const PeerId& to, uint64_t request_id, const std::vector<std::string>& names,
+                   const std::vector<const StoredTensor*>& found);
   // Throws unless the job registered `name` and the coordinator placed it on this shard:
   // nothing else is ever stored (and checkpointed) here.
   void CheckPlaced(const std::string& name, const char* request);
@@ -121,8 +123,10 @@ class Server {
   // HandlePush, HandlePull and SendTensors: kept from one request to the next, so that a
   // request does not allocate them again.
   std::vector<std::string> names_;
-  std::vector<std::shared_ptr<Buffer>> replaced_;
+  std::vector<std::vector<int64_t>> shapes_;  // the pushed tensors' shapes, read off the wire once
+  std::vector<Frame> replaced_;
   std::vector<const StoredTensor*> found_;
+  std::vector<Payload> spare_payloads_;  // SendTensors', kept (empty) between replies
   std::unique_ptr<Client> placement_client_;
   Coordinator::Clock::time_point warn_window_{};
   int warn_count_ = 0;

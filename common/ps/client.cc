@@ -266,6 +266,7 @@ int Client::SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std:
     const std::vector<uint32_t>& mine = by_shard_[s];
     if (mine.empty()) continue;
     OutMessage m;
+    m.payloads.swap(spare_payloads_);  // the last push's vector, emptied by Send: no allocation
     auto h = m.header();
     Header(h, out ? msg::Kind::PUSH_PULL : msg::Kind::PUSH, req.id);
     h.setOp(op);
@@ -284,6 +285,7 @@ int Client::SendPush(const std::vector<TensorRef>& tensors, msg::PushOp op, std:
     }
     if (out) req.slots[s] = mine;
     SendTo(req, s, m);
+    m.payloads.swap(spare_payloads_);
   }
   return int(req.id);
 }
@@ -334,14 +336,13 @@ void Client::Dispatch(int shard, InMessage& m) {
       req.error += (req.error.empty() ? "" : "; ") + std::string(h.getMessage());
       break;
     case msg::Kind::PULL_REPLY: {
-      m.ValidateTensors();
-      auto metas = h.getTensors();
+      const std::vector<TensorEntry>& tensors = m.ValidateTensors();
       const std::vector<uint32_t>& asked = req.slots[size_t(shard)];
-      for (unsigned i = 0; i < metas.size(); ++i) {
-        capnp::Text::Reader name = metas[i].getName();
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const TensorEntry& e = tensors[i];
         auto named = [&](uint32_t slot) {
           const std::string& want = (*req.out)[slot].name;
-          return want.size() == name.size() && memcmp(want.data(), name.begin(), want.size()) == 0;
+          return want.size() == e.name.size() && memcmp(want.data(), e.name.begin(), want.size()) == 0;
         };
         // The shard answers in the order asked; any other order is matched by search.
         size_t slot = SIZE_MAX;
@@ -351,14 +352,12 @@ void Client::Dispatch(int shard, InMessage& m) {
           for (uint32_t a : asked)
             if (named(a)) slot = a;
         }
-        SHOAL_CHECK(slot != SIZE_MAX, "shard " + std::to_string(shard) + " sent tensor '" + std::string(name) +
+        SHOAL_CHECK(slot != SIZE_MAX, "shard " + std::to_string(shard) + " sent tensor '" + std::string(e.name) +
                                           "' that was not asked for");
         PulledTensor& t = (*req.out)[slot];
-        t.dtype = FromWire(metas[i].getDtype());
-        auto shape = metas[i].getShape();
-        t.shape.resize(shape.size());
-        for (unsigned d = 0; d < shape.size(); ++d) t.shape[d] = shape[d];
-        t.version = metas[i].getVersion();
+        t.dtype = FromWire(e.dtype);
+        e.ShapeInto(&t.shape);
+        t.version = e.version;
         t.bytes = std::move(m.payloads[i]);
       }
       break;

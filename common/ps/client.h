@@ -205,6 +205,7 @@ class Client {
   std::vector<std::unique_ptr<Request>> spare_;    // finished, kept for reuse
   std::vector<std::vector<uint32_t>> by_shard_;    // SendPush/Pull: tensor indices per shard
   std::vector<const std::string*> names_;          // scratch for CheckNoRepeats
+  std::vector<Payload> spare_payloads_;            // SendPush's, kept (empty) between messages
   std::vector<Transport*> sockets_;                // Wait's
   std::vector<char> ready_;                        // Wait's
   InMessage answer_;                               // Wait's, reused for every answer (frames kept unaligned)

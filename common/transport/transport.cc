@@ -277,9 +277,14 @@ InMessage& InMessage::operator=(InMessage&&) noexcept = default;
 
 bool InMessage::has_header() const { return parsed_ && parsed_->reader; }
 
-void InMessage::ParseHeader(const Frame& frame) {
+void InMessage::ResetHeader() {
   root_ = msg::Header::Reader();
+  tensors_.clear();
   if (parsed_) parsed_->reader.reset();
+}
+
+void InMessage::ParseHeader(const Frame& frame) {
+  ResetHeader();
   size_t n = frame.size();
   SHOAL_CHECK(n > 0, "empty header frame");
   SHOAL_CHECK(n <= kMaxHeaderBytes, "header frame of " + std::to_string(n) + " bytes exceeds the limit of " +
@@ -311,10 +316,12 @@ void InMessage::ParseHeader(const Frame& frame) {
   }
 }
 
-void InMessage::ValidateTensors() const {
+const std::vector<TensorEntry>& InMessage::ValidateTensors() {
+  tensors_.clear();
   auto metas = header().getTensors();
   SHOAL_CHECK(metas.size() == payloads.size(), "header lists " + std::to_string(metas.size()) + " tensors but " +
                                                    std::to_string(payloads.size()) + " data frames follow");
+  tensors_.resize(metas.size());
   for (unsigned i = 0; i < metas.size(); ++i) {
     auto m = metas[i];
     // Read in place; a std::string is made only for an error message.
@@ -336,13 +343,15 @@ void InMessage::ValidateTensors() const {
       elems *= uint64_t(d);
     }
     uint64_t want = elems * (dt == msg::DType::FP32 ? 4 : 2);
-    SHOAL_CHECK(m.getByteSize() == want, "tensor '" + std::string(name) + "': byteSize " +
-                                             std::to_string(m.getByteSize()) + " does not match its shape and dtype (" +
-                                             std::to_string(want) + ")");
+    const uint64_t byte_size = m.getByteSize();
+    SHOAL_CHECK(byte_size == want, "tensor '" + std::string(name) + "': byteSize " + std::to_string(byte_size) +
+                                       " does not match its shape and dtype (" + std::to_string(want) + ")");
     SHOAL_CHECK(payloads[i].size() == want, "tensor '" + std::string(name) + "': data frame has " +
                                                 std::to_string(payloads[i].size()) + " bytes, header says " +
                                                 std::to_string(want));
+    tensors_[i] = {name, dt, dims, byte_size, m.getVersion()};
   }
+  return tensors_;
 }
 
 std::string SocketEvent::Describe() const {
@@ -566,49 +575,77 @@ bool Transport::TrySend(OutMessage& m) {
 }
 
 bool Transport::Recv(InMessage* m, int timeout_ms) {
-  // The vector is the socket's, reused: Decode moves the frames out and leaves it empty.
-  std::vector<Frame>& frames = frames_;
-  frames.clear();
-  frames.emplace_back();
+  const bool server = kind_ == Kind::kServer;
+  // The first frame is the sender on a server socket, else the header.
+  Frame& first = server ? identity_ : header_;
   // Try first without waiting: when messages are queued this saves a poll per message.
-  if (zmq_msg_recv(FrameAccess::Msg(frames[0]), socket_, ZMQ_DONTWAIT) < 0) {
+  if (zmq_msg_recv(FrameAccess::Msg(first), socket_, ZMQ_DONTWAIT) < 0) {
     if (timeout_ms == 0) return false;
     zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
     if (PollRetry(&item, 1, timeout_ms) == 0) return false;
-    if (zmq_msg_recv(FrameAccess::Msg(frames[0]), socket_, ZMQ_DONTWAIT) < 0) return false;
+    if (zmq_msg_recv(FrameAccess::Msg(first), socket_, ZMQ_DONTWAIT) < 0) return false;
   }
   // A multipart message arrives whole or not at all, so these reads never block. Each frame
-  // says whether another follows (cheaper than asking the socket, ZMQ_RCVMORE).
-  while (zmq_msg_more(FrameAccess::Msg(frames.back()))) {
-    frames.emplace_back();
-    while (zmq_msg_recv(FrameAccess::Msg(frames.back()), socket_, 0) < 0)
+  // says whether another follows (cheaper than asking the socket, ZMQ_RCVMORE). Payloads are
+  // received where they stay, in m->payloads.
+  auto next = [this](Frame& f) {
+    while (zmq_msg_recv(FrameAccess::Msg(f), socket_, 0) < 0)
       if (zmq_errno() != EINTR) return false;
+    return true;
+  };
+  m->payloads.clear();
+  bool more = zmq_msg_more(FrameAccess::Msg(first));
+  const bool has_header = !server || more;
+  if (server && more) {
+    if (!next(header_)) return false;
+    more = zmq_msg_more(FrameAccess::Msg(header_));
   }
-  m->Decode(std::move(frames), kind_ == Kind::kServer);
-  frames.clear();
+  while (more) {
+    m->payloads.emplace_back();
+    if (!next(m->payloads.back())) {
+      m->payloads.clear();
+      return false;
+    }
+    more = zmq_msg_more(FrameAccess::Msg(m->payloads.back()));
+  }
+  // The first frames are let go once read, as ZeroMQ's receive buffer they point into
+  // cannot be reused while any frame holds it.
+  struct Release {
+    Transport* t;
+    ~Release() { t->identity_ = Frame(), t->header_ = Frame(); }
+  } release{this};
+  m->Accept(server ? &identity_ : nullptr, has_header ? &header_ : nullptr);
   return true;
 }
 
 void InMessage::Decode(std::vector<Frame>&& frames, bool with_identity) {
   size_t first = 0;
-  identity.clear();
+  const Frame* from = with_identity && !frames.empty() ? &frames[first++] : nullptr;
+  const Frame* header = first < frames.size() ? &frames[first] : nullptr;
   payloads.clear();
-  root_ = msg::Header::Reader();
-  if (parsed_) parsed_->reader.reset();
-  if (with_identity && !frames.empty()) identity = frames[first++].to_string();
+  for (size_t i = first + 1; i < frames.size(); ++i) payloads.push_back(std::move(frames[i]));
+  Accept(from, header);
+}
+
+void InMessage::Accept(const Frame* from, const Frame* header) {
+  ResetHeader();
+  if (from)
+    identity.assign(static_cast<const char*>(from->data()), from->size());
+  else
+    identity.clear();
   try {
-    SHOAL_CHECK(first < frames.size(), "message has no header frame");
-    ParseHeader(frames[first]);
+    SHOAL_CHECK(header, "message has no header frame");
+    ParseHeader(*header);
   } catch (const Error& e) {
+    payloads.clear();  // a refused message's frames are not kept until the next one
     throw BadMessage(e.what(), identity);
   }
-  payloads.reserve(frames.size() - first - 1);
-  for (size_t i = first + 1; i < frames.size(); ++i) {
-    // ZeroMQ hands small frames over at any byte offset inside its receive buffer, and
-    // tensors are read as floats: a misaligned frame is copied (large frames get their own,
-    // aligned allocation, so the zero-copy path stays the common one).
-    payloads.push_back(align_payloads ? Aligned(std::move(frames[i])) : std::move(frames[i]));
-  }
+  // ZeroMQ hands small frames over at any byte offset inside its receive buffer, and
+  // tensors are read as floats: a misaligned frame is copied (large frames get their own,
+  // aligned allocation, so the zero-copy path stays the common one).
+  if (align_payloads)
+    for (Frame& p : payloads)
+      if (!p.aligned()) p = Aligned(std::move(p));
 }
 
 bool Transport::Wait(int timeout_ms) {

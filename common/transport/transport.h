@@ -107,6 +107,22 @@ struct OutMessage {
   msg::Header::Builder header() { return builder.getRoot<msg::Header>(); }
 };
 
+// One tensor entry of a received header, as ValidateTensors read it: the handlers use these
+// instead of reading the header's list again (every read walks pointers and counts against
+// the traversal limit). Valid until the InMessage decodes its next message.
+struct TensorEntry {
+  capnp::Text::Reader name;
+  msg::DType dtype;
+  capnp::List<int64_t>::Reader shape;
+  uint64_t byte_size = 0;
+  uint64_t version = 0;
+  // Copies the shape into *out (reusing its storage).
+  void ShapeInto(std::vector<int64_t>* out) const {
+    out->resize(shape.size());
+    for (unsigned d = 0; d < shape.size(); ++d) (*out)[d] = shape[d];
+  }
+};
+
 // A received message. The header is parsed from an aligned copy of its (small) frame;
 // payload frames are kept as received when 8-byte aligned, else copied to be (unless
 // align_payloads is off). An InMessage
@@ -130,18 +146,25 @@ class InMessage {
   bool has_header() const;
   // Parses `frame` as the header; throws shoal::Error saying what is wrong with it.
   void ParseHeader(const Frame& frame);
-  // Checks that the tensor metas match the frames (count, byte sizes, dtype x shape).
-  void ValidateTensors() const;
+  // Checks that the tensor metas match the frames (count, byte sizes, dtype x shape), and
+  // returns them, read once (entry i describes payloads[i]).
+  const std::vector<TensorEntry>& ValidateTensors();
   // Takes one received multipart message apart: on server sockets (`with_identity`) the
   // first frame is the sender, then the header, then the payloads. What Recv does with
   // every message, public so the decoder can be tested (and fuzzed) without sockets.
   // Throws BadMessage naming the sender.
   void Decode(std::vector<Frame>&& frames, bool with_identity);
+  // Decode once the frames are in place: the sender (`from`, server sockets; else nullptr)
+  // and the header (nullptr: the message had none) as received, the payload frames already
+  // in `payloads`. Transport::Recv receives straight into these, with no frames to move.
+  void Accept(const Frame* from, const Frame* header);
 
  private:
-  struct Parsed;                    // the header's aligned copy and its reader, kept for the next message
-  std::unique_ptr<Parsed> parsed_;  // heap: moves keep root_ valid
-  msg::Header::Reader root_;        // points into *parsed_
+  void ResetHeader();                 // forgets the last message's header (and what was read from it)
+  struct Parsed;                      // the header's aligned copy and its reader, kept for the next message
+  std::unique_ptr<Parsed> parsed_;    // heap: moves keep root_ valid
+  msg::Header::Reader root_;          // points into *parsed_
+  std::vector<TensorEntry> tensors_;  // ValidateTensors', kept for the next message
 };
 
 // Connection events reported by the socket monitor (handshake failures, disconnects).
@@ -206,7 +229,7 @@ class Transport {
   bool keyed_ = false;            // CURVE: a refused handshake may mean other keys
   int64_t refused_unclosed_ = 0;  // servers: refused connections whose disconnect is to come
   uint64_t bytes_sent_ = 0;
-  std::vector<Frame> frames_;  // Recv's frames, kept so that every message does not allocate the vector again
+  Frame identity_, header_;  // Recv's first frames, received into afresh for every message
 };
 
 // Waits up to timeout_ms until one of `ts` has a message; (*ready)[i] says which. False on

@@ -1,8 +1,8 @@
 // Fuzzes what a parameter-server shard does with messages off the wire: the frame
-// decoder (InMessage::Decode, as Transport::Recv calls it), the header validator, and
-// shard 0's handling (coordinator, KV store, update rule) through Server::Serve, the same
-// call Server::Run makes per message. Each input is a sequence of messages to one fresh
-// shard, so stateful paths (register, then push, then pull) are reachable:
+// decoder (InMessage::Decode, ending in InMessage::Accept, the decoder Transport::Recv
+// uses), the header validator, and shard 0's handling (coordinator, KV store, update rule) through Server::Serve, the
+// same call Server::Run makes per message. Each input is a sequence of messages to one fresh shard, so stateful paths
+// (register, then push, then pull) are reachable:
 //   repeat { u8 frames (low 3 bits), u16 header_len, u16 frame_len[frames], header, frames }
 // Rejections (BadMessage, an ERROR reply) are the normal outcome; a crash, a sanitizer
 // report, a hang or a huge allocation is a finding.

@@ -29,6 +29,33 @@ TEST(KvShard, AssignAddAndVersions) {
   EXPECT_EQ(kv.Find("nope"), nullptr);
 }
 
+TEST(KvShard, AssignReusesAnUnsharedBufferAndHandsBackTheReplacedBytes) {
+  KvShard kv;
+  kv.Push("w", DType::kF32, {2}, Floats({1, 2}), msg::PushOp::ASSIGN);
+  const Buffer* first = kv.Find("w")->buf.get();
+  const StoredTensor* stored = nullptr;
+  Frame replaced = kv.Push("w", DType::kF32, {2}, Floats({3, 4}), msg::PushOp::ASSIGN, &stored);
+  EXPECT_EQ(stored, kv.Find("w"));
+  EXPECT_EQ(kv.Find("w")->buf.get(), first);  // the same Buffer, new bytes
+  EXPECT_EQ(F(kv.Find("w"))[1], 4);
+  EXPECT_EQ(kv.Find("w")->version, 2u);
+  ASSERT_EQ(replaced.size(), 8u);  // the old bytes, for the caller to free after answering
+  EXPECT_EQ(reinterpret_cast<const float*>(replaced.data())[0], 1);
+
+  // A buffer a pending pull reply still holds is never written or reused: the push gets a new one.
+  std::shared_ptr<Buffer> in_flight = kv.Find("w")->buf;
+  replaced = kv.Push("w", DType::kF32, {2}, Floats({5, 6}), msg::PushOp::ASSIGN);
+  EXPECT_EQ(replaced.size(), 0u);
+  EXPECT_NE(kv.Find("w")->buf.get(), in_flight.get());
+  EXPECT_EQ(reinterpret_cast<const float*>(in_flight->data())[0], 3);  // the sent bytes did not change
+  EXPECT_EQ(F(kv.Find("w"))[0], 5);
+
+  // An assign of another shape replaces the shape and drops the update rule's state.
+  kv.Push("w", DType::kF32, {3}, Floats({7, 8, 9}), msg::PushOp::ASSIGN);
+  EXPECT_EQ(kv.Find("w")->shape, std::vector<int64_t>{3});
+  EXPECT_EQ(F(kv.Find("w"))[2], 9);
+}
+
 TEST(KvShard, CopiesOnWriteWhileABufferIsBeingSent) {
   KvShard kv;
   kv.Push("w", DType::kF32, {2}, Floats({1, 2}), msg::PushOp::ASSIGN);

@@ -271,8 +271,24 @@ TEST(Schema, AReusedInMessageReadsEachHeaderAfresh) {
   in.Decode(std::move(frames), /*with_identity=*/true);
   EXPECT_EQ(in.identity, "peer-a");
   ASSERT_EQ(in.payloads.size(), 1u);
-  EXPECT_NO_THROW(in.ValidateTensors());
+  const std::vector<TensorEntry>& entries = in.ValidateTensors();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(std::string(entries[0].name), "w");
+  EXPECT_EQ(entries[0].dtype, msg::DType::FP32);
+  std::vector<int64_t> shape{9, 9, 9};
+  entries[0].ShapeInto(&shape);
+  EXPECT_EQ(shape, std::vector<int64_t>{4});
+  EXPECT_EQ(entries[0].byte_size, 16u);
   EXPECT_EQ(std::string(in.header().getTensors()[0].getName()), "w");
+
+  // A message whose header is refused keeps none of its frames.
+  frames.clear();
+  frames.emplace_back("peer-c", 6);
+  frames.emplace_back(junk.data(), junk.size());
+  frames.emplace_back(16);
+  EXPECT_THROW(in.Decode(std::move(frames), /*with_identity=*/true), BadMessage);
+  EXPECT_TRUE(in.payloads.empty());
+  EXPECT_FALSE(in.has_header());
 
   frames.clear();
   frames.emplace_back("peer-b", 6);
