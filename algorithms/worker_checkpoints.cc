@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <thread>
 
 #include "algorithms/collectives/communicator.h"
@@ -159,7 +158,7 @@ CheckpointState WorkerCheckpoints::Resume(Communicator* peers, const std::vector
                      each + ")");
   std::vector<char> holds(size_t(world_), 0);
   for (int r = 0; r < world_; ++r) holds[size_t(r)] = Holds(held[size_t(r)], complete);
-  return Reshape(complete, source, holds, peers, averaged, CheckpointState());
+  return Reshape(complete, source, holds, peers, averaged);
 }
 
 namespace {
@@ -245,10 +244,10 @@ CheckpointState WorkerCheckpoints::ShareWithAbsent(const CheckpointRecord& rec,
 }
 
 CheckpointState WorkerCheckpoints::Reshape(uint64_t id, int source, const std::vector<char>& holds, Communicator* peers,
-                                           const std::vector<std::string>& averaged, CheckpointState read) {
+                                           const std::vector<std::string>& averaged) {
   const bool mine = holds[size_t(rank_)] != 0;
   CheckpointState own;
-  if (mine) own = read.record.id == id ? std::move(read) : ckpt_.Read(id);
+  if (mine) own = ckpt_.Read(id);
   std::string bytes = rank_ == source ? EncodeState(own) : std::string();
   uint64_t size = bytes.size();
   peers->Broadcast(&size, sizeof size, source);

@@ -89,10 +89,9 @@ class WorkerCheckpoints {
   int rank_, world_;
   Store* store_;
   CheckpointStore ckpt_;
-  // The checkpoint a job resumed on another number of workers starts from, sent by `source`;
-  // `read`: one this rank has read already (used when it is checkpoint `id`).
+  // The checkpoint a job resumed on another number of workers starts from, sent by `source`.
   CheckpointState Reshape(uint64_t id, int source, const std::vector<char>& holds, Communicator* peers,
-                          const std::vector<std::string>& averaged, CheckpointState read);
+                          const std::vector<std::string>& averaged);
 
   uint64_t committed_ = 0;
   int64_t id_offset_ = 0;
