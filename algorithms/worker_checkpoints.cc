@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "algorithms/collectives/communicator.h"
@@ -23,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 std::string WrittenKey(int r) { return "checkpoint-written-" + std::to_string(r); }
 constexpr const char* kRestarted = "restarted";
 constexpr const char* kIdOffsetKey = "checkpoint-id-offset";
+constexpr auto kRestartedGrace = std::chrono::milliseconds(1000);
 
 bool Contains(const std::vector<uint32_t>& v, int x) { return std::find(v.begin(), v.end(), uint32_t(x)) != v.end(); }
 
@@ -282,17 +284,17 @@ CheckpointState WorkerCheckpoints::Reshape(uint64_t id, int source, const std::v
   return st;
 }
 
-std::optional<bool> WorkerCheckpoints::Wrote(int r, uint64_t id, int wait_ms) {
+WorkerCheckpoints::Written WorkerCheckpoints::Wrote(int r, uint64_t id, int wait_ms) {
   std::string v;
   try {
     v = store_->Get(WrittenKey(r), wait_ms);
   } catch (const Error&) {
     if (!elastic_) throw;  // none within the bound: the caller names it
   }
-  if (v == kRestarted) return std::nullopt;
+  if (v == kRestarted) return Written::kRestarted;
   if (!v.empty()) {
     std::vector<uint64_t> got = ParseIntList<uint64_t>(v, "checkpoint: worker " + std::to_string(r) + "'s id");
-    if (got.size() == 1 && got[0] >= id) return true;
+    if (got.size() == 1 && got[0] >= id) return Written::kYes;
   }
   if (elastic_) {
     std::string dead;
@@ -301,9 +303,9 @@ std::optional<bool> WorkerCheckpoints::Wrote(int r, uint64_t id, int wait_ms) {
     } catch (const Error&) {  // nobody listed yet
     }
     const std::vector<int> ranks = ParseIntList<int>(dead, kDeadRanksKey);
-    if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) return std::nullopt;
+    if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) return Written::kLost;
   }
-  return false;
+  return Written::kNotYet;
 }
 
 bool WorkerCheckpoints::Save(CheckpointState state) {
@@ -321,20 +323,28 @@ bool WorkerCheckpoints::Save(CheckpointState state) {
   for (int r = 0; r < world_; ++r) {
     if (r == rank_ || Contains(state.record.absent, r)) continue;
     int sleep_ms = 1;
+    std::optional<Clock::time_point> restarted;  // since when r's key says it was restarted
     while (true) {
       const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      const std::string late = "checkpoint " + std::to_string(id) + ": worker " + std::to_string(r) +
-                               " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s";
-      if (left <= 0 && !elastic_) throw Error(late);
-      std::optional<bool> wrote =
-          left > 0 ? Wrote(r, id, elastic_ ? int(std::min<int64_t>(left, 100)) : int(left)) : std::optional<bool>();
-      if (wrote && *wrote) break;
-      if (!wrote) {  // elastic: lost before it wrote, or silent past the bound
+      std::string lost;
+      if (left <= 0) {
+        lost = "worker " + std::to_string(r) + " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s";
+        if (!elastic_) throw Error("checkpoint " + std::to_string(id) + ": " + lost);
+      } else {
+        const Written w = Wrote(r, id, elastic_ ? int(std::min<int64_t>(left, 100)) : int(left));
+        if (w == Written::kYes) break;
+        if (w == Written::kRestarted && !restarted) restarted = Clock::now();
+        if (w != Written::kRestarted) restarted.reset();
+        // A member restarted again before it wrote stays marked; one that has just taken
+        // the global state clears the mark at once (Joined), so a moment's grace tells them apart.
+        if (w == Written::kLost || (restarted && Clock::now() - *restarted > kRestartedGrace))
+          lost = "worker " + std::to_string(r) + " was lost before it wrote it";
+      }
+      if (!lost.empty()) {
         fprintf(stderr,
                 "worker %d: checkpoint %llu is not complete: %s; training goes on, and a later checkpoint taken "
                 "after an outer round without it will be\n",
-                rank_, (unsigned long long)id,
-                left > 0 ? ("worker " + std::to_string(r) + " was lost before it wrote it").c_str() : late.c_str());
+                rank_, (unsigned long long)id, lost.c_str());
         return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));

@@ -23,7 +23,8 @@
 // a checkpoint's writers are the members of the outer round it was taken at; the others are
 // listed in its record (record.absent) and write nothing of it. It commits once every writer
 // wrote it; a writer lost first (listed dead by the coordinator, or restarted alone since:
-// it says so under its key) leaves it uncommitted, and training goes on. A checkpoint is
+// it says so under its key until it holds the global state, Joined; a mark that stays a
+// second) leaves it uncommitted, and training goes on. A checkpoint is
 // complete where every worker holds it or is absent from it (NewestCompleteOfWorkers), and
 // on --resume a worker absent from the newest complete one gets a holder's copy over the
 // algorithm's communicator (the algorithm's LoadState sees its rank in record.absent and keeps
@@ -31,7 +32,6 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,8 +81,10 @@ class WorkerCheckpoints {
   // it, a worker absent from it as `source` (the lowest holder) sends it over `peers`.
   CheckpointState ShareWithAbsent(const CheckpointRecord& rec, const std::vector<std::vector<CheckpointRecord>>& held,
                                   Communicator* peers);
-  // Whether rank r wrote checkpoint `id` (false: not yet; nullopt: it never will, elastic).
-  std::optional<bool> Wrote(int r, uint64_t id, int left_ms);
+  // Whether rank r wrote checkpoint `id`; elastic: kLost when the coordinator lists it dead,
+  // kRestarted when it was restarted alone and has not yet taken the global state.
+  enum class Written { kYes, kNotYet, kLost, kRestarted };
+  Written Wrote(int r, uint64_t id, int wait_ms);
   // Sets id_offset_; elastic: rank 0 publishes it for a worker restarted alone later.
   void SetIdOffset(int64_t offset);
 
