@@ -71,7 +71,7 @@ class AdPsgd : public Algorithm {
   std::string Name() const override { return "adpsgd"; }
 
   void Init(const std::vector<ParamView>& params) override {
-    for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
+    StartFromRankZero(*comm_, params);
     total_ = 0;
     for (auto& p : params) total_ += p.n;
     model_.resize(size_t(total_));

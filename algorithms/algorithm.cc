@@ -60,7 +60,7 @@ void ScaleGradient(const ParamView& p, float f, DeviceOps* device, bool queued) 
   for (int64_t i = 0; i < p.n; ++i) p.g[i] *= f;
 }
 
-std::string WeightsHash(const std::vector<ParamView>& views) {
+uint64_t WeightsHashValue(const std::vector<ParamView>& views) {
   uint64_t hash = 1469598103934665603ull;
   for (auto& v : views)
     for (int64_t i = 0; i < v.n; ++i) {
@@ -68,9 +68,24 @@ std::string WeightsHash(const std::vector<ParamView>& views) {
       memcpy(&bits, &v.w[i], 4);
       hash = (hash ^ bits) * 1099511628211ull;
     }
+  return hash;
+}
+
+std::string WeightsHash(const std::vector<ParamView>& views) {
   char hex[32];
-  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)WeightsHashValue(views));
   return hex;
+}
+
+void StartFromRankZero(Communicator& comm, const std::vector<ParamView>& params) {
+  // Every rank takes part in the all-gather, so all decide alike; one that cannot read its
+  // weights here sends a value of its own rank instead of a hash, so the ranks disagree.
+  const bool on_device = std::any_of(params.begin(), params.end(), [](const ParamView& p) { return p.on_device; });
+  const uint64_t mine = on_device ? ~uint64_t(comm.rank()) : WeightsHashValue(params);
+  std::vector<uint64_t> all(size_t(comm.size()));
+  comm.AllGather(&mine, sizeof mine, all.data());
+  if (std::all_of(all.begin(), all.end(), [&](uint64_t h) { return h == all[0]; })) return;
+  for (auto& p : params) comm.Broadcast(p.w, p.n * 4, 0);
 }
 
 bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device) {

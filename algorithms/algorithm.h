@@ -268,6 +268,13 @@ bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device = n
 // FNV-1a over the bits of every host weight (views in order, one 32-bit word per float), as
 // 16 hex digits: the `weights_hash` of end records, equal where the weights are identical.
 std::string WeightsHash(const std::vector<ParamView>& views);
+uint64_t WeightsHashValue(const std::vector<ParamView>& views);
+
+// Every rank of `comm` takes rank 0's weights, so all start from one point. Ranks that built
+// the model from the job's seed hold that point already: an all-gather of each rank's weights
+// hash (8 bytes) finds that, and the model is broadcast only when some rank differs (or holds
+// on-device weights, which the hash cannot read here).
+void StartFromRankZero(Communicator& comm, const std::vector<ParamView>& params);
 
 using AlgorithmFactory = std::function<std::unique_ptr<Algorithm>(const AlgorithmEnv&)>;
 

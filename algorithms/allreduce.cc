@@ -22,9 +22,7 @@ class AllReduce : public Algorithm {
                  env.config->algorithm_opts.GetBool("overlap", false), env.device.get()) {}
   std::string Name() const override { return "allreduce"; }
 
-  void Init(const std::vector<ParamView>& params) override {
-    for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);  // one start point for all
-  }
+  void Init(const std::vector<ParamView>& params) override { StartFromRankZero(*comm_, params); }
   // Balanced batches weight each gradient by this step's sample count before the exchange;
   // buckets sent during the backward pass would go unweighted, so balancing turns overlap off.
   bool WantsGradReady() const override { return buckets_.overlap() && !balance_; }

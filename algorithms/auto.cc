@@ -63,7 +63,7 @@ class Auto : public Algorithm {
   std::string Name() const override { return chosen_ ? "auto:" + chosen_->Name() : "auto"; }
 
   void Init(const std::vector<ParamView>& params) override {
-    for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
+    StartFromRankZero(*comm_, params);
     last_step_end_ = Clock::now();
   }
 

@@ -42,7 +42,7 @@ class Dgc : public Algorithm {
       if (params[i].n >= opts_.min_compress) sparse_total_ += params[i].n;
     }
     dense_v_.resize(dense_.size());
-    for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
+    StartFromRankZero(*comm_, params);
   }
 
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {

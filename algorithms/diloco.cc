@@ -115,7 +115,7 @@ class Diloco : public LocalBlockAlgorithm {
       // checkpoint a holder's copy (WorkerCheckpoints::Resume); LoadState drops it.
       if (env_.resume) comm_ = env_.make_communicator("diloco");
       RoundAmongMembers(/*admit_joiners=*/false, [&](Communicator& ring) {  // round 0: every worker that started
-        for (auto& p : params) ring.Broadcast(p.w, p.n * 4, 0);
+        StartFromRankZero(ring, params);
       });
       block_.StartAt(params);
       return;

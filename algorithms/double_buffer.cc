@@ -23,9 +23,7 @@ class DoubleBuffer : public Algorithm {
   }
   std::string Name() const override { return "double_buffer"; }
 
-  void Init(const std::vector<ParamView>& params) override {
-    for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
-  }
+  void Init(const std::vector<ParamView>& params) override { StartFromRankZero(*comm_, params); }
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
     ScaleGradients(params, GradientWeight(info, comm_->size()));  // uneven batches: the global mean
     bool have_stale = Wait();                                     // the exchange of step t-1 has finished

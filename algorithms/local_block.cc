@@ -103,7 +103,7 @@ bool LocalBlockAlgorithm::AgreeToStop(bool mine) {
 }
 
 void LocalBlockAlgorithm::StartFirstBlock(const std::vector<ParamView>& params) {
-  for (auto& p : params) comm_->Broadcast(p.w, p.n * 4, 0);
+  StartFromRankZero(*comm_, params);
   block_.StartAt(params);
 }
 

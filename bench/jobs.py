@@ -76,14 +76,14 @@ class JobRun:
         return sum(e.get("compute_s", 0) for e in ends) / max(1, len(ends)) / max(1, steps)
 
     def bytes_per_step(self):
-        """Bytes one worker sent per step over the whole job (its start-up broadcast included)."""
+        """Bytes one worker sent per step over the whole job (its start included)."""
         workers, steps = self.done.get("workers") or 4, self.done.get("steps") or 0
         return self.done.get("bytes_sent", 0) / workers / max(1, steps)
 
     def steady_bytes_per_step(self):
         """Rank 0's transport counter (bytes_sent) between its second and its last train event,
         over the steps between them: what one step puts on the wire once the job runs (the
-        start-up broadcast left out; dgc's sparsity warm-up too where it ends before the
+        start left out; dgc's sparsity warm-up too where it ends before the
         second event). None without two such events."""
         t = [e for e in self.rank0("train") if e.get("bytes_sent") is not None]
         if len(t) < 3 or t[-1]["step"] <= t[1]["step"]:

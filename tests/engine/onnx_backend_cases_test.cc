@@ -2,6 +2,9 @@
 // supports, run through `shoal onnx run` and compared as ONNX's own runner does
 // (rtol 1e-3, atol 1e-7). The cases that cannot pass are listed below with the reason; any
 // other failure fails the test, and so does a listed case that starts passing.
+// SHOAL_ONNX_DEVICE=cuda:N runs them on that device (skipped, saying why, without one) and
+// SHOAL_ONNX_CASES=DIR reads the cases from DIR: `shoal gpu-check` sets both, with the cases
+// packed into the bundle.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 #include <sys/wait.h>
@@ -15,13 +18,20 @@
 #include <set>
 #include <thread>
 
+#include "common/cuda/platform.h"
 #include "worker/engine/onnx/graph_layers.h"
 #include "worker/engine/onnx/host_value.h"
 
 namespace shoal {
 namespace {
 
-const std::string kRoot = "/usr/share/libonnx-testdata/data/node/";
+std::string Env(const char* name, const std::string& fallback) {
+  const char* v = getenv(name);
+  return v && *v ? v : fallback;
+}
+
+const std::string kRoot = Env("SHOAL_ONNX_CASES", "/usr/share/libonnx-testdata/data/node") + "/";
+const std::string kDevice = Env("SHOAL_ONNX_DEVICE", "cpu");
 
 // Cases of supported operators that do not pass, and why.
 const std::map<std::string, std::string> kKnown = {
@@ -63,7 +73,7 @@ std::string Bin() {
 std::string RunCase(const std::string& name, const onnx::ModelProto& m) {
   const std::string dir = kRoot + name + "/", set = dir + "test_data_set_0/";
   const std::string out = ::testing::TempDir() + "/" + name;
-  std::string cmd = Bin() + " run " + dir + "model.onnx --output_dir " + out + " --threads 1";
+  std::string cmd = Bin() + " run " + dir + "model.onnx --output_dir " + out + " --threads 1 --device " + kDevice;
   int inputs = 0;
   for (const onnx::ValueInfoProto& in : m.graph().input()) {
     bool init = false;
@@ -93,6 +103,10 @@ std::string RunCase(const std::string& name, const onnx::ModelProto& m) {
 }
 
 TEST(OnnxBackendCases, EverySupportedCasePasses) {
+  if (kDevice.rfind("cuda", 0) == 0) {
+    std::string why;
+    if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  }
   const std::vector<std::string>& ops = SupportedOperators();
   const std::set<std::string> supported(ops.begin(), ops.end());
   std::vector<std::pair<std::string, onnx::ModelProto>> cases;
@@ -112,12 +126,13 @@ TEST(OnnxBackendCases, EverySupportedCasePasses) {
     for (const onnx::TensorProto& t : m.graph().initializer()) all = all && kTypes.count(t.data_type());
     if (all) cases.emplace_back(name, std::move(m));
   }
-  // Two at a time: each run is mostly process start-up.
+  // Several at a time (two on CI's two cores): each run is mostly process start-up.
+  const size_t width = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 2, 8);
   std::vector<std::string> why(cases.size());
   std::vector<std::thread> runners;
-  for (int t = 0; t < 2; ++t)
+  for (size_t t = 0; t < width; ++t)
     runners.emplace_back([&, t] {
-      for (size_t i = size_t(t); i < cases.size(); i += 2) why[i] = RunCase(cases[i].first, cases[i].second);
+      for (size_t i = t; i < cases.size(); i += width) why[i] = RunCase(cases[i].first, cases[i].second);
     });
   for (std::thread& r : runners) r.join();
   const int tried = int(cases.size());
@@ -132,7 +147,8 @@ TEST(OnnxBackendCases, EverySupportedCasePasses) {
       unexpected.push_back(name + ": " + why[i]);
     }
   }
-  printf("ONNX backend cases with only supported operators and float outputs: %d tried, %d passed\n", tried, passed);
+  printf("ONNX backend cases with only supported operators and float outputs, on %s: %d tried, %d passed\n",
+         kDevice.c_str(), tried, passed);
   for (const std::string& u : unexpected) ADD_FAILURE() << u;
   EXPECT_GT(tried, 100);
 }

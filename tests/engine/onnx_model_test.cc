@@ -274,5 +274,40 @@ TEST(OnnxModel, BadFilesAreRefusedNamingTheFile) {
   EXPECT_THROW(ImportOnnx(kDir + "small_cnn.onnx", *be, o), InputError);
 }
 
+// A graph whose output is an operator's second output (Dropout's mask), which Shoal does not
+// make: refused naming the output, not as a node reading "unknown node -1".
+TEST(OnnxModel, AnExtraOutputAsTheGraphsOutputIsRefusedByName) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("dropout_mask");
+  onnx::ValueInfoProto* x = g->add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int d : {2, 3}) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("Dropout");
+  n->set_name("drop");
+  n->add_input("x");
+  n->add_output("y");
+  n->add_output("mask");
+  onnx::ValueInfoProto* out = g->add_output();
+  out->set_name("mask");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::BOOL);
+  for (int d : {2, 3}) out->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  auto be = MakeCpuBackend(1);
+  OnnxOptions o;
+  o.any_output = true;
+  o.batch = 2;
+  o.input_shape = {3};
+  try {
+    ImportOnnx(m, "mask.onnx", *be, o);
+    FAIL() << "a mask output was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("output 'mask' is an extra output"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace shoal

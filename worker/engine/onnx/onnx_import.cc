@@ -338,6 +338,11 @@ class Importer {
     const std::string& out = g.output(0).name();
     Value& v = values_[out];
     if (v.is_host) Fail("output '" + out + "' does not depend on the data");
+    if (used_extra_outputs_.count(out))
+      Fail("output '" + out +
+           "' is an extra output (mask, indices, statistics) of an operator; only first outputs are "
+           "supported");
+    DeviceId(out);  // a parameter output as it is; a name nothing makes fails there
     if (v.model_id != model_out_->OutputNodeId()) {
       // A later node made something else: end on an identity of the output.
       onnx::NodeProto id;
