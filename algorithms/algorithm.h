@@ -212,6 +212,12 @@ class Algorithm {
     (void)params;
     (void)in;
   }
+  // The workers that write no part of the checkpoint taken after `step` steps (elastic
+  // diloco: those not members of the outer round it belongs to); none by default.
+  virtual std::vector<uint32_t> CheckpointAbsent(int64_t step) const {
+    (void)step;
+    return {};
+  }
   // The collective this algorithm's ranks share (nullptr: none): a job resumed on another
   // number of workers gets its checkpoint through it (WorkerCheckpoints::Resume).
   virtual Communicator* peers() { return nullptr; }

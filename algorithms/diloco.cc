@@ -111,6 +111,9 @@ class Diloco : public LocalBlockAlgorithm {
       block_.StartAt(params);
       momentum_.assign(size_t(block_.elements()), 0.f);
       if (env_.rejoin) return Rejoin(params);
+      // --resume starts every worker together: a ring of all hands a worker absent from the
+      // checkpoint a holder's copy (WorkerCheckpoints::Resume); LoadState drops it.
+      if (env_.resume) comm_ = env_.make_communicator("diloco");
       RoundAmongMembers(/*admit_joiners=*/false, [&](Communicator& ring) {  // round 0: every worker that started
         StartFromRankZero(ring, params);
       });
@@ -174,6 +177,18 @@ class Diloco : public LocalBlockAlgorithm {
     return v > 0;
   }
   int64_t ResumedStep() const override { return std::max<int64_t>(0, rejoined_at_); }
+  // Elastic: the workers that were no members of the last round (lost, or restarted and not
+  // yet back), and those it took in at this very step (they train from the step after it).
+  std::vector<uint32_t> CheckpointAbsent(int64_t step) const override {
+    if (!quorum_) return {};
+    std::vector<uint32_t> out;
+    const std::vector<int>& m = quorum_->members();
+    const std::vector<int>& j = quorum_->joiners();
+    for (int r = 0; r < env_.world; ++r)
+      if (std::find(m.begin(), m.end(), r) == m.end() || (round_step_ == step && std::count(j.begin(), j.end(), r)))
+        out.push_back(uint32_t(r));
+    return out;
+  }
 
   std::string ReshapeNote() const override { return "diloco starts its round again from the shared global weights"; }
   void AddMetrics(JsonObject* out) const override {
@@ -201,6 +216,10 @@ class Diloco : public LocalBlockAlgorithm {
   }
   void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
     momentum_ = in.GetFloatVector("diloco/momentum", momentum_.size());
+    if (elastic_) comm_.reset();  // its resume is done: from here on the rounds meet the live workers
+    // Written by another worker (this one was not a member of its round): the global state only.
+    if (std::count(in.record.absent.begin(), in.record.absent.end(), uint32_t(env_.rank)) > 0)
+      return LoadSharedBlock(params, in);
     outer_bytes_ = in.GetInt("diloco/outer_bytes");
     LoadBlock(params, in);
     if (streaming_ == 0) return;
@@ -310,8 +329,9 @@ class Diloco : public LocalBlockAlgorithm {
   void RoundAmongMembers(bool admit_joiners, Fn&& fn) {
     while (true) {
       Communicator& ring = quorum_->Enter(admit_joiners, next_step_);
-      if (quorum_->Settle(Attempt(ring, fn))) return;
+      if (quorum_->Settle(Attempt(ring, fn))) break;
     }
+    round_step_ = next_step_;
   }
   template <typename Fn>
   bool Attempt(Communicator& ring, Fn&& fn) {
@@ -368,6 +388,7 @@ class Diloco : public LocalBlockAlgorithm {
       if (quorum_->Settle(done)) break;
     }
     joining_ = false;
+    round_step_ = rejoined_at_;
     ApplyOuterStepAndRestart(delta, params);
     printf(
         "worker %d: rejoined at outer round %lld (step %lld) among workers %s: took the global weights and "
@@ -409,6 +430,7 @@ class Diloco : public LocalBlockAlgorithm {
   std::unique_ptr<LiveQuorum> quorum_;  // elastic: the rounds among the live workers and their ring
   int64_t next_step_ = 0;               // the step after the last one trained
   int64_t rejoined_at_ = -1;            // a newcomer: the step it took up training at
+  int64_t round_step_ = -1;             // the step the last committed round was at
   bool joining_ = false;                // a newcomer before its first round completed
   bool finishing_ = false;
   OuterOptimizerParams outer_;

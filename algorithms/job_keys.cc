@@ -8,8 +8,9 @@ namespace shoal {
 namespace {
 
 // What a job whose outer steps run among the live workers cannot have (yet): everything
-// else that meets every rank (the balancer's all-gather, the streaming ring, worker
-// checkpoints' commit) or learns no deaths (a shared-directory rendezvous has no heartbeats).
+// else that meets every rank (the balancer's all-gather, the streaming ring) or learns no
+// deaths (a shared-directory rendezvous has no heartbeats). Worker checkpoints commit among
+// the members of each round (algorithms/worker_checkpoints.h).
 void CheckElastic(const JobConfig& cfg) {
   const ConfigSection& a = cfg.algorithm_opts;
   if (!a.Has("elastic")) return;
@@ -24,8 +25,6 @@ void CheckElastic(const JobConfig& cfg) {
   if (a.GetBool("balance", false)) refuse(a.Where("balance"), "the balancer meets every worker");
   if (a.GetString("collective", "ring") != "ring") refuse(a.Where("collective"), "the live workers meet on a ring");
   if (a.Has("rendezvous_dir")) refuse(a.Where("rendezvous_dir"), "deaths are learned from the coordinator");
-  if (!cfg.checkpoint_dir.empty())
-    refuse(cfg.path + ": [job] checkpoint_dir", "worker checkpoints are committed by every worker; not built");
 }
 
 }  // namespace

@@ -66,7 +66,7 @@ void LocalBlock::Save(CheckpointState* out) const {
   out->PutInt(prefix_ + "block_global", block_global_);
 }
 
-void LocalBlock::Load(const std::vector<ParamView>& params, const CheckpointState& in, int world) {
+void LocalBlock::Load(const std::vector<ParamView>& params, const CheckpointState& in, int world, bool own) {
   start_ = in.GetFloatVector(prefix_ + "start", start_.size());
   in_block_ = in.GetInt(prefix_ + "in_block");
   blocks_ = in.GetInt(prefix_ + "blocks");
@@ -79,7 +79,12 @@ void LocalBlock::Load(const std::vector<ParamView>& params, const CheckpointStat
                                                               " (was [algorithm] " + steps_key_ + " changed?)");
   if (in.record.shards != uint32_t(world)) {
     Restart(params);
-    --blocks_;  // the same block again, not a new one
+    --blocks_;        // the same block again, not a new one
+  } else if (!own) {  // the others are in_block_ steps in: it ends the block with them
+    const int64_t in_block = in_block_;
+    Restart(params);
+    --blocks_;
+    in_block_ = in_block;
   }
 }
 

@@ -46,9 +46,10 @@ class LocalBlock {
   void Save(CheckpointState* out) const;
   // After the algorithm's own Load. A checkpoint of another number of workers (mid-block
   // each worker's weights were its own): every worker starts the block again from its start,
-  // which all of them shared. Throws when the checkpoint is further into a block than
-  // block_steps allows.
-  void Load(const std::vector<ParamView>& params, const CheckpointState& in, int world);
+  // which all of them shared. `own` false: another worker's copy (this one wrote none of it:
+  // elastic diloco); it takes the start and the place in the block, with no step of the block
+  // yet. Throws when the checkpoint is further into a block than block_steps allows.
+  void Load(const std::vector<ParamView>& params, const CheckpointState& in, int world, bool own = true);
 
  private:
   std::string name_, prefix_, steps_key_;
@@ -89,6 +90,11 @@ class LocalBlockAlgorithm : public Algorithm {
   // The optimizer's states and the block's bookkeeping (the subclass adds its own).
   void SaveBlock(const std::vector<ParamView>& params, CheckpointState* out) const;
   void LoadBlock(const std::vector<ParamView>& params, const CheckpointState& in);
+  // Where this worker wrote none of `in` (elastic diloco): the shared block only, its weights
+  // the block's start, its optimizer fresh.
+  void LoadSharedBlock(const std::vector<ParamView>& params, const CheckpointState& in) {
+    block_.Load(params, in, env_.world, /*own=*/false);
+  }
 
   AlgorithmEnv env_;
   bool balance_;

@@ -2,14 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
-#include <set>
+#include <optional>
 #include <thread>
 
 #include "algorithms/collectives/communicator.h"
 #include "common/byte_codec.h"
 #include "common/error.h"
 #include "common/int_list.h"
+#include "common/rendezvous/rendezvous.h"
 #include "common/rendezvous/store.h"
 
 namespace shoal {
@@ -17,18 +19,85 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The newest checkpoint id rank r wrote (no '/' in keys: a FileStore's keys are files), or
+// kRestarted from a worker restarted alone that wrote none since.
+std::string WrittenKey(int r) { return "checkpoint-written-" + std::to_string(r); }
+constexpr const char* kRestarted = "restarted";
+constexpr const char* kIdOffsetKey = "checkpoint-id-offset";
+constexpr auto kRestartedGrace = std::chrono::milliseconds(1000);
+
+bool Contains(const std::vector<uint32_t>& v, int x) { return std::find(v.begin(), v.end(), uint32_t(x)) != v.end(); }
+
+bool Holds(const std::vector<CheckpointRecord>& held, uint64_t id) {
+  for (const CheckpointRecord& r : held)
+    if (r.id == id) return true;
+  return false;
+}
+
+// What a worker publishes on --resume: "<committed>/<id>:<shards>[:<absent>...],...".
+std::string EncodeHeld(const std::vector<CheckpointRecord>& held, uint64_t committed) {
+  std::string out = std::to_string(committed) + "/";
+  for (size_t i = 0; i < held.size(); ++i) {
+    out += (i ? "," : "") + std::to_string(held[i].id) + ":" + std::to_string(held[i].shards);
+    for (uint32_t a : held[i].absent) out += ":" + std::to_string(a);
+  }
+  return out;
+}
+
+void DecodeHeld(const std::string& v, const std::string& what, std::vector<CheckpointRecord>* held,
+                uint64_t* committed) {
+  const size_t slash = v.find('/');
+  SHOAL_CHECK(slash != std::string::npos, what + ": '" + v + "' has no committed id");
+  const std::vector<uint64_t> c = ParseIntList<uint64_t>(v.substr(0, slash), what);
+  SHOAL_CHECK(c.size() == 1, what + ": '" + v + "' has no committed id");
+  *committed = c[0];
+  std::string rest = v.substr(slash + 1);
+  size_t at = 0;
+  while (at < rest.size()) {
+    const size_t end = std::min(rest.find(',', at), rest.size());
+    std::string one = rest.substr(at, end - at);
+    std::replace(one.begin(), one.end(), ':', ',');
+    const std::vector<uint64_t> f = ParseIntList<uint64_t>(one, what);
+    SHOAL_CHECK(f.size() >= 2, what + ": '" + v + "': a checkpoint without its worker count");
+    CheckpointRecord rec;
+    rec.id = f[0];
+    rec.shards = uint32_t(f[1]);
+    for (size_t i = 2; i < f.size(); ++i) rec.absent.push_back(uint32_t(f[i]));
+    held->push_back(rec);
+    at = end + 1;
+  }
+}
+
 }  // namespace
 
-WorkerCheckpoints::WorkerCheckpoints(const JobConfig& cfg, int rank, int world, Store* store, CheckpointStart start)
+WorkerCheckpoints::WorkerCheckpoints(const JobConfig& cfg, int rank, int world, Store* store, CheckpointStart start,
+                                     bool elastic, bool rejoined)
     : rank_(rank),
       world_(world),
       store_(store),
-      ckpt_(cfg.checkpoint_dir + "/worker-" + std::to_string(rank), "worker " + std::to_string(rank), start) {
+      ckpt_(cfg.checkpoint_dir + "/worker-" + std::to_string(rank), "worker " + std::to_string(rank), start),
+      elastic_(elastic) {
   SHOAL_CHECK(store_, "worker checkpoints need the job's rendezvous store");
   // Peers reach a checkpoint within one step of each other; a dead one is named by the
   // membership long before this bound.
   timeout_ms_ = int(std::max<int64_t>(120000, 4 * cfg.heartbeat_timeout_ms));
   committed_ = ckpt_.Committed().id;
+  if (!rejoined) return;
+  // The others may be waiting for a checkpoint this process will never write (the one its
+  // predecessor died before); it writes the next ones only after it joined an outer round.
+  store_->Set(WrittenKey(rank_), kRestarted);
+  // A run resumed on another number of workers numbers its checkpoints from the one it took.
+  try {
+    SetIdOffset(std::stoll(store_->Get(kIdOffsetKey, 0)));
+  } catch (const std::exception&) {  // not published: the ids are the steps
+  }
+}
+
+void WorkerCheckpoints::Joined(int64_t step) { store_->Set(WrittenKey(rank_), std::to_string(IdAt(step))); }
+
+void WorkerCheckpoints::SetIdOffset(int64_t offset) {
+  id_offset_ = offset;
+  if (elastic_ && rank_ == 0) store_->Set(kIdOffsetKey, std::to_string(offset));
 }
 
 std::vector<std::string> WorkerCheckpoints::GatherAll(const std::string& key_prefix, const std::string& what) {
@@ -48,45 +117,38 @@ std::vector<std::string> WorkerCheckpoints::GatherAll(const std::string& key_pre
 }
 
 CheckpointState WorkerCheckpoints::Resume(Communicator* peers, const std::vector<std::string>& averaged) {
-  std::vector<uint64_t> mine = ckpt_.Written();
   // What this worker holds, and the newest of it that it knows every writer had written.
-  store_->Set("checkpoint-held-" + std::to_string(rank_),
-              JoinIntList(mine) + "/" + std::to_string(ckpt_.Committed().id));
-  std::vector<std::string> held = GatherAll("checkpoint-held-", "--resume");
-  std::set<uint64_t> common(mine.begin(), mine.end());
+  store_->Set("checkpoint-held-" + std::to_string(rank_), EncodeHeld(ckpt_.Records(), ckpt_.Committed().id));
+  std::vector<std::string> published = GatherAll("checkpoint-held-", "--resume");
+  std::vector<std::vector<CheckpointRecord>> held(static_cast<size_t>(world_));
   std::string each;
   uint64_t complete = 0;  // the newest checkpoint some worker holds and knows complete
   int source = -1;
-  std::vector<std::vector<uint64_t>> ids(static_cast<size_t>(world_));
   for (int r = 0; r < world_; ++r) {
-    const std::string& v = held[size_t(r)];
-    const std::string what = "--resume: worker " + std::to_string(r) + "'s list";
-    const size_t slash = v.rfind('/');
-    SHOAL_CHECK(slash != std::string::npos, what + ": '" + v + "' has no committed id");
-    ids[size_t(r)] = ParseIntList<uint64_t>(v.substr(0, slash), what);
-    const std::vector<uint64_t> committed = ParseIntList<uint64_t>(v.substr(slash + 1), what);
-    SHOAL_CHECK(committed.size() == 1, what + ": '" + v + "' has no committed id");
-    std::set<uint64_t> theirs(ids[size_t(r)].begin(), ids[size_t(r)].end()), both;
-    std::set_intersection(common.begin(), common.end(), theirs.begin(), theirs.end(),
-                          std::inserter(both, both.begin()));
-    common = std::move(both);
-    for (uint64_t id : ids[size_t(r)])
-      if (id <= committed[0] && id > complete) {
-        complete = id;
+    uint64_t committed = 0;
+    DecodeHeld(published[size_t(r)], "--resume: worker " + std::to_string(r) + "'s list", &held[size_t(r)], &committed);
+    std::vector<uint64_t> ids;
+    for (const CheckpointRecord& rec : held[size_t(r)]) {
+      ids.push_back(rec.id);
+      if (rec.id <= committed && rec.id > complete) {
+        complete = rec.id;
         source = r;
       }
-    each += (each.empty() ? "" : "; ") + std::string("worker ") + std::to_string(r) + ": " + IdList(ids[size_t(r)]);
-  }
-  CheckpointState st;  // the newest all hold, read once: returned here, or reused by Reshape
-  if (!common.empty()) {
-    st = ckpt_.Read(*common.rbegin());
-    // Every rank reads the same record, so every rank takes the same branch.
-    if (st.record.shards == uint32_t(world_)) {
-      ckpt_.Commit(st.record);
-      committed_ = st.record.id;
-      id_offset_ = int64_t(st.record.id) - st.record.step;
-      return st;
     }
+    each += (each.empty() ? "" : "; ") + std::string("worker ") + std::to_string(r) + ": " + IdList(ids);
+  }
+  // Every rank decides from the same lists, so every rank takes the same branch.
+  const CheckpointRecord newest = NewestCompleteOfWorkers(held);
+  if (newest.id > 0 && newest.shards == uint32_t(world_)) {
+    bool all_hold = true;
+    for (auto& h : held) all_hold = all_hold && Holds(h, newest.id);
+    if (!all_hold) return ShareWithAbsent(newest, held, peers);
+    CheckpointState st = ckpt_.Read(newest.id);
+    ckpt_.Commit(st.record);
+    committed_ = st.record.id;
+    SetIdOffset(int64_t(st.record.id) - st.record.step);
+    resumed_from_ = "its own checkpoint " + std::to_string(st.record.id);
+    return st;
   }
   if (complete == 0)
     throw InputError("--resume: no complete checkpoint that any worker holds (" + each +
@@ -97,9 +159,8 @@ CheckpointState WorkerCheckpoints::Resume(Communicator* peers, const std::vector
                      "others; resume with the workers that wrote it (" +
                      each + ")");
   std::vector<char> holds(size_t(world_), 0);
-  for (int r = 0; r < world_; ++r)
-    holds[size_t(r)] = std::count(ids[size_t(r)].begin(), ids[size_t(r)].end(), complete) > 0;
-  return Reshape(complete, source, holds, peers, averaged, std::move(st));
+  for (int r = 0; r < world_; ++r) holds[size_t(r)] = Holds(held[size_t(r)], complete);
+  return Reshape(complete, source, holds, peers, averaged);
 }
 
 namespace {
@@ -107,7 +168,9 @@ namespace {
 std::string EncodeState(const CheckpointState& st) {
   ByteWriter w;
   w.Put<uint64_t>(st.record.id).Put<int64_t>(st.record.step).Put<int64_t>(st.record.epoch);
-  w.Put<int64_t>(st.record.batch).Put<uint32_t>(st.record.shards).Put<uint64_t>(st.entries.size());
+  w.Put<int64_t>(st.record.batch).Put<uint32_t>(st.record.shards).Put<uint32_t>(uint32_t(st.record.absent.size()));
+  for (uint32_t a : st.record.absent) w.Put<uint32_t>(a);
+  w.Put<uint64_t>(st.entries.size());
   for (const auto& [key, bytes] : st.entries) w.Blob(key.data(), key.size()).Blob(bytes.data(), bytes.size());
   return std::move(w.str());
 }
@@ -120,6 +183,10 @@ CheckpointState DecodeState(const std::string& bytes) {
   st.record.epoch = r.Get<int64_t>();
   st.record.batch = r.Get<int64_t>();
   st.record.shards = r.Get<uint32_t>();
+  const uint32_t absent = r.Get<uint32_t>();
+  SHOAL_CHECK(absent < st.record.shards, "--resume: the checkpoint sent by another worker: " + std::to_string(absent) +
+                                             " absent workers of " + std::to_string(st.record.shards));
+  for (uint32_t i = 0; i < absent; ++i) st.record.absent.push_back(r.Get<uint32_t>());
   const uint64_t n = r.Get<uint64_t>();
   for (uint64_t i = 0; i < n; ++i) {
     std::string key(r.Blob());
@@ -137,11 +204,52 @@ bool StartsWithAny(const std::string& key, const std::vector<std::string>& prefi
 
 }  // namespace
 
+CheckpointState WorkerCheckpoints::ShareWithAbsent(const CheckpointRecord& rec,
+                                                   const std::vector<std::vector<CheckpointRecord>>& held,
+                                                   Communicator* peers) {
+  std::vector<int> absent;
+  int source = -1;
+  for (int r = 0; r < world_; ++r) {
+    if (Holds(held[size_t(r)], rec.id)) {
+      if (source < 0) source = r;
+    } else {
+      absent.push_back(r);
+    }
+  }
+  if (!peers)
+    throw InputError("--resume: worker(s) " + JoinIntList(absent, ", ") + " wrote no part of checkpoint " +
+                     std::to_string(rec.id) + ", and this job's algorithm cannot hand it to them");
+  const bool mine = Holds(held[size_t(rank_)], rec.id);
+  CheckpointState own;
+  if (mine) own = ckpt_.Read(rec.id);
+  std::string bytes = rank_ == source ? EncodeState(own) : std::string();
+  uint64_t size = bytes.size();
+  peers->Broadcast(&size, sizeof size, source);
+  bytes.resize(size_t(size));
+  peers->Broadcast(bytes.data(), int64_t(size), source);
+  CheckpointState st;
+  if (mine) {
+    st = std::move(own);
+    ckpt_.Commit(st.record);
+    committed_ = st.record.id;
+    resumed_from_ = "its own checkpoint " + std::to_string(rec.id);
+  } else {  // nothing of it here to commit: this store's own committed one stays
+    st = DecodeState(bytes);
+    resumed_from_ = "worker " + std::to_string(source) + "'s copy of checkpoint " + std::to_string(rec.id) +
+                    " (this worker wrote none of it: it was not a member of the outer round it was taken at)";
+  }
+  SHOAL_CHECK(Contains(st.record.absent, rank_) != mine,
+              "--resume: checkpoint " + std::to_string(rec.id) + " lists worker " + std::to_string(rank_) +
+                  (mine ? " absent, and its store holds it" : " as a writer, and its store lacks it"));
+  SetIdOffset(int64_t(st.record.id) - st.record.step);
+  return st;
+}
+
 CheckpointState WorkerCheckpoints::Reshape(uint64_t id, int source, const std::vector<char>& holds, Communicator* peers,
-                                           const std::vector<std::string>& averaged, CheckpointState read) {
+                                           const std::vector<std::string>& averaged) {
   const bool mine = holds[size_t(rank_)] != 0;
   CheckpointState own;
-  if (mine) own = read.record.id == id ? std::move(read) : ckpt_.Read(id);
+  if (mine) own = ckpt_.Read(id);
   std::string bytes = rank_ == source ? EncodeState(own) : std::string();
   uint64_t size = bytes.size();
   peers->Broadcast(&size, sizeof size, source);
@@ -170,38 +278,82 @@ CheckpointState WorkerCheckpoints::Reshape(uint64_t id, int source, const std::v
     ckpt_.Commit(st.record);
     committed_ = id;
   }
-  id_offset_ = int64_t(st.record.id) - st.record.step;
+  SetIdOffset(int64_t(st.record.id) - st.record.step);
+  resumed_from_ = "checkpoint " + std::to_string(id) + " of " + std::to_string(st.record.shards) +
+                  " workers, sent by worker " + std::to_string(source);
   return st;
 }
 
-void WorkerCheckpoints::Save(CheckpointState state) {
+WorkerCheckpoints::Written WorkerCheckpoints::Wrote(int r, uint64_t id, int wait_ms) {
+  std::string v;
+  try {
+    v = store_->Get(WrittenKey(r), wait_ms);
+  } catch (const Error&) {
+    if (!elastic_) throw;  // none within the bound: the caller names it
+  }
+  if (v == kRestarted) return Written::kRestarted;
+  if (!v.empty()) {
+    std::vector<uint64_t> got = ParseIntList<uint64_t>(v, "checkpoint: worker " + std::to_string(r) + "'s id");
+    if (got.size() == 1 && got[0] >= id) return Written::kYes;
+  }
+  if (elastic_) {
+    std::string dead;
+    try {
+      dead = store_->Get(kDeadRanksKey, 0);
+    } catch (const Error&) {  // nobody listed yet
+    }
+    const std::vector<int> ranks = ParseIntList<int>(dead, kDeadRanksKey);
+    if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) return Written::kLost;
+  }
+  return Written::kNotYet;
+}
+
+bool WorkerCheckpoints::Save(CheckpointState state) {
   const uint64_t id = state.record.id;
   state.record.shards = uint32_t(world_);
+  SHOAL_CHECK(elastic_ || state.record.absent.empty(),
+              "checkpoint " + std::to_string(id) + ": absent workers in a job that needs every worker's");
   ckpt_.WriteState(state, committed_);
   // One key per rank, overwritten with its newest written id: the store holds `world` keys
   // however long the job runs (a key per checkpoint would fill the coordinator's store,
   // RendezvousService::kMaxKeys, on long jobs). Ranks write the same ids in order, so
-  // "every worker wrote it" is every key at id or beyond. No '/' in keys: a FileStore's
-  // keys are files.
-  store_->Set("checkpoint-written-" + std::to_string(rank_), std::to_string(id));
+  // "every worker wrote it" is every key at id or beyond.
+  store_->Set(WrittenKey(rank_), std::to_string(id));
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
   for (int r = 0; r < world_; ++r) {
-    if (r == rank_) continue;
-    const std::string key = "checkpoint-written-" + std::to_string(r);
+    if (r == rank_ || Contains(state.record.absent, r)) continue;
     int sleep_ms = 1;
+    std::optional<Clock::time_point> restarted;  // since when r's key says it was restarted
     while (true) {
       const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      SHOAL_CHECK(left > 0, "checkpoint " + std::to_string(id) + ": worker " + std::to_string(r) +
-                                " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s");
-      std::vector<uint64_t> got =
-          ParseIntList<uint64_t>(store_->Get(key, int(left)), "checkpoint: worker " + std::to_string(r) + "'s id");
-      if (got.size() == 1 && got[0] >= id) break;
+      std::string lost;
+      if (left <= 0) {
+        lost = "worker " + std::to_string(r) + " did not write it within " + std::to_string(timeout_ms_ / 1000) + " s";
+        if (!elastic_) throw Error("checkpoint " + std::to_string(id) + ": " + lost);
+      } else {
+        const Written w = Wrote(r, id, elastic_ ? int(std::min<int64_t>(left, 100)) : int(left));
+        if (w == Written::kYes) break;
+        if (w == Written::kRestarted && !restarted) restarted = Clock::now();
+        if (w != Written::kRestarted) restarted.reset();
+        // A member restarted again before it wrote stays marked; one that has just taken
+        // the global state clears the mark at once (Joined), so a moment's grace tells them apart.
+        if (w == Written::kLost || (restarted && Clock::now() - *restarted > kRestartedGrace))
+          lost = "worker " + std::to_string(r) + " was lost before it wrote it";
+      }
+      if (!lost.empty()) {
+        fprintf(stderr,
+                "worker %d: checkpoint %llu is not complete: %s; training goes on, and a later checkpoint taken "
+                "after an outer round without it will be\n",
+                rank_, (unsigned long long)id, lost.c_str());
+        return false;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
       sleep_ms = std::min(sleep_ms * 2, 20);
     }
   }
   ckpt_.Commit(state.record);
   committed_ = id;
+  return true;
 }
 
 }  // namespace shoal

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "common/messages/schema.capnp.h"
 
@@ -14,6 +15,10 @@ struct CheckpointRecord {
   int64_t step = 0;              // global steps done
   int64_t epoch = 0, batch = 0;  // the data position training continues from
   uint32_t shards = 0;           // shards (or, without servers, workers) that wrote it
+  // Without servers, elastic diloco: the workers (ranks below `shards`) recorded dead at the
+  // outer round it was taken at, or that joined at its very step; they wrote no part of it.
+  // Stored in the manifest; not sent on the wire (PS jobs have none).
+  std::vector<uint32_t> absent;
   // Not stored in the checkpoint: in a PS job's answers from the coordinator, the workers
   // whose steps it counts (from the clocks among its tensors; 0 = not known).
   uint32_t workers = 0;

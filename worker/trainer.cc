@@ -18,6 +18,7 @@
 #include "algorithms/worker_checkpoints.h"
 #include "common/checkpoint/checkpoint_store.h"
 #include "common/error.h"
+#include "common/int_list.h"
 #include "common/metrics.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/file_util.h"
@@ -374,7 +375,16 @@ class Trainer {
   // The algorithm, connected to its peers, with the starting weights (its own, rank 0's,
   // the servers' or a checkpoint's).
   void StartAlgorithm() {
-    const CheckpointStart start = CheckpointStartFrom(opts_.resume, opts_.fresh);
+    // An elastic diloco worker restarted alone keeps its store as it is (the job's checkpoints
+    // go on); it resumes nothing from it: the others hand it the global state.
+    const bool elastic_rejoin = opts_.rejoin && SurvivesLostWorkers(cfg_);
+    if (elastic_rejoin && opts_.resume)
+      throw InputError(cfg_.path +
+                       ": --rejoin with --resume: a diloco worker with elastic = true restarted alone "
+                       "takes the global state from the others at the next outer step, not from a checkpoint; "
+                       "drop --resume");
+    const CheckpointStart start =
+        elastic_rejoin ? CheckpointStart::kResume : CheckpointStartFrom(opts_.resume, opts_.fresh);
     if (opts_.resume && cfg_.checkpoint_dir.empty())
       throw Error(cfg_.path + ": --resume: [job] checkpoint_dir is not set, so there is no checkpoint to resume from");
     // An earlier run's checkpoints, refused before this worker joins anyone (the store opens
@@ -438,9 +448,11 @@ class Trainer {
     });
     // Jobs without servers keep their checkpoints on the workers, each its own.
     if (!FactsOf(cfg_.algorithm).needs_servers && !cfg_.checkpoint_dir.empty())
-      checkpoints_ = std::make_unique<WorkerCheckpoints>(cfg_, rank_, world_, env_.store.get(), start);
+      checkpoints_ = std::make_unique<WorkerCheckpoints>(cfg_, rank_, world_, env_.store.get(), start,
+                                                         SurvivesLostWorkers(cfg_), elastic_rejoin);
     params_->PullWeightsAndGrads();
     algo_->Init(params_->views());
+    if (checkpoints_ && elastic_rejoin) checkpoints_->Joined(algo_->ResumedStep());  // it holds the global state
     if (checkpoints_ && opts_.resume) {
       CheckpointState st = checkpoints_->Resume(algo_->peers(), algo_->AveragedOnReshape());
       const bool reshaped = st.record.shards != uint32_t(world_);
@@ -477,17 +489,20 @@ class Trainer {
   TrainResult TrainEpochs() {
     // A resumed job continues at the checkpoint's data position: the same batches, in the
     // same order, as if it had never stopped.
-    step_ = checkpoints_ ? resumed_step_ : algo_->ResumedStep();
+    step_ = checkpoints_ && opts_.resume ? resumed_step_ : algo_->ResumedStep();
     const int64_t first_epoch = batch_plan_->EpochOfStep(step_);
     const int64_t first_batch = step_ - batch_plan_->FirstStepOfEpoch(first_epoch);
     if (step_ > 0 && env_.rejoin && !opts_.resume) {  // the algorithm wrote its own record
       printf("worker %d: takes up training at step %lld (epoch %lld, batch %lld), where the others are\n", rank_,
              (long long)step_, (long long)first_epoch, (long long)first_batch);
     } else if (step_ > 0) {
-      printf("worker %d: resumed at step %lld (epoch %lld, batch %lld)\n", rank_, (long long)step_,
-             (long long)first_epoch, (long long)first_batch);
-      metrics_.Write("resume", step_,
-                     JsonObject().Add("rank", rank_).Add("epoch", first_epoch).Add("batch", first_batch));
+      const std::string from = checkpoints_ ? checkpoints_->resumed_from() : "";
+      printf("worker %d: resumed at step %lld (epoch %lld, batch %lld)%s\n", rank_, (long long)step_,
+             (long long)first_epoch, (long long)first_batch, from.empty() ? "" : (" from " + from).c_str());
+      JsonObject resume;
+      resume.Add("rank", rank_).Add("epoch", first_epoch).Add("batch", first_batch);
+      if (!from.empty()) resume.Add("from", from);
+      metrics_.Write("resume", step_, resume);
     }
     t_start_ = Clock::now();
     while (true) {
@@ -784,7 +799,9 @@ class Trainer {
     uint64_t bytes = 0;
     for (auto& [k, v] : st.entries) bytes += v.size();
     const uint64_t id = st.record.id;
-    checkpoints_->Save(std::move(st));
+    st.record.absent = algo_->CheckpointAbsent(step_);
+    const std::vector<uint32_t> absent = st.record.absent;
+    if (!checkpoints_->Save(std::move(st))) return;  // elastic: a writer was lost first
     // Failpoint for tests: rank 0 dies once (the file named here marks it done) after every
     // worker wrote this checkpoint and before its log line: a launcher reading only the log
     // takes that moment for "no checkpoint yet".
@@ -794,13 +811,12 @@ class Trainer {
         _exit(1);
       }
     }
-    if (rank_ == 0)
-      metrics_.Write("checkpoint", step_,
-                     JsonObject()
-                         .Add("rank", rank_)
-                         .Add("id", int64_t(id))
-                         .Add("bytes", int64_t(bytes))
-                         .Add("write_s", Since(t0)));
+    if (rank_ == 0) {
+      JsonObject ev;
+      ev.Add("rank", rank_).Add("id", int64_t(id)).Add("bytes", int64_t(bytes)).Add("write_s", Since(t0));
+      if (!absent.empty()) ev.Add("absent", JoinIntList(absent));  // elastic: workers that wrote none of it
+      metrics_.Write("checkpoint", step_, ev);
+    }
   }
 
   void LogTrain(int64_t epoch) {

@@ -10,6 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "common/byte_codec.h"
@@ -19,7 +22,8 @@
 namespace shoal {
 namespace {
 
-constexpr uint32_t kManifestMagic = 0x4d434853;  // "SHCM"
+constexpr uint32_t kManifestMagic = 0x4d434853;        // "SHCM"
+constexpr uint32_t kManifestAbsentMagic = 0x41434853;  // "SHCA": the same, then the absent workers
 const char* kCommittedKey = "committed";
 
 std::string Hex(uint64_t id) {
@@ -36,12 +40,18 @@ void Check(const rocksdb::Status& s, const std::string& what) {
 
 std::string EncodeRecord(const CheckpointRecord& r) {
   ByteWriter w;
-  w.Put(kManifestMagic).Put(r.id).Put(r.step).Put(r.epoch).Put(r.batch).Put(r.shards);
+  // Without absent workers the format of every earlier release, which they still read.
+  w.Put(r.absent.empty() ? kManifestMagic : kManifestAbsentMagic);
+  w.Put(r.id).Put(r.step).Put(r.epoch).Put(r.batch).Put(r.shards);
+  if (r.absent.empty()) return std::move(w.str());
+  w.Put<uint32_t>(uint32_t(r.absent.size()));
+  for (uint32_t a : r.absent) w.Put(a);
   return std::move(w.str());
 }
 
 CheckpointRecord DecodeRecord(ByteReader& r, const std::string& what) {
-  SHOAL_CHECK(r.Get<uint32_t>() == kManifestMagic, what + ": not a Shoal checkpoint record");
+  const uint32_t magic = r.Get<uint32_t>();
+  SHOAL_CHECK(magic == kManifestMagic || magic == kManifestAbsentMagic, what + ": not a Shoal checkpoint record");
   CheckpointRecord c;
   c.id = r.Get<uint64_t>();
   c.step = r.Get<int64_t>();
@@ -49,10 +59,49 @@ CheckpointRecord DecodeRecord(ByteReader& r, const std::string& what) {
   c.batch = r.Get<int64_t>();
   c.shards = r.Get<uint32_t>();
   SHOAL_CHECK(c.step >= 0 && c.epoch >= 0 && c.batch >= 0, what + ": a negative step or data position");
+  if (magic == kManifestMagic) return c;
+  const uint32_t n = r.Get<uint32_t>();
+  SHOAL_CHECK(n < c.shards, what + ": " + std::to_string(n) + " absent workers of " + std::to_string(c.shards));
+  for (uint32_t i = 0; i < n; ++i) {
+    c.absent.push_back(r.Get<uint32_t>());
+    SHOAL_CHECK(c.absent.back() < c.shards,
+                what + ": absent worker " + std::to_string(c.absent.back()) + " of " + std::to_string(c.shards));
+  }
   return c;
 }
 
+// Every manifest's record in `db` (the store at `path`), newest first.
+std::vector<CheckpointRecord> ReadManifests(rocksdb::DB* db, const std::string& path) {
+  std::vector<CheckpointRecord> out;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("m/"); it->Valid() && it->key().starts_with("m/"); it->Next()) {
+    const std::string what = path + ": checkpoint manifest " + it->key().ToString();
+    ByteReader r(std::string_view(it->value().data(), it->value().size()), what);
+    out.push_back(DecodeRecord(r, what));
+  }
+  Check(it->status(), path + ": checkpoints: cannot read");
+  std::sort(out.begin(), out.end(), [](const CheckpointRecord& a, const CheckpointRecord& b) { return a.id > b.id; });
+  return out;
+}
+
 }  // namespace
+
+CheckpointRecord NewestCompleteOfWorkers(const std::vector<std::vector<CheckpointRecord>>& held) {
+  std::map<uint64_t, std::pair<std::set<uint32_t>, CheckpointRecord>> seen;  // id -> workers it covers, a record
+  for (size_t r = 0; r < held.size(); ++r)
+    for (const CheckpointRecord& rec : held[r]) {
+      auto& [covered, any] = seen[rec.id];
+      covered.insert(uint32_t(r));
+      covered.insert(rec.absent.begin(), rec.absent.end());
+      any = rec;
+    }
+  for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
+    const std::set<uint32_t>& covered = it->second.first;
+    if (size_t(std::distance(covered.begin(), covered.lower_bound(uint32_t(held.size())))) == held.size())
+      return it->second.second;
+  }
+  return CheckpointRecord{};
+}
 
 std::string IdList(const std::vector<uint64_t>& ids) { return ids.empty() ? "none" : JoinIntList(ids, ", "); }
 
@@ -167,16 +216,7 @@ std::optional<HeldCheckpoints> CheckpointStore::Peek(const std::string& path) {
   Check(rocksdb::DB::OpenForReadOnly(StoreOptions(), path, &raw), path + ": checkpoints: cannot read");
   std::unique_ptr<rocksdb::DB> db(raw);
   HeldCheckpoints held;
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek("m/"); it->Valid() && it->key().starts_with("m/"); it->Next()) {
-    const std::string what = path + ": checkpoint manifest " + it->key().ToString();
-    ByteReader r(std::string_view(it->value().data(), it->value().size()), what);
-    held.written.push_back(DecodeRecord(r, what));
-  }
-  Check(it->status(), path + ": checkpoints: cannot read");
-  it.reset();
-  std::sort(held.written.begin(), held.written.end(),
-            [](const CheckpointRecord& a, const CheckpointRecord& b) { return a.id > b.id; });
+  held.written = ReadManifests(db.get(), path);
   std::string v;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kCommittedKey, &v);
   if (!s.IsNotFound()) {
@@ -420,6 +460,11 @@ std::vector<uint64_t> CheckpointStore::Written() const {
   }
   std::sort(ids.rbegin(), ids.rend());
   return ids;
+}
+
+std::vector<CheckpointRecord> CheckpointStore::Records() const {
+  std::shared_ptr<rocksdb::DB> db = this->db();
+  return ReadManifests(db.get(), path_);
 }
 
 }  // namespace shoal

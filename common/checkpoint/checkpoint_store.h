@@ -114,6 +114,8 @@ class CheckpointStore {
   CheckpointRecord Committed() const;  // id 0 when there is none
   // Checkpoints this store holds a manifest for, newest first.
   std::vector<uint64_t> Written() const;
+  // Their records (manifests), newest first.
+  std::vector<CheckpointRecord> Records() const;
   // A small note of the owner's beside its checkpoints (the coordinator's recovery
   // generation), synced before returning; no checkpoint write or drop touches it.
   void PutNote(const std::string& key, const std::string& value);
@@ -139,6 +141,12 @@ std::string EarlierRunError(const std::string& who, const std::string& path, con
 
 // "the newest complete one is 7 (step 700)", or "" for id 0: for error messages.
 std::string DescribeCommitted(const CheckpointRecord& committed);
+
+// The newest checkpoint of a job without servers that is complete: every worker's store holds
+// it, or the record of some holder lists that worker absent (elastic diloco: dead at the round
+// it was taken at). `held[r]`: the records worker r's store holds. Id 0 when there is none.
+// The launcher (over the stores) and the workers (over what each published) use this one rule.
+CheckpointRecord NewestCompleteOfWorkers(const std::vector<std::vector<CheckpointRecord>>& held);
 
 // "7, 5" (or "none"): ids for error messages.
 std::string IdList(const std::vector<uint64_t>& ids);

@@ -11,9 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/checkpoint/checkpoint_store.h"
 #include "common/error.h"
-#include "tests/algorithms/fake_communicator.h"
+#include "common/rendezvous/rendezvous.h"
 #include "common/rendezvous/store.h"
+#include "tests/algorithms/fake_communicator.h"
 
 namespace shoal {
 namespace {
@@ -203,6 +205,114 @@ TEST(WorkerCheckpoints, AnotherWorldWithoutPeersOrWithoutACheckpointIsAnInputErr
   });
   for (int r = 0; r < 2; ++r)
     EXPECT_NE(none[size_t(r)].find("no complete checkpoint"), std::string::npos) << none[size_t(r)];
+}
+
+// Elastic (diloco elastic = true): checkpoint `id` saved by `ranks` of 3, worker r's weights
+// id / 10 + r, with `absent` recorded; returns whether each committed it.
+std::vector<bool> ElasticSave(const JobConfig& cfg, Store* store, const std::vector<int>& ranks, uint64_t id,
+                              const std::vector<uint32_t>& absent) {
+  std::vector<bool> committed(ranks.size());
+  OnRanks(int(ranks.size()), [&](int i) {
+    WorkerCheckpoints wc(cfg, ranks[size_t(i)], 3, store, CheckpointStart::kResume, /*elastic=*/true);
+    CheckpointState st = State(id, float(id) / 10.f + float(ranks[size_t(i)]));
+    st.record.absent = absent;
+    committed[size_t(i)] = wc.Save(std::move(st));
+  });
+  return committed;
+}
+
+// The members of the round write a checkpoint and it commits without the worker recorded
+// absent; a writer lost first (listed dead, or restarted alone: its key says so) leaves it
+// uncommitted at once instead of waiting out the bound.
+TEST(WorkerCheckpoints, ElasticCommitsAmongTheRoundsMembers) {
+  const std::string tmp = FreshDir();
+  JobConfig cfg;
+  cfg.checkpoint_dir = tmp + "/ckpt";
+  FileStore store(tmp + "/run1");
+  EXPECT_EQ(ElasticSave(cfg, &store, {0, 1, 2}, 10, {}), (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(ElasticSave(cfg, &store, {0, 1}, 20, {2}), (std::vector<bool>{true, true}));
+  store.Set(kDeadRanksKey, "2");  // the coordinator's heartbeats found worker 2 dead
+  EXPECT_EQ(ElasticSave(cfg, &store, {0, 1}, 30, {}), (std::vector<bool>{false, false}));
+  store.Set(kDeadRanksKey, "");
+  // Worker 2 restarted alone (before its death was noticed): it will write nothing before 30.
+  {
+    WorkerCheckpoints rejoined(cfg, 2, 3, &store, CheckpointStart::kResume, true, /*rejoined=*/true);
+    EXPECT_EQ(ElasticSave(cfg, &store, {0, 1}, 40, {}), (std::vector<bool>{false, false}));
+    rejoined.Joined(45);  // it took the global state at an outer round at step 45
+  }
+  EXPECT_EQ(ElasticSave(cfg, &store, {0, 1, 2}, 50, {}), (std::vector<bool>{true, true, true}));
+  // Each store keeps its own committed one: 50 now, 20 and 10 are older and may go; 30 and 40
+  // were never complete.
+  for (int r = 0; r < 3; ++r) {
+    std::optional<HeldCheckpoints> h = CheckpointStore::Peek(cfg.checkpoint_dir + "/worker-" + std::to_string(r));
+    ASSERT_TRUE(h.has_value()) << r;
+    EXPECT_EQ(h->committed.id, 50u) << r;
+  }
+}
+
+// --resume takes the newest checkpoint every worker holds or is recorded absent from: the
+// holders load their own, the absent worker a holder's copy (record.absent names it); a
+// newer one with a gap nobody recorded (a writer lost first) is not complete.
+TEST(WorkerCheckpoints, ElasticResumeHandsTheAbsentWorkerAHoldersCopy) {
+  const std::string tmp = FreshDir();
+  JobConfig cfg;
+  cfg.checkpoint_dir = tmp + "/ckpt";
+  {
+    FileStore store(tmp + "/run1");
+    ElasticSave(cfg, &store, {0, 1, 2}, 10, {});
+    ElasticSave(cfg, &store, {0, 1}, 20, {2});
+    store.Set(kDeadRanksKey, "2");
+    ElasticSave(cfg, &store, {0, 1}, 30, {});
+  }
+  // The launcher's rule (shoal checkpoints, restarts) over the stores themselves.
+  std::vector<std::vector<CheckpointRecord>> held;
+  for (int r = 0; r < 3; ++r)
+    held.push_back(CheckpointStore::Peek(cfg.checkpoint_dir + "/worker-" + std::to_string(r))->written);
+  EXPECT_EQ(NewestCompleteOfWorkers(held).id, 20u);
+  EXPECT_EQ(NewestCompleteOfWorkers(held).absent, (std::vector<uint32_t>{2}));
+  // Workers 0 and 1 dropped 10 once they committed 20: without 20 on worker 1 none is complete.
+  EXPECT_EQ(held[0].back().id, 20u);
+  held[1].erase(held[1].begin() + 1);
+  EXPECT_EQ(held[1].back().id, 30u);
+  EXPECT_EQ(NewestCompleteOfWorkers(held).id, 0u);
+
+  FileStore store(tmp + "/run2");
+  FakeCluster cluster(3);
+  std::vector<CheckpointState> got(3);
+  std::vector<std::string> from(3);
+  std::vector<uint64_t> next(3);
+  OnRanks(3, [&](int r) {
+    std::unique_ptr<Communicator> comm = cluster.Join("resume", r);
+    WorkerCheckpoints wc(cfg, r, 3, &store, CheckpointStart::kResume, /*elastic=*/true);
+    got[size_t(r)] = wc.Resume(comm.get(), {});
+    from[size_t(r)] = wc.resumed_from();
+    next[size_t(r)] = wc.IdAt(got[size_t(r)].record.step + 10);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(got[size_t(r)].record.id, 20u) << r;
+    EXPECT_EQ(got[size_t(r)].record.shards, 3u) << r;
+    EXPECT_EQ(got[size_t(r)].record.absent, (std::vector<uint32_t>{2})) << r;
+    EXPECT_EQ(next[size_t(r)], 30u) << r;
+  }
+  EXPECT_EQ(got[0].GetFloatVector("w/x", 2), (std::vector<float>{2.f, 3.f}));
+  EXPECT_EQ(got[1].GetFloatVector("w/x", 2), (std::vector<float>{3.f, 4.f}));
+  EXPECT_EQ(got[2].GetFloatVector("w/x", 2), (std::vector<float>{2.f, 3.f})) << "worker 0's copy";
+  EXPECT_EQ(from[0], "its own checkpoint 20");
+  EXPECT_NE(from[2].find("worker 0's copy of checkpoint 20"), std::string::npos) << from[2];
+  // Without a communicator to hand it over the absent worker cannot resume: an input error.
+  FileStore store3(tmp + "/run3");
+  std::vector<std::string> errors(3);
+  OnRanks(3, [&](int r) {
+    WorkerCheckpoints wc(cfg, r, 3, &store3, CheckpointStart::kResume, true);
+    try {
+      wc.Resume(nullptr, {});
+    } catch (const InputError& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(errors[size_t(r)].find("worker(s) 2 wrote no part of checkpoint 20"), std::string::npos)
+        << errors[size_t(r)];
 }
 
 }  // namespace

@@ -48,6 +48,22 @@ std::string KeyError(const std::string& algorithm, const std::string& optimizer)
   return "";
 }
 
+// Elastic diloco keeps checkpoints (they commit among each outer round's members); what meets
+// every worker stays refused, naming the key.
+TEST(JobKeys, ElasticDilocoTakesCheckpointsButNotStreamingOrBalance) {
+  JobConfig c = ParseJobConfig(
+      "[job]\nname = \"k\"\ncheckpoint_dir = \"ckpt\"\n[data]\nformat = \"synthetic\"\n[algorithm]\nname = "
+      "\"diloco\"\nelastic = true\n[optimizer]\nname = \"adamw\"\n",
+      "job.toml");
+  EXPECT_EQ(c.checkpoint_dir, "ckpt");
+  EXPECT_NO_THROW(CheckJobKeys(c));
+  EXPECT_EQ(KeyError("name = \"diloco\"\nelastic = true\nstreaming = 2", "name = \"adamw\""),
+            "job.toml: [algorithm] streaming: not with elastic = true (lost-worker tolerance works with streaming = 0 "
+            "only)");
+  EXPECT_EQ(KeyError("name = \"diloco\"\nelastic = true\nbalance = true", "name = \"adamw\""),
+            "job.toml: [algorithm] balance: not with elastic = true (the balancer meets every worker)");
+}
+
 TEST(JobKeys, UnknownKeysAreRejectedWithTheNearestKnownOne) {
   EXPECT_EQ(KeyError("name = \"ps_ssp\"\nstalenes = 2", "name = \"momentum\""),
             "job.toml: [algorithm] stalenes: unknown key for algorithm \"ps_ssp\" (did you mean 'staleness'?)");

@@ -178,7 +178,7 @@ class Launch {
     if (!FLAGS_resume) return 0;
     std::string held;
     bool resumable = false;
-    std::map<uint64_t, size_t> holders;  // id -> stores holding it
+    std::vector<std::vector<CheckpointRecord>> records;  // what each store holds
     try {
       auto stores = CheckpointStores();
       for (size_t i = 0; i < stores.size(); ++i) {
@@ -195,14 +195,14 @@ class Launch {
           return 2;
         }
         std::vector<uint64_t> ids;
-        for (auto& rec : h ? h->written : std::vector<CheckpointRecord>()) {
+        records.push_back(h ? h->written : std::vector<CheckpointRecord>());
+        for (auto& rec : records.back()) {
           ids.push_back(rec.id);
-          ++holders[rec.id];
           if (rec.id <= h->committed.id && (!facts_.needs_servers || i == 0)) resumable = true;
         }
         held += (held.empty() ? "" : "; ") + stores[i].first + ": " + IdList(ids);
       }
-      for (auto& [id, n] : holders) resumable = resumable || (!facts_.needs_servers && n == stores.size());
+      resumable = resumable || (!facts_.needs_servers && NewestCompleteOfWorkers(records).id > 0);
     } catch (const Error& e) {
       fprintf(stderr, "shoal: %s: [job] checkpoint_dir: %s\n", job_path_.c_str(), e.what());
       return 2;
@@ -333,7 +333,8 @@ class Launch {
   // The newest checkpoint every process holds whole, asked of the stores themselves (every
   // process stopped): one whose commit no process logged yet (killed between writing it and
   // the log line) counts too. Shard 0's coordinator commits a PS job's; a job without servers
-  // has a complete checkpoint wherever every worker wrote one. id 0 when there is none;
+  // has a complete checkpoint wherever every worker wrote one (or, elastic diloco, is recorded
+  // absent from it: not a member of the outer round it was taken at). id 0 when there is none;
   // nullopt when a store cannot be read (then nothing may be deleted either).
   std::optional<CheckpointRecord> CompleteCheckpointInStores() const {
     try {
@@ -343,15 +344,13 @@ class Launch {
         std::optional<HeldCheckpoints> h = PeekThisLaunch(stores[0].second);
         return h ? h->committed : CheckpointRecord{};
       }
-      std::map<uint64_t, std::pair<int, CheckpointRecord>> seen;  // id -> stores holding it, its record
+      std::vector<std::vector<CheckpointRecord>> records;  // what each worker's store holds
       for (auto& [who, path] : stores) {
         std::optional<HeldCheckpoints> h = PeekThisLaunch(path);
         if (!h) return CheckpointRecord{};
-        for (auto& rec : h->written) seen[rec.id] = {seen[rec.id].first + 1, rec};
+        records.push_back(h->written);
       }
-      for (auto it = seen.rbegin(); it != seen.rend(); ++it)
-        if (it->second.first == int(stores.size())) return it->second.second;
-      return CheckpointRecord{};
+      return NewestCompleteOfWorkers(records);
     } catch (const Error& e) {
       fprintf(stderr, "shoal: %s\n", e.what());
       return std::nullopt;
@@ -606,7 +605,8 @@ class Launch {
   // and placement again from the members), or a worker of a PS job (ps_sync: the others
   // roll back with it); only from a committed checkpoint, and within max_restarts.
   // diloco with elastic = true: any worker but rank 0 (the coordinator's host) while none has
-  // finished; it needs no checkpoint (the others hand it the global state).
+  // finished; it needs no checkpoint (the others hand it the global state), and keeps its
+  // checkpoint folder as it is.
   bool CanRestartAlone(const Child& c) const {
     if (g_stop_signal || restarts_ >= cfg_.max_restarts) return false;
     if (c.term_signal == 0 && (c.exit_code == 2 || c.exit_code == 0)) return false;  // bad input, or done
