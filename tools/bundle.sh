@@ -20,6 +20,8 @@ STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 ROOT="$STAGE/$NAME"
 mkdir -p "$ROOT/bin" "$ROOT/lib"
+# The tests that run this script from their runfiles (tests/bundle, tests/cluster) list each
+# of these in their data: a binary added here goes there too.
 BINARIES=(server/shoal-server worker/shoal-worker tools/launcher/shoal-launch tools/launcher/shoal-task
   common/transport/shoal-keygen tools/onnx/shoal-onnx)
 
