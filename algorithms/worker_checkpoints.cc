@@ -196,6 +196,16 @@ CheckpointState DecodeState(const std::string& bytes) {
   return st;
 }
 
+// `source`'s checkpoint, encoded, on every rank (`own` is read only on the source).
+std::string BroadcastState(const CheckpointState& own, bool is_source, int source, Communicator* peers) {
+  std::string bytes = is_source ? EncodeState(own) : std::string();
+  uint64_t size = bytes.size();
+  peers->Broadcast(&size, sizeof size, source);
+  bytes.resize(size_t(size));
+  peers->Broadcast(bytes.data(), int64_t(size), source);
+  return bytes;
+}
+
 bool StartsWithAny(const std::string& key, const std::vector<std::string>& prefixes) {
   for (const std::string& p : prefixes)
     if (key.compare(0, p.size(), p) == 0) return true;
@@ -222,11 +232,7 @@ CheckpointState WorkerCheckpoints::ShareWithAbsent(const CheckpointRecord& rec,
   const bool mine = Holds(held[size_t(rank_)], rec.id);
   CheckpointState own;
   if (mine) own = ckpt_.Read(rec.id);
-  std::string bytes = rank_ == source ? EncodeState(own) : std::string();
-  uint64_t size = bytes.size();
-  peers->Broadcast(&size, sizeof size, source);
-  bytes.resize(size_t(size));
-  peers->Broadcast(bytes.data(), int64_t(size), source);
+  const std::string bytes = BroadcastState(own, rank_ == source, source, peers);
   CheckpointState st;
   if (mine) {
     st = std::move(own);
@@ -250,11 +256,7 @@ CheckpointState WorkerCheckpoints::Reshape(uint64_t id, int source, const std::v
   const bool mine = holds[size_t(rank_)] != 0;
   CheckpointState own;
   if (mine) own = ckpt_.Read(id);
-  std::string bytes = rank_ == source ? EncodeState(own) : std::string();
-  uint64_t size = bytes.size();
-  peers->Broadcast(&size, sizeof size, source);
-  bytes.resize(size_t(size));
-  peers->Broadcast(bytes.data(), int64_t(size), source);
+  const std::string bytes = BroadcastState(own, rank_ == source, source, peers);
   CheckpointState st = rank_ == source ? std::move(own) : DecodeState(bytes);
   // Entries that differ between workers: the mean of those who hold the checkpoint, in the
   // map's (sorted, so common) order on every rank.
