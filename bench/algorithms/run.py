@@ -1,5 +1,9 @@
 """./shoal bench algorithms: time to target accuracy and bytes sent per worker for each
-algorithm on 4 workers, (a) equal workers, (b) one worker at slowdown 4, (c) every
+algorithm on 4 workers, (a) equal workers, (b) one slow worker: as root each worker in its own
+cgroup with a CPU quota (QUOTAS, default three at 0.45 of a core and one at 0.15, a device a third
+as fast, as `./shoal bench heterogeneous`), elsewhere one worker sleeping 2x its compute (which
+lets the others take its core while it sleeps, so it is no slower device; the output says which
+ran), (c) every
 worker's bandwidth limited so a dense exchange takes about 4x the compute time (the
 in-process token bucket), (d) the same limit as real tbf-shaped links between four
 network-namespace hosts (root only; HOSTS=0 skips it). auto runs in every scenario too, and a
@@ -20,6 +24,7 @@ SAMPLES = int(os.environ.get("SAMPLES", "30000"))
 MODEL = os.environ.get("MODEL", "lenet")
 # A subset of "equal,slow_worker,slow_links" (the token bucket calibrates only when it runs).
 SCENARIOS = os.environ.get("SCENARIOS", "equal,slow_worker,slow_links").split(",")
+QUOTAS = [float(q) for q in os.environ.get("QUOTAS", "0.45,0.45,0.45,0.15").split(",")]
 
 ALGO_KEYS = {
     "allreduce": "",
@@ -113,7 +118,13 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         equal = "4"
-        slow = '[{slowdown = 4.0}, {}, {}, {}]'
+        if os.geteuid() == 0:
+            slow = "[" + ", ".join(f"{{cpu_quota = {q}}}" for q in QUOTAS) + "]"
+            print(f"slow worker: CPU quotas {QUOTAS} (cores)", flush=True)
+        else:
+            slow = "[{}, {}, {}, {slowdown = 2.0}]"
+            print("slow worker: not root, so no CPU quotas: worker 3 sleeps 2x its compute (the others may use "
+                  "its core meanwhile)", flush=True)
         mbps = float(os.environ.get("LIMIT_MBPS", "0"))
         base = {}
         if "slow_links" in SCENARIOS and not mbps:
@@ -143,7 +154,7 @@ def main():
                                           keys, servers))
                     results[f"{algo}/hosts"] = r
                     print(f"{algo:>14} {'tbf_hosts':>12} {json.dumps(r)}", flush=True)
-    print(f"\n| algorithm | equal: s to {TARGET} | bytes/worker | slow worker (x4): s | slow links: s | bytes/worker "
+    print(f"\n| algorithm | equal: s to {TARGET} | bytes/worker | slow worker: s | slow links: s | bytes/worker "
           f"| tbf hosts: s |")
     print("|---|---|---|---|---|---|---|")
     for algo in ALGOS + ["auto"]:
