@@ -135,6 +135,21 @@ cudnnPoolingMode_t AvgMode(const PoolParams& p) {
                              : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
 }
 
+struct PooledDims {
+  int n = 0, c = 0, h = 0, w = 0;
+};
+
+// The pooled output's dimensions as cuDNN computes them for input x (descriptor xd); a window
+// larger than the padded input would give an empty output, refused by name.
+PooledDims PooledOutput(cudnnPoolingDescriptor_t pool, cudnnTensorDescriptor_t xd, const PoolParams& p, const Tensor& x,
+                        const std::string& where) {
+  PooledDims d;
+  Check(cudnnGetPooling2dForwardOutputDim(pool, xd, &d.n, &d.c, &d.h, &d.w), where);
+  SHOAL_CHECK(d.h > 0 && d.w > 0,
+              where + ": window " + PoolGeometry(p) + " larger than the padded input " + Dims(x.shape()));
+  return d;
+}
+
 }  // namespace
 
 void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y, Tensor& /*workspace*/) {
@@ -147,10 +162,7 @@ void CudaBackend::MaxPoolForward(const Tensor& x, const PoolParams& p, Tensor& y
   cudautil::PoolDesc pool;
   SetPool(pool.get(), CUDNN_POOLING_MAX_DETERMINISTIC, p, Where(op));
   cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3), dt);
-  int n = 0, c = 0, h = 0, w = 0;
-  Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
-  SHOAL_CHECK(h > 0 && w > 0,
-              Where(op) + ": window " + PoolGeometry(p) + " larger than the padded input " + Dims(x.shape()));
+  const auto [n, c, h, w] = PooledOutput(pool.get(), xd, p, x, Where(op));
   ExpectShape(y, {n, c, h, w}, op, "y");
   cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w, dt);
   const float one = 1.f, zero = 0.f;
@@ -171,8 +183,7 @@ void CudaBackend::MaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor
   cudautil::PoolDesc pool;
   SetPool(pool.get(), CUDNN_POOLING_MAX_DETERMINISTIC, p, Where(op));
   cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3), dt);
-  int n = 0, c = 0, h = 0, w = 0;
-  Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
+  const auto [n, c, h, w] = PooledOutput(pool.get(), xd, p, x, Where(op));
   ExpectShape(y, {n, c, h, w}, op, "y");
   ExpectShape(dy, {n, c, h, w}, op, "dy");
   cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w, dt);
@@ -191,10 +202,7 @@ void CudaBackend::AvgPoolForward(const Tensor& x, const PoolParams& p, Tensor& y
   cudautil::PoolDesc pool;
   SetPool(pool.get(), AvgMode(p), p, Where(op));
   cudnnTensorDescriptor_t xd = Desc4d(x.dim(0), x.dim(1), x.dim(2), x.dim(3));
-  int n = 0, c = 0, h = 0, w = 0;
-  Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
-  SHOAL_CHECK(h > 0 && w > 0,
-              Where(op) + ": window " + PoolGeometry(p) + " larger than the padded input " + Dims(x.shape()));
+  const auto [n, c, h, w] = PooledOutput(pool.get(), xd, p, x, Where(op));
   ExpectShape(y, {n, c, h, w}, op, "y");
   const float one = 1.f, zero = 0.f;
   Check(cudnnPoolingForward(cudnn_, pool.get(), &one, xd, x.raw(), &zero, Desc4d(n, c, h, w), y.raw()),
@@ -210,10 +218,7 @@ void CudaBackend::AvgPoolBackward(const Tensor& dy, const PoolParams& p, Tensor&
   cudautil::PoolDesc pool;
   SetPool(pool.get(), AvgMode(p), p, Where(op));
   cudnnTensorDescriptor_t xd = Desc4d(dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3));
-  int n = 0, c = 0, h = 0, w = 0;
-  Check(cudnnGetPooling2dForwardOutputDim(pool.get(), xd, &n, &c, &h, &w), Where(op));
-  SHOAL_CHECK(h > 0 && w > 0,
-              Where(op) + ": window " + PoolGeometry(p) + " larger than the padded input " + Dims(dx.shape()));
+  const auto [n, c, h, w] = PooledOutput(pool.get(), xd, p, dx, Where(op));
   ExpectShape(dy, {n, c, h, w}, op, "dy");
   cudnnTensorDescriptor_t yd = Desc4d(n, c, h, w);
   // cuDNN's backward takes the forward's x and y, which an average's gradient does not
