@@ -29,21 +29,34 @@ void CheckKey(const std::string& key) {
 bool RendezvousService::Handle(const InMessage& m, const std::function<void(OutMessage&)>& reply) {
   auto h = m.header();
   auto kind = h.getKind();
-  if (kind != msg::Kind::STORE_SET && kind != msg::Kind::STORE_GET) return false;
+  if (kind != msg::Kind::STORE_SET && kind != msg::Kind::STORE_GET && kind != msg::Kind::STORE_COMPARE_SET)
+    return false;
   std::string key = h.getKey();
   CheckKey(key);
   OutMessage out;
   auto r = out.header();
   r.setRequestId(h.getRequestId());
   r.setRole(msg::Role::SERVER);
-  if (kind == msg::Kind::STORE_SET) {
-    auto v = h.getValue();
+  auto bytes = [](capnp::Data::Reader d) { return std::string(reinterpret_cast<const char*>(d.begin()), d.size()); };
+  auto check_value = [&](capnp::Data::Reader v) {
     SHOAL_CHECK(v.size() <= kMaxValueBytes, "rendezvous value for \"" + key + "\" of " + std::to_string(v.size()) +
                                                 " bytes (at most " + std::to_string(kMaxValueBytes) + ")");
     SHOAL_CHECK(values_.size() < kMaxKeys || values_.count(key),
                 "rendezvous store full (" + std::to_string(kMaxKeys) + " keys)");
-    values_[key] = std::string(reinterpret_cast<const char*>(v.begin()), v.size());
+  };
+  if (kind == msg::Kind::STORE_SET) {
+    check_value(h.getValue());
+    values_[key] = bytes(h.getValue());
     r.setKind(msg::Kind::STORE_ACK);
+  } else if (kind == msg::Kind::STORE_COMPARE_SET) {
+    check_value(h.getValue());
+    auto it = values_.find(key);
+    if ((it == values_.end() ? std::string() : it->second) == bytes(h.getExpected()))
+      it = values_.insert_or_assign(key, bytes(h.getValue())).first;
+    r.setKind(msg::Kind::STORE_VALUE);
+    r.setFound(it != values_.end());
+    if (it != values_.end())
+      r.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(it->second.data()), it->second.size()));
   } else {
     r.setKind(msg::Kind::STORE_VALUE);
     auto it = values_.find(key);
@@ -83,7 +96,8 @@ InMessage CoordinatorStore::Ask(OutMessage& m, uint64_t id, const std::string& w
     if (h.getRequestId() != id) continue;  // a late answer to an earlier request
     if (h.getKind() == msg::Kind::ERROR) throw Error("rendezvous: " + what + ": " + std::string(h.getMessage()));
     if (h.getKind() == m.header().getKind())  // an echo, not the coordinator
-      throw Error("rendezvous: " + what + ": " + UnexpectedAnswer("the coordinator", endpoint_, h.getKind(), h.getKind()));
+      throw Error("rendezvous: " + what + ": " +
+                  UnexpectedAnswer("the coordinator", endpoint_, h.getKind(), h.getKind()));
     return r;
   }
 }
@@ -99,8 +113,29 @@ void CoordinatorStore::Set(const std::string& key, const std::string& value) {
   h.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
   InMessage r = Ask(m, id, "set \"" + key + "\"", request_timeout_ms_);
   SHOAL_CHECK(r.header().getKind() == msg::Kind::STORE_ACK,
-              "rendezvous: set \"" + key + "\": " +
-                  UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_SET, r.header().getKind()));
+              "rendezvous: set \"" + key +
+                  "\": " + UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_SET, r.header().getKind()));
+}
+
+std::string CoordinatorStore::CompareSet(const std::string& key, const std::string& expected,
+                                         const std::string& desired) {
+  CheckKey(key);
+  OutMessage m;
+  uint64_t id = next_id_++;
+  auto h = m.header();
+  h.setKind(msg::Kind::STORE_COMPARE_SET);
+  h.setRequestId(id);
+  h.setKey(key);
+  h.setExpected(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(expected.data()), expected.size()));
+  h.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(desired.data()), desired.size()));
+  InMessage r = Ask(m, id, "compare-set \"" + key + "\"", request_timeout_ms_);
+  auto rh = r.header();
+  SHOAL_CHECK(rh.getKind() == msg::Kind::STORE_VALUE,
+              "rendezvous: compare-set \"" + key +
+                  "\": " + UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_COMPARE_SET, rh.getKind()));
+  if (!rh.getFound()) return "";
+  auto v = rh.getValue();
+  return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
 }
 
 std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
@@ -119,8 +154,8 @@ std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
     InMessage r = Ask(m, id, "get \"" + key + "\"", ask_ms);
     auto rh = r.header();
     SHOAL_CHECK(rh.getKind() == msg::Kind::STORE_VALUE,
-                "rendezvous: get \"" + key + "\": " +
-                    UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_GET, rh.getKind()));
+                "rendezvous: get \"" + key +
+                    "\": " + UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_GET, rh.getKind()));
     if (rh.getFound()) {
       auto v = rh.getValue();
       return std::string(reinterpret_cast<const char*>(v.begin()), v.size());

@@ -45,6 +45,8 @@ class CoordinatorStore : public Store {
   ~CoordinatorStore() override;
   void Set(const std::string& key, const std::string& value) override;
   std::string Get(const std::string& key, int timeout_ms) override;
+  // Not resent: a lost answer is an error (the caller reads the key to learn what won).
+  std::string CompareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
 
  private:
   InMessage Ask(OutMessage& m, uint64_t id, const std::string& what, int timeout_ms);
