@@ -1,5 +1,6 @@
 // LiveQuorum's rounds over a real store and real rings, one forked process per rank: a rank
-// the coordinator lists dead is left out and the others' ring shrinks; the same rank started
+// the coordinator lists dead is left out and the others' ring shrinks (the deciding rank 0
+// too: the next lowest member takes over); the same rank started
 // again (a new LiveQuorum, announcing itself as a newcomer) is taken only by a round that
 // admits newcomers; every member of a round sees the same members, and the round's
 // all-reduce sums exactly theirs.
@@ -105,6 +106,69 @@ TEST(LiveQuorum, DeadRankLeftOutAndRestartedRankRejoinsAtARoundThatAdmitsNewcome
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return 10;
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// Waits (bounded by RunRanks) until `key` holds `value`.
+void AwaitValue(Store& store, const std::string& key, const std::string& value) {
+  while (true) {
+    try {
+      if (store.Get(key, 0) == value) return;
+    } catch (const Error&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Rank 0, which decides while it lives, dies after a round's collective and before its
+// outcome: once the coordinator lists it dead, rank 1 takes over, settles that round as failed
+// (rank 0 never reported it), decides the next rounds among 1 and 2, and takes rank 0 back
+// when it returns as a newcomer; rank 0, a member again, decides once more.
+TEST(LiveQuorum, TheDeciderListedDeadMidRoundIsReplacedByTheNextLowestMember) {
+  const std::string dir = ::testing::TempDir() + "/live_quorum_handover_" + std::to_string(getpid());
+  const JobConfig cfg;
+  auto codes = RunRanks(3, [&](int rank) {
+    auto store = std::make_shared<FileStore>(dir);
+    AlgorithmEnv env = Env(cfg, rank, 3, store);
+    auto quorum = std::make_unique<LiveQuorum>(env, "q");
+    auto round0 = CountAndSum(quorum->Enter(false, 0), rank);
+    if (round0 != std::make_pair(3.f, 6.f) || !quorum->Settle(true)) return 1;
+    auto round1 = CountAndSum(quorum->Enter(false, 0), rank);
+    if (round1 != std::make_pair(3.f, 6.f)) return 2;
+    if (rank == 0) {
+      quorum.reset();  // dies before it settles round 1, whose outcome it would have decided
+      store->Set(kDeadRanksKey, "0");
+      AwaitValue(*store, "test.round2_done", "yes");
+      store->Set(kDeadRanksKey, "");  // started again: it heartbeats
+      auto again = std::make_unique<LiveQuorum>(env, "q");
+      Communicator& ring = again->EnterAsJoiner();
+      // Rank 1 hands it the state: ring index 1 of members 0, 1, 2.
+      if (again->joiners() != std::vector<int>{0} || again->StateRoot() != 1) return 3;
+      if (CountAndSum(ring, rank) != std::make_pair(3.f, 6.f) || !again->Settle(true)) return 4;
+      auto last = CountAndSum(again->Enter(false, 0), rank);  // rank 0, a member again, decides it
+      if (last != std::make_pair(3.f, 6.f) || !again->Settle(true)) return 5;
+      again->End();
+      return 0;
+    }
+    if (quorum->Settle(true)) return 6;  // rank 0 never reported round 1: nobody may use it
+    Communicator& r2 = quorum->Enter(false, 0);
+    if (quorum->members() != std::vector<int>{1, 2}) return 7;
+    if (CountAndSum(r2, rank) != std::make_pair(2.f, 5.f) || !quorum->Settle(true)) return 8;
+    if (rank == 1) store->Set("test.round2_done", "yes");
+    for (int i = 0; i < 500; ++i) {
+      Communicator& ring = quorum->Enter(true, 0);
+      const bool joined = quorum->members() == std::vector<int>{0, 1, 2};
+      auto sums = CountAndSum(ring, rank);
+      if (sums != (joined ? std::make_pair(3.f, 6.f) : std::make_pair(2.f, 5.f)) || !quorum->Settle(true)) return 9;
+      if (joined) {
+        if (quorum->joiners() != std::vector<int>{0}) return 10;
+        auto last = CountAndSum(quorum->Enter(false, 0), rank);
+        return last == std::make_pair(3.f, 6.f) && quorum->Settle(true) ? 0 : 11;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return 12;
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
