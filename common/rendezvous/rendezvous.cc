@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -168,6 +169,14 @@ std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
   }
 }
 
+MembershipOptions JobMembership(const JobConfig& cfg, bool deaths_end_job) {
+  MembershipOptions mo;
+  for (auto& w : cfg.workers) mo.hosts.push_back(w.host);
+  mo.heartbeat_timeout_ms = int(cfg.heartbeat_timeout_ms);
+  mo.deaths_end_job = deaths_end_job;
+  return mo;
+}
+
 RendezvousServer::RendezvousServer(const std::string& bind_endpoint, const CurveKeys& keys, MembershipOptions members)
     : members_(std::move(members)) {
   const size_t n = members_.hosts.size();
@@ -243,6 +252,7 @@ void RendezvousServer::Tick() {
       dead_message_ = what;
   }
   all_gone_ = AllGone();
+  finished_ = all_gone_ && std::find(seen_.begin(), seen_.end(), 1) != seen_.end();
 }
 
 void RendezvousServer::PublishDead() {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <functional>
 
+#include "common/config.h"
 #include "common/rendezvous/store.h"
 #include "common/transport/heartbeat.h"
 #include "common/transport/transport.h"
@@ -67,12 +68,17 @@ struct MembershipOptions {
   bool deaths_end_job = true;
 };
 
+// What a job's coordinator watches: its workers' hosts and heartbeat timeout from the job
+// file; `deaths_end_job`: false for a job that survives lost workers.
+MembershipOptions JobMembership(const JobConfig& cfg, bool deaths_end_job);
+
 // The store key under which the coordinator of a job without deaths_end_job lists the
 // workers silent past the heartbeat timeout ("1,3"; "" when none).
 inline constexpr const char* kDeadRanksKey = "members.dead";
 
 // The coordinator of a job without servers: worker rank 0 runs one on its own thread and
-// socket. It serves rendezvous and membership: it acknowledges every worker's heartbeat,
+// socket, or (a job that survives lost workers, rank 0 included) a process of its own,
+// `shoal-launch --serve_coordinator`. It serves rendezvous and membership: it acknowledges every worker's heartbeat,
 // and once a worker has been silent past the timeout it answers every other heartbeat
 // with memberDead naming the rank and host, so every member learns it within a timeout.
 class RendezvousServer {
@@ -83,6 +89,9 @@ class RendezvousServer {
   // so no member is left talking to a coordinator that went away.
   ~RendezvousServer();
   const std::string& endpoint() const { return endpoint_; }
+  // Some worker heartbeated, and every one seen has since left or been listed dead: a
+  // coordinator of its own process (`shoal coordinator`) may exit.
+  bool finished() const { return finished_; }
 
  private:
   void Run();
@@ -101,6 +110,7 @@ class RendezvousServer {
   RendezvousService service_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> all_gone_{false};
+  std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 

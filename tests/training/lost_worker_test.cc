@@ -1,7 +1,8 @@
 // diloco with [algorithm] elastic = true: a worker killed (SIGKILL) mid-run drops out of the
 // outer steps and the others go on without a whole-job restart; `shoal run` starts it again
 // alone and it takes the global weights at the next outer step, or, without restarts left, the
-// others finish alone. With [job] checkpoint_dir, the checkpoints commit among each round's
+// others finish alone; worker 0 too (the coordinator is a process of its own, and the next
+// lowest worker decides the rounds). With [job] checkpoint_dir, the checkpoints commit among each round's
 // members: one taken while a worker was dead is complete without it, and --resume hands that
 // worker the global state. Real launcher and workers on loopback, real RocksDB stores,
 // CurveZMQ keys on every link, bounded waits, no process left behind.
@@ -144,6 +145,68 @@ TEST(LostWorker, NotRestartedTheOthersFinishAlone) {
       acc, KillToNextRound(r));
 }
 
+// Worker 0, the lowest rank (it decides the rounds while it lives), killed mid-run and
+// started again alone: the next lowest decides meanwhile, worker 0 rejoins with the others'
+// weights (no whole-job restart), and all four end on one model. The coordinator is a process
+// of its own, so it goes on serving throughout.
+TEST(LostWorker, WorkerZeroRestartedAloneRejoins) {
+  JobRun r = KilledRun("elastic_kill0", "0", 1, true);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(JsonNumber(r.done_line, "restarts").value_or(0), 1) << r.done_line;
+  EXPECT_FALSE(JsonNumber(r.done_line, "workers_failed").has_value()) << r.done_line;
+  auto restarts = Events(r, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << r.stderr_text;
+  EXPECT_EQ(JsonField(restarts[0], "alone").value_or(""), "worker 0") << restarts[0];
+  EXPECT_TRUE(Events(r, "resume").empty()) << r.stderr_text;
+  auto rejoin = Events(r, "rejoin");
+  ASSERT_EQ(rejoin.size(), 1u) << r.stderr_text;
+  EXPECT_EQ(JsonNumber(rejoin[0], "rank").value_or(-1), 0);
+  const double round = JsonNumber(rejoin[0], "round").value_or(-1);
+  std::set<int> members;
+  std::set<std::string> hashes = {JsonField(rejoin[0], "weights_hash").value_or("?")};
+  for (auto& e : Events(r, "join_round"))
+    if (JsonNumber(e, "round").value_or(-2) == round) {
+      members.insert(int(JsonNumber(e, "rank").value_or(-1)));
+      hashes.insert(JsonField(e, "weights_hash").value_or("?"));
+    }
+  EXPECT_EQ(members, (std::set<int>{1, 2, 3})) << r.stderr_text;
+  EXPECT_EQ(hashes.size(), 1u) << "worker 0's weights differ from the others' after its first outer step";
+  // Worker 1 decided while worker 0 was gone.
+  bool by_one = false;
+  for (auto& q : Events(r, "quorum")) by_one = by_one || JsonNumber(q, "decider").value_or(-1) == 1;
+  EXPECT_TRUE(by_one) << r.stderr_text;
+  ExpectAllFourEndOnOneModel(r, 93 * 6);
+  printf(
+      "elastic diloco, worker 0 killed and rejoined at step %.0f: accuracy %.4f; %.2f s from the kill to the next "
+      "outer round\n",
+      JsonNumber(rejoin[0], "step").value_or(0), JsonNumber(r.done_line, "test_accuracy").value_or(0),
+      KillToNextRound(r));
+}
+
+// Worker 0 killed with no restart left: the other three finish, and the done line counts it
+// failed and carries a live worker's final accuracy.
+TEST(LostWorker, WorkerZeroNotRestartedTheOthersFinish) {
+  JobRun r = KilledRun("elastic_lost0", "0", 0, true);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
+  EXPECT_TRUE(Events(r, "restart").empty()) << r.stderr_text;
+  bool without = false;
+  for (auto& q : Events(r, "quorum")) without = without || JsonField(q, "members").value_or("") == "1,2,3";
+  EXPECT_TRUE(without) << r.stderr_text;
+  std::map<int, std::string> ends = EndHashes(r);
+  EXPECT_EQ(ends.size(), 3u) << r.stderr_text;
+  EXPECT_EQ(ends.count(0), 0u);
+  for (auto& [rank, hash] : ends) EXPECT_EQ(hash, ends[1]) << "worker " << rank;
+  // The done line's accuracy is one of theirs.
+  std::set<double> accs;
+  for (auto& e : Events(r, "end")) accs.insert(JsonNumber(e, "test_accuracy").value_or(-1));
+  EXPECT_EQ(accs.count(JsonNumber(r.done_line, "test_accuracy").value_or(-2)), 1u) << r.done_line;
+  printf(
+      "elastic diloco, worker 0 killed and not restarted: accuracy %.4f; %.2f s from the kill to the next outer "
+      "round\n",
+      JsonNumber(r.done_line, "test_accuracy").value_or(0), KillToNextRound(r));
+}
+
 // The job of `Job` with a checkpoint every outer step (every 10 steps) in <dir>/ckpt.
 std::string CheckpointedJob(const std::string& name, const std::string& dir, int epochs, int max_restarts) {
   std::string t = Job(name, dir, epochs, max_restarts, true);
@@ -181,10 +244,9 @@ std::string CheckpointState(const std::string& dir) {
 }
 
 // Checkpoints and elasticity together: worker 2 killed and restarted alone mid-run, then the
-// whole job stopped (worker 0, the coordinator's host, killed with no restart left) after a
-// later checkpoint, and resumed with --resume: it finishes, every worker on the same weights,
-// as accurate as an uninterrupted run must be. The checkpoint at the step worker 2 rejoined
-// at lists it absent and its store lacks it (it trains from the step after, and wrote nothing
+// whole job stopped (its coordinator killed, with no restart left) after a later checkpoint, and resumed with --resume:
+// it finishes, every worker on the same weights, as accurate as an uninterrupted run must be. The checkpoint at the
+// step worker 2 rejoined at lists it absent and its store lacks it (it trains from the step after, and wrote nothing
 // before it held the global state).
 TEST(LostWorker, CheckpointedRejoinedThenWholeJobKilledAndResumed) {
   const std::string dir = FreshDir("elastic_ckpt");
@@ -193,12 +255,14 @@ TEST(LostWorker, CheckpointedRejoinedThenWholeJobKilledAndResumed) {
   std::thread killer([&] {
     KillWhenTraining(dir, "--rank 2", 40);
     if (!WaitForEvents(dir, "rejoin", 1, 300)) return;
-    second_kill = KillWhenLogged(dir, "--rank 0", "checkpoint", CountEvents(dir, "checkpoint") + 2, 300);
+    if (!WaitForEvents(dir, "checkpoint", CountEvents(dir, "checkpoint") + 2, 300)) return;
+    // "[r]": the pattern must not match the shell that runs pkill.
+    second_kill = system(("pkill -KILL -f -- '--serve_coordinato[r] .*" + dir + "/job.toml'").c_str()) == 0;
   });
   JobRun killed = RunJob(dir, job, 600);
   killer.join();
   ASSERT_TRUE(second_kill) << killed.stderr_text;
-  EXPECT_NE(killed.exit_code, 0) << "worker 0's death with no restart left ends the attempt";
+  EXPECT_NE(killed.exit_code, 0) << "the coordinator's death with no restart left ends the attempt";
   EXPECT_EQ(ProcessesOf(dir), 0);
   auto restarts = Events(killed, "restart");
   ASSERT_EQ(restarts.size(), 1u) << killed.stderr_text;
