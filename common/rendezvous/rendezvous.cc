@@ -25,6 +25,14 @@ void CheckKey(const std::string& key) {
                   std::to_string(RendezvousService::kMaxKeyBytes) + ")");
 }
 
+kj::ArrayPtr<const capnp::byte> Bytes(const std::string& s) {
+  return kj::arrayPtr(reinterpret_cast<const capnp::byte*>(s.data()), s.size());
+}
+std::string ValueOf(msg::Header::Reader h) {
+  auto v = h.getValue();
+  return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
+}
+
 }  // namespace
 
 bool RendezvousService::Handle(const InMessage& m, const std::function<void(OutMessage&)>& reply) {
@@ -39,32 +47,27 @@ bool RendezvousService::Handle(const InMessage& m, const std::function<void(OutM
   r.setRequestId(h.getRequestId());
   r.setRole(msg::Role::SERVER);
   auto bytes = [](capnp::Data::Reader d) { return std::string(reinterpret_cast<const char*>(d.begin()), d.size()); };
-  auto check_value = [&](capnp::Data::Reader v) {
+  if (kind == msg::Kind::STORE_SET || kind == msg::Kind::STORE_COMPARE_SET) {
+    auto v = h.getValue();
     SHOAL_CHECK(v.size() <= kMaxValueBytes, "rendezvous value for \"" + key + "\" of " + std::to_string(v.size()) +
                                                 " bytes (at most " + std::to_string(kMaxValueBytes) + ")");
     SHOAL_CHECK(values_.size() < kMaxKeys || values_.count(key),
                 "rendezvous store full (" + std::to_string(kMaxKeys) + " keys)");
-  };
+  }
   if (kind == msg::Kind::STORE_SET) {
-    check_value(h.getValue());
     values_[key] = bytes(h.getValue());
     r.setKind(msg::Kind::STORE_ACK);
-  } else if (kind == msg::Kind::STORE_COMPARE_SET) {
-    check_value(h.getValue());
-    auto it = values_.find(key);
-    if ((it == values_.end() ? std::string() : it->second) == bytes(h.getExpected()))
-      it = values_.insert_or_assign(key, bytes(h.getValue())).first;
-    r.setKind(msg::Kind::STORE_VALUE);
-    r.setFound(it != values_.end());
-    if (it != values_.end())
-      r.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(it->second.data()), it->second.size()));
-  } else {
-    r.setKind(msg::Kind::STORE_VALUE);
-    auto it = values_.find(key);
-    r.setFound(it != values_.end());
-    if (it != values_.end())
-      r.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(it->second.data()), it->second.size()));
+    reply(out);
+    return true;
   }
+  auto it = values_.find(key);
+  if (kind == msg::Kind::STORE_COMPARE_SET &&
+      (it == values_.end() ? std::string() : it->second) == bytes(h.getExpected()))
+    it = values_.insert_or_assign(key, bytes(h.getValue())).first;
+  // storeGet, and storeCompareSet: what the key holds now.
+  r.setKind(msg::Kind::STORE_VALUE);
+  r.setFound(it != values_.end());
+  if (it != values_.end()) r.setValue(Bytes(it->second));
   reply(out);
   return true;
 }
@@ -103,64 +106,53 @@ InMessage CoordinatorStore::Ask(OutMessage& m, uint64_t id, const std::string& w
   }
 }
 
-void CoordinatorStore::Set(const std::string& key, const std::string& value) {
+msg::Header::Reader CoordinatorStore::Request(msg::Kind kind, const std::string& key, const std::string& what,
+                                              msg::Kind answer, int timeout_ms,
+                                              const std::function<void(msg::Header::Builder)>& fill, InMessage* r) {
   CheckKey(key);
   OutMessage m;
-  uint64_t id = next_id_++;
+  const uint64_t id = next_id_++;
   auto h = m.header();
-  h.setKind(msg::Kind::STORE_SET);
+  h.setKind(kind);
   h.setRequestId(id);
   h.setKey(key);
-  h.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
-  InMessage r = Ask(m, id, "set \"" + key + "\"", request_timeout_ms_);
-  SHOAL_CHECK(r.header().getKind() == msg::Kind::STORE_ACK,
-              "rendezvous: set \"" + key +
-                  "\": " + UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_SET, r.header().getKind()));
+  if (fill) fill(h);
+  *r = Ask(m, id, what + " \"" + key + "\"", timeout_ms);
+  auto rh = r->header();
+  SHOAL_CHECK(rh.getKind() == answer, "rendezvous: " + what + " \"" + key +
+                                          "\": " + UnexpectedAnswer("the coordinator", endpoint_, kind, rh.getKind()));
+  return rh;
+}
+
+void CoordinatorStore::Set(const std::string& key, const std::string& value) {
+  InMessage r;
+  Request(
+      msg::Kind::STORE_SET, key, "set", msg::Kind::STORE_ACK, request_timeout_ms_,
+      [&](msg::Header::Builder h) { h.setValue(Bytes(value)); }, &r);
 }
 
 std::string CoordinatorStore::CompareSet(const std::string& key, const std::string& expected,
                                          const std::string& desired) {
-  CheckKey(key);
-  OutMessage m;
-  uint64_t id = next_id_++;
-  auto h = m.header();
-  h.setKind(msg::Kind::STORE_COMPARE_SET);
-  h.setRequestId(id);
-  h.setKey(key);
-  h.setExpected(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(expected.data()), expected.size()));
-  h.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(desired.data()), desired.size()));
-  InMessage r = Ask(m, id, "compare-set \"" + key + "\"", request_timeout_ms_);
-  auto rh = r.header();
-  SHOAL_CHECK(rh.getKind() == msg::Kind::STORE_VALUE,
-              "rendezvous: compare-set \"" + key +
-                  "\": " + UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_COMPARE_SET, rh.getKind()));
-  if (!rh.getFound()) return "";
-  auto v = rh.getValue();
-  return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
+  InMessage r;
+  auto h = Request(
+      msg::Kind::STORE_COMPARE_SET, key, "compare-set", msg::Kind::STORE_VALUE, request_timeout_ms_,
+      [&](msg::Header::Builder b) {
+        b.setExpected(Bytes(expected));
+        b.setValue(Bytes(desired));
+      },
+      &r);
+  return h.getFound() ? ValueOf(h) : "";
 }
 
 std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
-  CheckKey(key);
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   int pause_ms = 5;
   while (true) {
-    OutMessage m;
-    uint64_t id = next_id_++;
-    auto h = m.header();
-    h.setKind(msg::Kind::STORE_GET);
-    h.setRequestId(id);
-    h.setKey(key);
     // The coordinator may still be starting: its first answer may take the whole wait.
     int ask_ms = std::max(1, std::max(LeftMs(deadline), std::min(request_timeout_ms_, 1000)));
-    InMessage r = Ask(m, id, "get \"" + key + "\"", ask_ms);
-    auto rh = r.header();
-    SHOAL_CHECK(rh.getKind() == msg::Kind::STORE_VALUE,
-                "rendezvous: get \"" + key +
-                    "\": " + UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_GET, rh.getKind()));
-    if (rh.getFound()) {
-      auto v = rh.getValue();
-      return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
-    }
+    InMessage r;
+    auto h = Request(msg::Kind::STORE_GET, key, "get", msg::Kind::STORE_VALUE, ask_ms, nullptr, &r);
+    if (h.getFound()) return ValueOf(h);
     if (LeftMs(deadline) == 0)
       throw Error("rendezvous: no value for \"" + key + "\" at the coordinator " + endpoint_ + " after " +
                   std::to_string(timeout_ms) + " ms (did that rank start?)" + RefusedHandshakes());

@@ -51,6 +51,10 @@ class CoordinatorStore : public Store {
 
  private:
   InMessage Ask(OutMessage& m, uint64_t id, const std::string& what, int timeout_ms);
+  // One request of `kind` about `key` (`fill` sets its other fields) whose answer must be of
+  // kind `answer`; the answer's header, which lives in *r.
+  msg::Header::Reader Request(msg::Kind kind, const std::string& key, const std::string& what, msg::Kind answer,
+                              int timeout_ms, const std::function<void(msg::Header::Builder)>& fill, InMessage* r);
   std::string endpoint_;
   int request_timeout_ms_;
   TransportContext ctx_{"rendezvous client"};

@@ -47,6 +47,29 @@ AlgorithmEnv Env(const JobConfig& cfg, int rank, int world, const std::shared_pt
   return env;
 }
 
+// A round (no newcomers) whose members are ranks 0, 1 and 2, completed and committed.
+bool RoundAmongAllThree(LiveQuorum& quorum, int rank) {
+  return CountAndSum(quorum.Enter(false, 0), rank) == std::make_pair(3.f, 6.f) && quorum.Settle(true);
+}
+
+// A member of 3 ranks, one of them (`joiner`) gone: rounds that admit newcomers (their sums
+// `without` it) until `joiner` is back, then one more round among all three. 0 when all went
+// as they must, else which check failed (1 to 4).
+int RoundsUntilItRejoins(LiveQuorum& quorum, int rank, int joiner, std::pair<float, float> without) {
+  for (int i = 0; i < 500; ++i) {  // bounded
+    Communicator& ring = quorum.Enter(true, 0);
+    const bool joined = quorum.members() == std::vector<int>{0, 1, 2};
+    auto sums = CountAndSum(ring, rank);
+    if (sums != (joined ? std::make_pair(3.f, 6.f) : without) || !quorum.Settle(true)) return 1;
+    if (joined) {
+      if (quorum.joiners() != std::vector<int>{joiner}) return 2;
+      return RoundAmongAllThree(quorum, rank) ? 0 : 3;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 4;
+}
+
 TEST(LiveQuorum, DeadRankLeftOutAndRestartedRankRejoinsAtARoundThatAdmitsNewcomers) {
   const std::string dir = ::testing::TempDir() + "/live_quorum_" + std::to_string(getpid());
   const JobConfig cfg;  // collective_timeout_ms: its default
@@ -54,8 +77,7 @@ TEST(LiveQuorum, DeadRankLeftOutAndRestartedRankRejoinsAtARoundThatAdmitsNewcome
     auto store = std::make_shared<FileStore>(dir);
     AlgorithmEnv env = Env(cfg, rank, 3, store);
     auto quorum = std::make_unique<LiveQuorum>(env, "q");
-    auto round0 = CountAndSum(quorum->Enter(false, 0), rank);
-    if (round0 != std::make_pair(3.f, 6.f) || !quorum->Settle(true)) return 1;
+    if (!RoundAmongAllThree(*quorum, rank)) return 1;
     if (rank == 2) {
       // Gone: this process's quorum and ring go away, the coordinator would list it dead,
       // and a new incarnation comes back once the others held a round without it.
@@ -74,8 +96,7 @@ TEST(LiveQuorum, DeadRankLeftOutAndRestartedRankRejoinsAtARoundThatAdmitsNewcome
       if (again->joiners() != std::vector<int>{2} || again->StateRoot() != 0) return 2;
       auto joined = CountAndSum(ring, rank);
       if (joined != std::make_pair(3.f, 6.f) || !again->Settle(true)) return 3;
-      auto last = CountAndSum(again->Enter(false, 0), rank);
-      return last == std::make_pair(3.f, 6.f) && again->Settle(true) ? 0 : 4;
+      return RoundAmongAllThree(*again, rank) ? 0 : 4;
     }
     // Round 1 admits no newcomer: it waits for rank 2 until the coordinator lists it dead.
     while (true) {
@@ -90,22 +111,9 @@ TEST(LiveQuorum, DeadRankLeftOutAndRestartedRankRejoinsAtARoundThatAdmitsNewcome
     auto round1 = CountAndSum(r1, rank);
     if (round1 != std::make_pair(2.f, 3.f) || !quorum->Settle(true)) return 6;
     if (rank == 0) store->Set("test.round1_done", "yes");
-    // Rounds that admit newcomers, until rank 2 is back (bounded).
-    for (int i = 0; i < 500; ++i) {
-      Communicator& ring = quorum->Enter(true, 0);
-      const bool joined = quorum->members() == std::vector<int>{0, 1, 2};
-      auto sums = CountAndSum(ring, rank);
-      if (sums != (joined ? std::make_pair(3.f, 6.f) : std::make_pair(2.f, 3.f)) || !quorum->Settle(true)) return 7;
-      if (joined) {
-        if (quorum->joiners() != std::vector<int>{2}) return 8;
-        auto last = CountAndSum(quorum->Enter(false, 0), rank);
-        if (last != std::make_pair(3.f, 6.f) || !quorum->Settle(true)) return 9;
-        if (rank == 0) quorum->End();
-        return 0;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return 10;
+    if (int rc = RoundsUntilItRejoins(*quorum, rank, 2, {2.f, 3.f})) return 6 + rc;
+    if (rank == 0) quorum->End();
+    return 0;
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
@@ -132,8 +140,7 @@ TEST(LiveQuorum, TheDeciderListedDeadMidRoundIsReplacedByTheNextLowestMember) {
     auto store = std::make_shared<FileStore>(dir);
     AlgorithmEnv env = Env(cfg, rank, 3, store);
     auto quorum = std::make_unique<LiveQuorum>(env, "q");
-    auto round0 = CountAndSum(quorum->Enter(false, 0), rank);
-    if (round0 != std::make_pair(3.f, 6.f) || !quorum->Settle(true)) return 1;
+    if (!RoundAmongAllThree(*quorum, rank)) return 1;
     auto round1 = CountAndSum(quorum->Enter(false, 0), rank);
     if (round1 != std::make_pair(3.f, 6.f)) return 2;
     if (rank == 0) {
@@ -146,8 +153,7 @@ TEST(LiveQuorum, TheDeciderListedDeadMidRoundIsReplacedByTheNextLowestMember) {
       // Rank 1 hands it the state: ring index 1 of members 0, 1, 2.
       if (again->joiners() != std::vector<int>{0} || again->StateRoot() != 1) return 3;
       if (CountAndSum(ring, rank) != std::make_pair(3.f, 6.f) || !again->Settle(true)) return 4;
-      auto last = CountAndSum(again->Enter(false, 0), rank);  // rank 0, a member again, decides it
-      if (last != std::make_pair(3.f, 6.f) || !again->Settle(true)) return 5;
+      if (!RoundAmongAllThree(*again, rank)) return 5;  // rank 0, a member again, decides it
       again->End();
       return 0;
     }
@@ -156,19 +162,8 @@ TEST(LiveQuorum, TheDeciderListedDeadMidRoundIsReplacedByTheNextLowestMember) {
     if (quorum->members() != std::vector<int>{1, 2}) return 7;
     if (CountAndSum(r2, rank) != std::make_pair(2.f, 5.f) || !quorum->Settle(true)) return 8;
     if (rank == 1) store->Set("test.round2_done", "yes");
-    for (int i = 0; i < 500; ++i) {
-      Communicator& ring = quorum->Enter(true, 0);
-      const bool joined = quorum->members() == std::vector<int>{0, 1, 2};
-      auto sums = CountAndSum(ring, rank);
-      if (sums != (joined ? std::make_pair(3.f, 6.f) : std::make_pair(2.f, 5.f)) || !quorum->Settle(true)) return 9;
-      if (joined) {
-        if (quorum->joiners() != std::vector<int>{0}) return 10;
-        auto last = CountAndSum(quorum->Enter(false, 0), rank);
-        return last == std::make_pair(3.f, 6.f) && quorum->Settle(true) ? 0 : 11;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return 12;
+    if (int rc = RoundsUntilItRejoins(*quorum, rank, 0, {2.f, 5.f})) return 8 + rc;
+    return 0;
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }

@@ -84,6 +84,58 @@ JobRun KilledRun(const std::string& name, const std::string& rank, int max_resta
   return r;
 }
 
+// At the round that took the rejoined worker in (its `rejoin` event), the others (`others`)
+// logged `join_round`, and all of them hold the same weights after it.
+void ExpectRejoinedOnTheOthersWeights(const JobRun& r, const std::string& rejoin, const std::set<int>& others) {
+  const double round = JsonNumber(rejoin, "round").value_or(-1);
+  std::set<int> members;
+  std::set<std::string> hashes = {JsonField(rejoin, "weights_hash").value_or("?")};
+  for (auto& e : Events(r, "join_round"))
+    if (JsonNumber(e, "round").value_or(-2) == round) {
+      members.insert(int(JsonNumber(e, "rank").value_or(-1)));
+      hashes.insert(JsonField(e, "weights_hash").value_or("?"));
+    }
+  EXPECT_EQ(members, others) << r.stderr_text;
+  EXPECT_EQ(hashes.size(), 1u) << "the rejoined worker's weights differ from the others' after its first outer step";
+}
+
+// Worker `rank` of `r` alone was started again, once, and nothing else was (a whole-job
+// restart names no process alone, and every worker would say it resumed); it rejoined with the
+// others' weights, and all four ended on one model after every step. Its `rejoin` event.
+std::string ExpectRestartedAloneAndRejoined(const JobRun& r, int rank, const std::set<int>& others) {
+  EXPECT_EQ(JsonNumber(r.done_line, "restarts").value_or(0), 1) << r.done_line;
+  EXPECT_FALSE(JsonNumber(r.done_line, "workers_failed").has_value()) << r.done_line;
+  auto restarts = Events(r, "restart");
+  EXPECT_EQ(restarts.size(), 1u) << r.stderr_text;
+  if (!restarts.empty())
+    EXPECT_EQ(JsonField(restarts[0], "alone").value_or(""), "worker " + std::to_string(rank)) << restarts[0];
+  EXPECT_TRUE(Events(r, "resume").empty()) << r.stderr_text;
+  auto rejoin = Events(r, "rejoin");
+  EXPECT_EQ(rejoin.size(), 1u) << r.stderr_text;
+  if (rejoin.empty()) return "";
+  EXPECT_EQ(JsonNumber(rejoin[0], "rank").value_or(-1), rank);
+  EXPECT_GT(JsonNumber(rejoin[0], "step").value_or(0), 0);
+  ExpectRejoinedOnTheOthersWeights(r, rejoin[0], others);
+  ExpectAllFourEndOnOneModel(r, 93 * 6);
+  return rejoin[0];
+}
+
+// The three workers left after `lost` died and was not restarted: some round was decided
+// among them, and they end on one model.
+void ExpectTheOthersFinishedWithout(const JobRun& r, int lost) {
+  std::vector<int> rest;
+  for (int k = 0; k < 4; ++k)
+    if (k != lost) rest.push_back(k);
+  const std::string members = std::to_string(rest[0]) + "," + std::to_string(rest[1]) + "," + std::to_string(rest[2]);
+  bool without = false;
+  for (auto& q : Events(r, "quorum")) without = without || JsonField(q, "members").value_or("") == members;
+  EXPECT_TRUE(without) << r.stderr_text;
+  std::map<int, std::string> ends = EndHashes(r);
+  EXPECT_EQ(ends.size(), 3u) << r.stderr_text;
+  EXPECT_EQ(ends.count(lost), 0u);
+  for (auto& [rank, hash] : ends) EXPECT_EQ(hash, ends[rest[0]]) << "worker " << rank;
+}
+
 TEST(LostWorker, RestartedAloneItRejoinsWithTheGlobalWeights) {
   const std::string base_dir = FreshDir("elastic_no_kill");
   JobRun base = RunJob(base_dir, Job("elastic_no_kill", base_dir, 6, 1, true), 600);
@@ -93,35 +145,11 @@ TEST(LostWorker, RestartedAloneItRejoinsWithTheGlobalWeights) {
   JobRun r = KilledRun("elastic_kill", "2", 1, true);
   ASSERT_EQ(r.exit_code, 0);
   const double acc = JsonNumber(r.done_line, "test_accuracy").value_or(0);
-  EXPECT_EQ(JsonNumber(r.done_line, "restarts").value_or(0), 1) << r.done_line;
-  EXPECT_FALSE(JsonNumber(r.done_line, "workers_failed").has_value()) << r.done_line;
-  // Worker 2 alone was started again, once; nothing else was (a whole-job restart names no
-  // process alone, and every worker would say it resumed).
-  auto restarts = Events(r, "restart");
-  ASSERT_EQ(restarts.size(), 1u) << r.stderr_text;
-  EXPECT_EQ(JsonField(restarts[0], "alone").value_or(""), "worker 2") << restarts[0];
-  EXPECT_TRUE(Events(r, "resume").empty()) << r.stderr_text;
-  // It rejoined: at the round that took it every member ends on the same weights.
-  auto rejoin = Events(r, "rejoin");
-  ASSERT_EQ(rejoin.size(), 1u) << r.stderr_text;
-  EXPECT_EQ(JsonNumber(rejoin[0], "rank").value_or(-1), 2);
-  EXPECT_GT(JsonNumber(rejoin[0], "step").value_or(0), 0);
-  const double round = JsonNumber(rejoin[0], "round").value_or(-1);
-  std::set<int> members;
-  std::set<std::string> hashes = {JsonField(rejoin[0], "weights_hash").value_or("?")};
-  for (auto& e : Events(r, "join_round"))
-    if (JsonNumber(e, "round").value_or(-2) == round) {
-      members.insert(int(JsonNumber(e, "rank").value_or(-1)));
-      hashes.insert(JsonField(e, "weights_hash").value_or("?"));
-    }
-  EXPECT_EQ(members, (std::set<int>{0, 1, 3})) << r.stderr_text;
-  EXPECT_EQ(hashes.size(), 1u) << "the rejoined worker's weights differ from the others' after its first outer step";
-  // All four end on one model, and all trained to the last step.
-  ExpectAllFourEndOnOneModel(r, 93 * 6);
+  const std::string rejoin = ExpectRestartedAloneAndRejoined(r, 2, {0, 1, 3});
   printf(
       "elastic diloco, 4 workers, 6 epochs: accuracy %.4f without a kill, %.4f with worker 2 killed and rejoined "
       "(at step %.0f); %.2f s from the kill to the next outer round\n",
-      base_acc, acc, JsonNumber(rejoin[0], "step").value_or(0), KillToNextRound(r));
+      base_acc, acc, JsonNumber(rejoin, "step").value_or(0), KillToNextRound(r));
 }
 
 TEST(LostWorker, NotRestartedTheOthersFinishAlone) {
@@ -131,14 +159,7 @@ TEST(LostWorker, NotRestartedTheOthersFinishAlone) {
   EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
   EXPECT_TRUE(Events(r, "restart").empty()) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("the outer steps go on among the live workers"), std::string::npos) << r.stderr_text;
-  // Some round after the death was decided among the three left.
-  bool without = false;
-  for (auto& q : Events(r, "quorum")) without = without || JsonField(q, "members").value_or("") == "0,1,2";
-  EXPECT_TRUE(without) << r.stderr_text;
-  std::map<int, std::string> ends = EndHashes(r);
-  EXPECT_EQ(ends.size(), 3u) << r.stderr_text;
-  EXPECT_EQ(ends.count(3), 0u);
-  for (auto& [rank, hash] : ends) EXPECT_EQ(hash, ends[0]) << "worker " << rank;
+  ExpectTheOthersFinishedWithout(r, 3);
   printf(
       "elastic diloco, worker 3 killed and not restarted: accuracy %.4f; %.2f s from the kill to the next outer "
       "round\n",
@@ -152,35 +173,15 @@ TEST(LostWorker, NotRestartedTheOthersFinishAlone) {
 TEST(LostWorker, WorkerZeroRestartedAloneRejoins) {
   JobRun r = KilledRun("elastic_kill0", "0", 1, true);
   ASSERT_EQ(r.exit_code, 0);
-  EXPECT_EQ(JsonNumber(r.done_line, "restarts").value_or(0), 1) << r.done_line;
-  EXPECT_FALSE(JsonNumber(r.done_line, "workers_failed").has_value()) << r.done_line;
-  auto restarts = Events(r, "restart");
-  ASSERT_EQ(restarts.size(), 1u) << r.stderr_text;
-  EXPECT_EQ(JsonField(restarts[0], "alone").value_or(""), "worker 0") << restarts[0];
-  EXPECT_TRUE(Events(r, "resume").empty()) << r.stderr_text;
-  auto rejoin = Events(r, "rejoin");
-  ASSERT_EQ(rejoin.size(), 1u) << r.stderr_text;
-  EXPECT_EQ(JsonNumber(rejoin[0], "rank").value_or(-1), 0);
-  const double round = JsonNumber(rejoin[0], "round").value_or(-1);
-  std::set<int> members;
-  std::set<std::string> hashes = {JsonField(rejoin[0], "weights_hash").value_or("?")};
-  for (auto& e : Events(r, "join_round"))
-    if (JsonNumber(e, "round").value_or(-2) == round) {
-      members.insert(int(JsonNumber(e, "rank").value_or(-1)));
-      hashes.insert(JsonField(e, "weights_hash").value_or("?"));
-    }
-  EXPECT_EQ(members, (std::set<int>{1, 2, 3})) << r.stderr_text;
-  EXPECT_EQ(hashes.size(), 1u) << "worker 0's weights differ from the others' after its first outer step";
+  const std::string rejoin = ExpectRestartedAloneAndRejoined(r, 0, {1, 2, 3});
   // Worker 1 decided while worker 0 was gone.
   bool by_one = false;
   for (auto& q : Events(r, "quorum")) by_one = by_one || JsonNumber(q, "decider").value_or(-1) == 1;
   EXPECT_TRUE(by_one) << r.stderr_text;
-  ExpectAllFourEndOnOneModel(r, 93 * 6);
   printf(
       "elastic diloco, worker 0 killed and rejoined at step %.0f: accuracy %.4f; %.2f s from the kill to the next "
       "outer round\n",
-      JsonNumber(rejoin[0], "step").value_or(0), JsonNumber(r.done_line, "test_accuracy").value_or(0),
-      KillToNextRound(r));
+      JsonNumber(rejoin, "step").value_or(0), JsonNumber(r.done_line, "test_accuracy").value_or(0), KillToNextRound(r));
 }
 
 // Worker 0 killed with no restart left: the other three finish, and the done line counts it
@@ -190,13 +191,7 @@ TEST(LostWorker, WorkerZeroNotRestartedTheOthersFinish) {
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
   EXPECT_TRUE(Events(r, "restart").empty()) << r.stderr_text;
-  bool without = false;
-  for (auto& q : Events(r, "quorum")) without = without || JsonField(q, "members").value_or("") == "1,2,3";
-  EXPECT_TRUE(without) << r.stderr_text;
-  std::map<int, std::string> ends = EndHashes(r);
-  EXPECT_EQ(ends.size(), 3u) << r.stderr_text;
-  EXPECT_EQ(ends.count(0), 0u);
-  for (auto& [rank, hash] : ends) EXPECT_EQ(hash, ends[1]) << "worker " << rank;
+  ExpectTheOthersFinishedWithout(r, 0);
   // The done line's accuracy is one of theirs.
   std::set<double> accs;
   for (auto& e : Events(r, "end")) accs.insert(JsonNumber(e, "test_accuracy").value_or(-1));
