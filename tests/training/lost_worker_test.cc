@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +21,7 @@
 
 #include "common/checkpoint/checkpoint_store.h"
 #include "common/json_fields.h"
+#include "tests/ps/ps_test_util.h"
 #include "tests/training/job_runner.h"
 
 namespace shoal {
@@ -71,6 +74,17 @@ void ExpectAllFourEndOnOneModel(const JobRun& r, int64_t steps) {
   for (auto& e : Events(r, "end")) EXPECT_EQ(int64_t(JsonNumber(e, "steps").value_or(0)), steps) << e;
 }
 
+// The coordinator processes (shoal-launch --serve_coordinator) of the job in `dir`.
+int CoordinatorsOf(const std::string& dir) {
+  // "[r]": the pattern must not match the shell that runs pgrep.
+  FILE* p = popen(("pgrep -c -f -- '--serve_coordinato[r] .*" + dir + "/job.toml' 2>/dev/null").c_str(), "r");
+  if (!p) return -1;
+  int n = 0;
+  if (fscanf(p, "%d", &n) != 1) n = 0;
+  pclose(p);
+  return n;
+}
+
 // A job of 6 epochs whose worker `rank` is killed once the job logged 40 train events (about
 // step 200, between or inside outer steps as it happens); it must end well all the same.
 JobRun KilledRun(const std::string& name, const std::string& rank, int max_restarts, bool keys) {
@@ -81,6 +95,7 @@ JobRun KilledRun(const std::string& name, const std::string& rank, int max_resta
   EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.80) << r.done_line;
   EXPECT_EQ(ProcessesOf(dir), 0);
+  EXPECT_EQ(CoordinatorsOf(dir), 0);
   return r;
 }
 
@@ -332,6 +347,40 @@ TEST(LostWorker, ACheckpointTakenWhileAWorkerWasDeadIsCompleteAndResumes) {
   ExpectAllFourEndOnOneModel(resumed, 93 * 3);
   printf("elastic diloco, worker 3 lost: checkpoint %lld complete without it; resumed, accuracy %.4f\n",
          (long long)last_id, JsonNumber(resumed.done_line, "test_accuracy").value_or(0));
+}
+
+// Started as a cluster starts it (one shoal-task per rank, the rank from RANK / WORLD_SIZE, as
+// srun or mpirun set theirs): task 0 starts the job's coordinator beside its worker, every
+// worker meets it at [cluster] coordinator, the job ends on one model, and the coordinator
+// leaves by itself once every worker has.
+TEST(LostWorker, ShoalTaskZeroStartsTheCoordinator) {
+  const std::string dir = FreshDir("elastic_task");
+  std::string toml = Job("elastic_task", dir, 2, 0, true);
+  toml.replace(toml.find("[cluster]\n"), 10,
+               "[cluster]\ncoordinator = \"127.0.0.1:" + std::to_string(FreePort()) + "\"\n");
+  std::ofstream(dir + "/job.toml") << toml;
+  std::string cmd = "cd " + dir + " && for r in 0 1 2 3; do (RANK=$r WORLD_SIZE=4 timeout -s KILL 240 " + BinDir() +
+                    "/tools/launcher/shoal-task --config " + dir +
+                    "/job.toml > task-$r.log 2>&1; echo $? > rc-$r) & "
+                    "done; wait";
+  ASSERT_EQ(system(cmd.c_str()), 0);
+  auto read = [&](const std::string& name) {
+    std::ifstream in(dir + "/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(read("rc-" + std::to_string(r)), "0\n") << read("task-" + std::to_string(r) + ".log");
+  EXPECT_NE(read("task-0.log").find("shoal: coordinator of job elastic_task serving at 127.0.0.1:"), std::string::npos)
+      << read("task-0.log");
+  std::set<std::string> hashes;
+  std::ifstream m(dir + "/out/metrics.jsonl");
+  for (std::string l; std::getline(m, l);)
+    if (JsonField(l, "event").value_or("") == "end") hashes.insert(JsonField(l, "weights_hash").value_or(""));
+  EXPECT_EQ(hashes.size(), 1u) << "the workers ended with different weights (or none ended)";
+  // It leaves within a heartbeat timeout of the last worker's leave (bounded wait).
+  for (int i = 0; i < 100 && CoordinatorsOf(dir) > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(CoordinatorsOf(dir), 0);
+  EXPECT_NE(read("task-0.log").find("every worker has left or died"), std::string::npos) << read("task-0.log");
 }
 
 // What elastic cannot be combined with is refused before anything starts, naming the key.
