@@ -206,8 +206,8 @@ Communicator& LiveQuorum::Enter(bool admit_joiners, int64_t step) {
     for (int r = 0; r < env_.world; ++r) candidates.push_back(r);
   // The decider may wait collective_timeout_ms for a silent member; a decider that died is
   // listed dead within heartbeat_timeout_ms, and the next one waits afresh.
-  int decider = -1;
-  auto deadline = Clock::now();
+  int decider = LowestLive(candidates, current_.round);
+  auto deadline = Clock::now() + 2 * std::chrono::milliseconds(timeout_ms_);
   while (true) {
     std::optional<Decision> d = ReadDecision();
     if (d && d->round >= round) {

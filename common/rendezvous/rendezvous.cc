@@ -295,8 +295,9 @@ void RendezvousServer::Run() {
 Membership::Membership(const std::string& endpoint, const CurveKeys& keys, int rank, int interval_ms, int timeout_ms,
                        std::function<void(const std::string&)> on_failure)
     : endpoint_(endpoint), keys_(keys), rank_(rank) {
-  heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, endpoint, keys, msg::Role::WORKER, rank, interval_ms, timeout_ms,
-                                                 std::move(on_failure), "did worker rank 0 stop?");
+  heartbeat_ = std::make_unique<HeartbeatSender>(
+      ctx_, endpoint, keys, msg::Role::WORKER, rank, interval_ms, timeout_ms, std::move(on_failure),
+      "did the coordinator (worker rank 0, or an elastic job's shoal coordinator) stop?");
 }
 
 Membership::~Membership() {
