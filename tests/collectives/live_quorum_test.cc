@@ -16,6 +16,7 @@
 #include "algorithms/live_quorum.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/int_list.h"
 #include "common/rendezvous/rendezvous.h"
 #include "common/rendezvous/store.h"
 #include "tests/collectives/run_ranks.h"
@@ -166,6 +167,42 @@ TEST(LiveQuorum, TheDeciderListedDeadMidRoundIsReplacedByTheNextLowestMember) {
     return 0;
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// Rank 0 is alive but listed dead (a false suspicion): rank 0 and rank 1 both decide round 1,
+// from different views. Exactly one decision holds: every rank that goes on adopted the same
+// members, and their all-reduce sums exactly those; rank 0 stops only when the decision that
+// won left it out. Repeated, since which decider wins is a race.
+TEST(LiveQuorum, TwoDecidersOfOneRoundNeverCommitTwoDecisions) {
+  const JobConfig cfg;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const std::string dir =
+        ::testing::TempDir() + "/live_quorum_race_" + std::to_string(getpid()) + "_" + std::to_string(attempt);
+    auto codes = RunRanks(3, [&](int rank) {
+      auto store = std::make_shared<FileStore>(dir);
+      AlgorithmEnv env = Env(cfg, rank, 3, store);
+      LiveQuorum quorum(env, "q");
+      if (!RoundAmongAllThree(quorum, rank)) return 1;
+      if (rank == 0) store->Set(kDeadRanksKey, "0");
+      AwaitValue(*store, kDeadRanksKey, "0");
+      std::string adopted = "out";
+      try {
+        Communicator& ring = quorum.Enter(false, 0);
+        const std::vector<int>& m = quorum.members();
+        float sum = 0;
+        for (int r : m) sum += float(r + 1);
+        if (CountAndSum(ring, rank) != std::make_pair(float(m.size()), sum) || !quorum.Settle(true)) return 2;
+        adopted = JoinIntList(m);
+      } catch (const Error& e) {
+        if (rank != 0 || std::string(e.what()).find("was left out of outer round 1") == std::string::npos) return 3;
+      }
+      store->Set("test.adopted." + std::to_string(rank), adopted);
+      const std::string one = store->Get("test.adopted.1", 20000), two = store->Get("test.adopted.2", 20000);
+      if (one != two || (one != "0,1,2" && one != "1,2")) return 4;
+      return adopted == one || (rank == 0 && adopted == "out" && one == "1,2") ? 0 : 5;
+    });
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "attempt " << attempt << ", rank " << r;
+  }
 }
 
 // A round one member could not complete (it may have died in it after others finished): no
