@@ -7,6 +7,7 @@
 // worker the global state. Real launcher and workers on loopback, real RocksDB stores,
 // CurveZMQ keys on every link, bounded waits, no process left behind.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -381,6 +382,33 @@ TEST(LostWorker, ShoalTaskZeroStartsTheCoordinator) {
   for (int i = 0; i < 100 && CoordinatorsOf(dir) > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(CoordinatorsOf(dir), 0);
   EXPECT_NE(read("task-0.log").find("every worker has left or died"), std::string::npos) << read("task-0.log");
+}
+
+// shoal-launch --serve_coordinator refuses what it cannot serve with exit code 2 and a line
+// naming it: a bad --coordinator (with the job file's checks), a job with servers, no job file.
+TEST(LostWorker, TheCoordinatorProcessRefusesBadInputByName) {
+  const std::string dir = FreshDir("coordinator_refusals");
+  std::ofstream(dir + "/job.toml") << Job("coordinator_refusals", dir, 1, 0, false);
+  std::ofstream(dir + "/ps.toml") << FmnistJob("ps", dir + "/out", 2, "mlp", 1000, 1,
+                                               std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kAdamW);
+  auto serve = [&](const std::string& args) {
+    const std::string cmd = "timeout -s KILL 30 " + BinDir() + "/tools/launcher/shoal-launch --serve_coordinator " +
+                            args + " > " + dir + "/out.txt 2>&1";
+    const int st = system(cmd.c_str());
+    std::ifstream in(dir + "/out.txt");
+    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                          std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  };
+  auto refused = [&](const std::string& args, const std::string& names) {
+    auto [rc, out] = serve(args);
+    EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_NE(out.find(names), std::string::npos) << args << ": " << out;
+  };
+  refused("--coordinator 127.0.0.1:99999 " + dir + "/job.toml",
+          "--coordinator (overriding [cluster] coordinator of the job file): expected \"host:port\" with port 1-65535");
+  refused("--coordinator garbage " + dir + "/job.toml", "got \"garbage\"");
+  refused(dir + "/ps.toml", "[algorithm] name = \"ps_sync\" has servers, and server shard 0 is its coordinator");
+  refused(dir + "/missing.toml", dir + "/missing.toml");
 }
 
 // What elastic cannot be combined with is refused before anything starts, naming the key.

@@ -869,6 +869,10 @@ int ServeCoordinator(const std::string& job_path) {
   try {
     cfg = LoadJobConfig(job_path);
     CheckJobKeys(cfg);
+    if (!FLAGS_coordinator.empty()) {  // the job file's checks, naming the flag
+      cfg.coordinator = FLAGS_coordinator;
+      CheckJobLimits(cfg, {{"[cluster] coordinator", "--coordinator"}});
+    }
     if (FactsOf(cfg.algorithm).needs_servers)
       throw Error(job_path + ": [algorithm] name = \"" + cfg.algorithm +
                   "\" has servers, and server shard 0 is its coordinator: --serve_coordinator is for jobs without");
@@ -878,7 +882,7 @@ int ServeCoordinator(const std::string& job_path) {
   }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  const std::string address = FLAGS_coordinator.empty() ? cfg.CoordinatorAddress(false) : FLAGS_coordinator;
+  const std::string address = cfg.CoordinatorAddress(false);
   const CurveKeys keys{cfg.curve_server_public, cfg.curve_server_secret, cfg.curve_client_public,
                        cfg.curve_client_secret};
   std::unique_ptr<RendezvousServer> server;
