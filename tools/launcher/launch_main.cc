@@ -443,8 +443,10 @@ class Launch {
       // On one machine a port the kernel picked keeps concurrent jobs apart (a cluster uses the
       // job file's or the documented default).
       int port = FreePort(cfg_.workers[0].host);
-      if (port > 0) coordinator = cfg_.workers[0].host + ":" + std::to_string(port);
-      if (port > 0) worker_args = {"--coordinator", coordinator};
+      if (port > 0) {
+        coordinator = cfg_.workers[0].host + ":" + std::to_string(port);
+        worker_args = {"--coordinator", coordinator};
+      }
     }
     try {
       // Worker rank 0 serves the coordinator, unless it may be lost: then a process of its own.
@@ -626,8 +628,8 @@ class Launch {
   // and placement again from the members), or a worker of a PS job (ps_sync: the others
   // roll back with it); only from a committed checkpoint, and within max_restarts.
   // diloco with elastic = true: any worker, rank 0 included (the coordinator is a process of
-  // its own), while none has finished; it needs no checkpoint (the others hand it the global state), and keeps its
-  // checkpoint folder as it is.
+  // its own), while none has finished; it needs no checkpoint (the others hand it the global
+  // state), and keeps its checkpoint folder as it is.
   bool CanRestartAlone(const Child& c) const {
     if (g_stop_signal || restarts_ >= cfg_.max_restarts) return false;
     if (c.term_signal == 0 && (c.exit_code == 2 || c.exit_code == 0)) return false;  // bad input, or done
@@ -919,10 +921,13 @@ int Run(const std::string& job_path) {
 }  // namespace shoal
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("shoal-launch JOB.toml [--resume | --fresh]: run a whole job on this machine");
+  gflags::SetUsageMessage(
+      "shoal-launch JOB.toml [--resume | --fresh]: run a whole job on this machine (--checkpoint_state, "
+      "--serve_coordinator: one of its other modes)");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc != 2) {
-    fprintf(stderr, "usage: shoal run JOB.toml [--resume | --fresh]\n");
+    fprintf(stderr,
+            "usage: shoal run JOB.toml [--resume | --fresh] | shoal coordinator JOB.toml [--coordinator HOST:PORT]\n");
     return 2;
   }
   // A reader of its output that goes away (a benchmark killed, `| head`) must not kill it
