@@ -40,21 +40,20 @@ std::shared_ptr<Store> MakeRendezvous(const JobConfig& cfg, int rank, std::share
     run.world = cfg.world_size();
     return std::make_shared<FileStore>(dir + "/" + RunId(), run);
   }
-  // Else the job's coordinator, over the network: shard 0 when the algorithm has servers,
-  // else worker rank 0, which starts it here.
+  // Else the job's coordinator, over the network: shard 0 when the algorithm has servers;
+  // else worker rank 0, which starts it here, unless the job survives lost workers: rank 0 may
+  // be lost too, so its coordinator is a process of its own (`shoal-launch
+  // --serve_coordinator`, which `shoal run` and `shoal-task` start).
   const bool has_servers = FactsOf(cfg.algorithm).needs_servers;
   const std::string address = cfg.CoordinatorAddress(has_servers);
   const CurveKeys keys{cfg.curve_server_public, cfg.curve_server_secret, cfg.curve_client_public,
                        cfg.curve_client_secret};
   if (!has_servers) {
     auto session = std::make_shared<CoordinatorSession>();
-    if (rank == 0) {
-      MembershipOptions mo;
-      for (auto& w : cfg.workers) mo.hosts.push_back(w.host);
-      mo.heartbeat_timeout_ms = int(cfg.heartbeat_timeout_ms);
-      mo.deaths_end_job = !SurvivesLostWorkers(cfg);
+    if (rank == 0 && !SurvivesLostWorkers(cfg)) {
       try {
-        session->server = std::make_unique<RendezvousServer>(ListenEndpoint(address), keys, mo);
+        session->server = std::make_unique<RendezvousServer>(ListenEndpoint(address), keys,
+                                                             JobMembership(cfg, /*deaths_end_job=*/true));
       } catch (const Error& e) {
         throw Error(cfg.path + ": [cluster] coordinator " + address + ": worker rank 0 cannot serve it: " + e.what() +
                     " (set [cluster] coordinator to a free host:port)");

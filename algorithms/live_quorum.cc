@@ -82,11 +82,35 @@ void LiveQuorum::Announce(int64_t round, bool joiner) {
   env_.store->Set(name_ + ".round." + std::to_string(env_.rank), std::to_string(round) + (joiner ? ";j" : ";v"));
 }
 
+std::vector<int> LiveQuorum::DeadRanks() { return ParseIntList<int>(Peek(kDeadRanksKey).value_or(""), kDeadRanksKey); }
+
+bool LiveQuorum::Gone(int rank, int64_t decided, const std::vector<int>& dead) {
+  if (Contains(dead, rank)) return true;
+  std::optional<Announcement> a = ReadAnnouncement(rank);
+  return a && a->joiner && a->round > decided;
+}
+
+int LiveQuorum::LowestLive(const std::vector<int>& members, int64_t decided) {
+  const std::vector<int> dead = DeadRanks();
+  for (int r : members)  // sorted
+    if (r == env_.rank || !Gone(r, decided, dead)) return r;
+  return env_.rank;
+}
+
+std::string LiveQuorum::Claim(const std::string& key, int64_t round, const std::string& value) {
+  std::string held = Peek(key).value_or("");
+  // Each failed compare-and-set returns a newer value: at most one per decider of the round.
+  while (held.empty() || ParseRound(Split(held, ';')[0], "store value " + key) < round)
+    held = env_.store->CompareSet(key, held, value);
+  return held;
+}
+
 LiveQuorum::Decision LiveQuorum::Decide(int64_t round, bool admit_joiners, int64_t step) {
   // The previous round's members are waited for; anyone else is taken only if already there.
   std::vector<int> expected;
   if (current_.round < 0) {
-    for (int r = 1; r < env_.world; ++r) expected.push_back(r);
+    for (int r = 0; r < env_.world; ++r)
+      if (r != env_.rank) expected.push_back(r);
   } else {
     for (int r : current_.members)
       if (r != env_.rank) expected.push_back(r);
@@ -97,17 +121,17 @@ LiveQuorum::Decision LiveQuorum::Decide(int64_t round, bool admit_joiners, int64
   std::vector<int> pending = expected, dropped;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
   while (!pending.empty()) {
-    const std::vector<int> dead = ParseIntList<int>(Peek(kDeadRanksKey).value_or(""), kDeadRanksKey);
+    const std::vector<int> dead = DeadRanks();
     std::vector<int> still;
     for (int r : pending) {
       std::optional<Announcement> a = ReadAnnouncement(r);
-      if (a && a->round == round && !a->joiner) {
-        d.members.push_back(r);
-      } else if (a && a->joiner && a->round >= round) {  // restarted before its death was noticed: a newcomer
+      if (a && a->joiner && a->round >= round) {  // restarted before its death was noticed: a newcomer
         if (a->round == round && admit_joiners) d.joiners.push_back(r);
         if (a->round != round || !admit_joiners) dropped.push_back(r);
-      } else if (Contains(dead, r)) {
+      } else if (Contains(dead, r)) {  // a member that announced this round and then died, too
         dropped.push_back(r);
+      } else if (a && a->round == round && !a->joiner) {
+        d.members.push_back(r);
       } else {
         still.push_back(r);
       }
@@ -134,14 +158,16 @@ LiveQuorum::Decision LiveQuorum::Decide(int64_t round, bool admit_joiners, int64
   // A newcomer is a new process even where its rank was a member: a new ring for it too.
   // After a failed round its ring is broken (aborted), members or not.
   d.ring = d.members == current_.members && d.joiners.empty() && !ring_broken_ ? current_.ring : current_.ring + 1;
-  ring_broken_ = false;
-  env_.store->Set(name_ + ".decision", std::to_string(d.round) + ";" + std::to_string(d.ring) + ";" +
-                                           JoinIntList(d.members) + ";" + JoinIntList(d.joiners));
+  const std::string mine = std::to_string(d.round) + ";" + std::to_string(d.ring) + ";" + JoinIntList(d.members) + ";" +
+                           JoinIntList(d.joiners);
+  if (Claim(name_ + ".decision", round, mine) != mine) return Decision{};  // another decider was first
+  decided_ = true;
   if (d.ring != current_.ring) {
     std::sort(dropped.begin(), dropped.end());
-    printf("diloco: round %lld among workers %s%s%s\n", (long long)round, JoinIntList(d.members, ", ").c_str(),
+    printf("diloco: round %lld among workers %s%s%s (decided by worker %d)\n", (long long)round,
+           JoinIntList(d.members, ", ").c_str(),
            dropped.empty() ? "" : ("; left out: " + JoinIntList(dropped, ", ")).c_str(),
-           d.joiners.empty() ? "" : ("; joining: " + JoinIntList(d.joiners, ", ")).c_str());
+           d.joiners.empty() ? "" : ("; joining: " + JoinIntList(d.joiners, ", ")).c_str(), env_.rank);
     fflush(stdout);
     if (env_.metrics)
       env_.metrics->Write("quorum", step,
@@ -149,35 +175,17 @@ LiveQuorum::Decision LiveQuorum::Decide(int64_t round, bool admit_joiners, int64
                               .Add("round", round)
                               .Add("members", JoinIntList(d.members))
                               .Add("left_out", JoinIntList(dropped))
-                              .Add("joiners", JoinIntList(d.joiners)));
+                              .Add("joiners", JoinIntList(d.joiners))
+                              .Add("decider", env_.rank));
   }
   return d;
-}
-
-LiveQuorum::Decision LiveQuorum::AwaitDecision(int64_t round) {
-  // Rank 0 may wait collective_timeout_ms for a silent member before it decides.
-  const auto deadline = Clock::now() + 2 * std::chrono::milliseconds(timeout_ms_);
-  while (true) {
-    std::optional<Decision> d = ReadDecision();
-    if (d && d->round >= round) {
-      if (d->over || d->round > round || !Contains(d->members, env_.rank))
-        throw Error("diloco: worker " + std::to_string(env_.rank) + " was left out of outer round " +
-                    std::to_string(round) + " (worker 0 did not hear from it within collective_timeout_ms " +
-                    std::to_string(timeout_ms_) + "); it stops so that it can be started again and rejoin");
-      return *d;
-    }
-    if (Clock::now() > deadline)
-      throw Error("diloco: worker " + std::to_string(env_.rank) + ": no decision on outer round " +
-                  std::to_string(round) + " from worker 0 within " + std::to_string(2 * timeout_ms_) + " ms");
-    std::this_thread::sleep_for(kPoll);
-  }
 }
 
 Communicator& LiveQuorum::Adopt(const Decision& d) {
   if (!ring_ || d.ring != current_.ring) {
     if (ring_) bytes_before_ += ring_->bytes_sent();
-    ring_.reset();         // its neighbours may be gone; nothing is in flight after a whole collective
-    if (env_.rank != 0) {  // rank 0 said so as it decided
+    ring_.reset();    // its neighbours may be gone; nothing is in flight after a whole collective
+    if (!decided_) {  // the decider said so as it decided
       printf("worker %d: outer round %lld among workers %s%s\n", env_.rank, (long long)d.round,
              JoinIntList(d.members, ", ").c_str(),
              d.joiners.empty() ? "" : (" (joining: " + JoinIntList(d.joiners, ", ") + ")").c_str());
@@ -185,19 +193,50 @@ Communicator& LiveQuorum::Adopt(const Decision& d) {
     }
     ring_ = env_.make_member_ring(name_ + "-" + std::to_string(d.ring), d.members);
   }
+  decided_ = false;
   current_ = d;
   return *ring_;
 }
 
 Communicator& LiveQuorum::Enter(bool admit_joiners, int64_t step) {
   const int64_t round = current_.round + 1;
-  if (env_.rank == 0) return Adopt(Decide(round, admit_joiners, step));
   Announce(round, false);
-  return Adopt(AwaitDecision(round));
+  std::vector<int> candidates = current_.members;
+  if (current_.round < 0)
+    for (int r = 0; r < env_.world; ++r) candidates.push_back(r);
+  // The decider may wait collective_timeout_ms for a silent member; a decider that died is
+  // listed dead within heartbeat_timeout_ms, and the next one waits afresh.
+  int decider = LowestLive(candidates, current_.round);
+  auto deadline = Clock::now() + 2 * std::chrono::milliseconds(timeout_ms_);
+  while (true) {
+    std::optional<Decision> d = ReadDecision();
+    if (d && d->round >= round) {
+      if (d->over || d->round > round || !Contains(d->members, env_.rank))
+        throw Error("diloco: worker " + std::to_string(env_.rank) + " was left out of outer round " +
+                    std::to_string(round) + " (worker " + std::to_string(decider) +
+                    " decided it without hearing from this one within collective_timeout_ms " +
+                    std::to_string(timeout_ms_) + "); it stops so that it can be started again and rejoin");
+      return Adopt(*d);
+    }
+    const int now = LowestLive(candidates, current_.round);
+    if (now != decider) {
+      decider = now;
+      deadline = Clock::now() + 2 * std::chrono::milliseconds(timeout_ms_);
+    }
+    if (decider == env_.rank) {
+      Decision mine = Decide(round, admit_joiners, step);
+      if (mine.round == round) return Adopt(mine);
+      continue;  // another decider won: read its decision
+    }
+    if (Clock::now() > deadline)
+      throw Error("diloco: worker " + std::to_string(env_.rank) + ": no decision on outer round " +
+                  std::to_string(round) + " from worker " + std::to_string(decider) + " within " +
+                  std::to_string(2 * timeout_ms_) + " ms");
+    std::this_thread::sleep_for(kPoll);
+  }
 }
 
 Communicator& LiveQuorum::EnterAsJoiner() {
-  SHOAL_CHECK(env_.rank != 0, "diloco: worker 0 decides the rounds and cannot join them");
   // The round after the newest decided one, again after every decision that did not take it.
   // The round that takes it cannot be passed unseen: its ring waits for this worker.
   int64_t seen = -2, announced = -2;
@@ -221,52 +260,60 @@ Communicator& LiveQuorum::EnterAsJoiner() {
   }
 }
 
+bool LiveQuorum::Commits(int64_t round, bool completed) {
+  std::vector<int> pending, failed;
+  for (int r : current_.members)
+    if (r != env_.rank) pending.push_back(r);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  while (!pending.empty()) {
+    const std::vector<int> dead = DeadRanks();
+    std::vector<int> still;
+    for (int r : pending) {
+      std::optional<std::string> v = Peek(name_ + ".done." + std::to_string(r));
+      std::vector<std::string> f = v ? Split(*v, ';') : std::vector<std::string>();
+      if (f.size() == 2 && f[0] == std::to_string(round)) {
+        if (f[1] != "ok") failed.push_back(r);
+      } else if (Gone(r, round, dead) || Clock::now() > deadline) {
+        failed.push_back(r);  // gone: dead, restarted (a newcomer now) or silent
+      } else {
+        still.push_back(r);
+      }
+    }
+    pending = still;
+    if (!pending.empty()) std::this_thread::sleep_for(kPoll);
+  }
+  return completed && failed.empty();
+}
+
 bool LiveQuorum::Settle(bool completed) {
   const int64_t round = current_.round;
   const std::string outcome_key = name_ + ".outcome";
-  bool commit = completed;
-  if (env_.rank == 0) {
-    std::vector<int> pending, failed;
-    for (int r : current_.members)
-      if (r != env_.rank) pending.push_back(r);
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
-    while (!pending.empty()) {
-      const std::vector<int> dead = ParseIntList<int>(Peek(kDeadRanksKey).value_or(""), kDeadRanksKey);
-      std::vector<int> still;
-      for (int r : pending) {
-        std::optional<std::string> v = Peek(name_ + ".done." + std::to_string(r));
-        std::vector<std::string> f = v ? Split(*v, ';') : std::vector<std::string>();
-        std::optional<Announcement> a = ReadAnnouncement(r);
-        if (f.size() == 2 && f[0] == std::to_string(round)) {
-          if (f[1] != "ok") failed.push_back(r);
-        } else if (Contains(dead, r) || (a && a->joiner && a->round > round) || Clock::now() > deadline) {
-          failed.push_back(r);  // gone: dead, restarted (a newcomer now) or silent
-        } else {
-          still.push_back(r);
-        }
-      }
-      pending = still;
-      if (!pending.empty()) std::this_thread::sleep_for(kPoll);
+  env_.store->Set(name_ + ".done." + std::to_string(env_.rank), std::to_string(round) + (completed ? ";ok" : ";fail"));
+  int decider = -1;
+  auto deadline = Clock::now();
+  std::string outcome;
+  while (true) {
+    std::optional<std::string> v = Peek(outcome_key);
+    if (v && ParseRound(Split(*v, ';')[0], "store value " + outcome_key) >= round) {
+      outcome = *v;
+      break;
     }
-    commit = completed && failed.empty();
-    env_.store->Set(outcome_key, std::to_string(round) + (commit ? ";commit" : ";retry"));
-  } else {
-    env_.store->Set(name_ + ".done." + std::to_string(env_.rank),
-                    std::to_string(round) + (completed ? ";ok" : ";fail"));
-    const auto deadline = Clock::now() + 2 * std::chrono::milliseconds(timeout_ms_);
-    while (true) {
-      std::optional<std::string> v = Peek(outcome_key);
-      std::vector<std::string> f = v ? Split(*v, ';') : std::vector<std::string>();
-      if (f.size() == 2 && ParseRound(f[0], "store value " + outcome_key) >= round) {
-        commit = f[0] == std::to_string(round) && f[1] == "commit";
-        break;
-      }
-      if (Clock::now() > deadline)
-        throw Error("diloco: worker " + std::to_string(env_.rank) + ": no outcome of outer round " +
-                    std::to_string(round) + " from worker 0 within " + std::to_string(2 * timeout_ms_) + " ms");
-      std::this_thread::sleep_for(kPoll);
+    const int now = LowestLive(current_.members, round);
+    if (now != decider) {
+      decider = now;
+      deadline = Clock::now() + 2 * std::chrono::milliseconds(timeout_ms_);
     }
+    if (decider == env_.rank) {
+      outcome = Claim(outcome_key, round, std::to_string(round) + (Commits(round, completed) ? ";commit" : ";retry"));
+      break;
+    }
+    if (Clock::now() > deadline)
+      throw Error("diloco: worker " + std::to_string(env_.rank) + ": no outcome of outer round " +
+                  std::to_string(round) + " from worker " + std::to_string(decider) + " within " +
+                  std::to_string(2 * timeout_ms_) + " ms");
+    std::this_thread::sleep_for(kPoll);
   }
+  const bool commit = outcome == std::to_string(round) + ";commit";
   if (!commit) {
     ring_broken_ = true;
     fprintf(stderr, "worker %d: outer round %lld did not complete on every member; again among the live workers\n",
@@ -276,7 +323,8 @@ bool LiveQuorum::Settle(bool completed) {
 }
 
 void LiveQuorum::End() {
-  if (env_.rank == 0) env_.store->Set(name_ + ".decision", std::to_string(current_.round + 1) + ";over");
+  const int64_t round = current_.round + 1;
+  Claim(name_ + ".decision", round, std::to_string(round) + ";over");
 }
 
 int LiveQuorum::StateRoot() const {

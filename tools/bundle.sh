@@ -120,6 +120,7 @@ cmd="${1:-}"
 case "$cmd" in
   run) exec "$HERE/bin/shoal-launch" --bin_dir="$HERE/bin" "$@" ;;
   checkpoints) exec "$HERE/bin/shoal-launch" --checkpoint_state "$@" ;;
+  coordinator) exec "$HERE/bin/shoal-launch" --serve_coordinator "$@" ;;
   server) exec "$HERE/bin/shoal-server" "$@" ;;
   worker) exec "$HERE/bin/shoal-worker" "$@" ;;
   task) exec "$HERE/bin/shoal-task" "$@" ;;
@@ -128,7 +129,7 @@ case "$cmd" in
   gpu-check)
     [[ -x "$HERE/checks/gpu_check.sh" ]] || { echo "shoal: this bundle has no checks/ (build it with ./shoal bundle --gpu-checks)" >&2; exit 2; }
     exec "$HERE/checks/gpu_check.sh" "$@" ;;
-  *) echo "usage: shoal run JOB.toml [--resume] | checkpoints JOB.toml | server | worker | task --config JOB.toml | keygen | onnx run|inspect MODEL.onnx | gpu-check [OUT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: shoal run JOB.toml [--resume] | checkpoints JOB.toml | coordinator JOB.toml | server | worker | task --config JOB.toml | keygen | onnx run|inspect MODEL.onnx | gpu-check [OUT_DIR]" >&2; exit 2 ;;
 esac
 ENTRY
 chmod +x "$ROOT/shoal"

@@ -40,6 +40,8 @@ enum Kind {
   members @30;       # worker -> coordinator: who is alive now (ps_ssp leaves dead ranks' clocks out); answered by clusterMap
   reload @31;        # worker rank 0 -> every shard after a shard was restarted alone (ps_sync): load `checkpoint.id`
                      # and serve `generation` from now on; answered by checkpointAck
+  storeCompareSet @32;  # member -> coordinator: `key` = `value` only if it holds `expected` ("" also: not set);
+                        # answered by storeValue with what `key` holds afterwards
 }
 
 enum DType { fp32 @0; fp16 @1; bf16 @2; }
@@ -122,8 +124,8 @@ struct Header {
   message @9 :Text;              # error
   checkpoint @10 :CheckpointInfo;  # checkpoint, checkpointAck, checkpointCommit
   plan @11 :TrainingPlan;          # plan
-  key @12 :Text;                   # storeSet, storeGet
-  value @13 :Data;                 # storeSet, storeValue
+  key @12 :Text;                   # storeSet, storeGet, storeCompareSet
+  value @13 :Data;                 # storeSet, storeValue, storeCompareSet (the value wanted)
   found @14 :Bool;                 # storeValue
   generation @15 :UInt32;          # which recovery the sender is in: it goes up by one each time a shard is
                                    # restarted alone; data requests, barriers and commits of an older one are refused
@@ -132,4 +134,5 @@ struct Header {
                                    # the receiver throws InputError and exits 2: a restart would be refused the same way
   liveOnly @18 :Bool;              # barrier: completes once every worker not known dead has arrived, and a death
                                    # does not fail it (asynchronous jobs' finish: the survivors of a death go on)
+  expected @19 :Data;              # storeCompareSet: the value `key` must hold for `value` to replace it
 }

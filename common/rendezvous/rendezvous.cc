@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -24,33 +25,49 @@ void CheckKey(const std::string& key) {
                   std::to_string(RendezvousService::kMaxKeyBytes) + ")");
 }
 
+kj::ArrayPtr<const capnp::byte> Bytes(const std::string& s) {
+  return kj::arrayPtr(reinterpret_cast<const capnp::byte*>(s.data()), s.size());
+}
+std::string ValueOf(msg::Header::Reader h) {
+  auto v = h.getValue();
+  return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
+}
+
 }  // namespace
 
 bool RendezvousService::Handle(const InMessage& m, const std::function<void(OutMessage&)>& reply) {
   auto h = m.header();
   auto kind = h.getKind();
-  if (kind != msg::Kind::STORE_SET && kind != msg::Kind::STORE_GET) return false;
+  if (kind != msg::Kind::STORE_SET && kind != msg::Kind::STORE_GET && kind != msg::Kind::STORE_COMPARE_SET)
+    return false;
   std::string key = h.getKey();
   CheckKey(key);
   OutMessage out;
   auto r = out.header();
   r.setRequestId(h.getRequestId());
   r.setRole(msg::Role::SERVER);
-  if (kind == msg::Kind::STORE_SET) {
+  auto bytes = [](capnp::Data::Reader d) { return std::string(reinterpret_cast<const char*>(d.begin()), d.size()); };
+  if (kind == msg::Kind::STORE_SET || kind == msg::Kind::STORE_COMPARE_SET) {
     auto v = h.getValue();
     SHOAL_CHECK(v.size() <= kMaxValueBytes, "rendezvous value for \"" + key + "\" of " + std::to_string(v.size()) +
                                                 " bytes (at most " + std::to_string(kMaxValueBytes) + ")");
     SHOAL_CHECK(values_.size() < kMaxKeys || values_.count(key),
                 "rendezvous store full (" + std::to_string(kMaxKeys) + " keys)");
-    values_[key] = std::string(reinterpret_cast<const char*>(v.begin()), v.size());
-    r.setKind(msg::Kind::STORE_ACK);
-  } else {
-    r.setKind(msg::Kind::STORE_VALUE);
-    auto it = values_.find(key);
-    r.setFound(it != values_.end());
-    if (it != values_.end())
-      r.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(it->second.data()), it->second.size()));
   }
+  if (kind == msg::Kind::STORE_SET) {
+    values_[key] = bytes(h.getValue());
+    r.setKind(msg::Kind::STORE_ACK);
+    reply(out);
+    return true;
+  }
+  auto it = values_.find(key);
+  if (kind == msg::Kind::STORE_COMPARE_SET &&
+      (it == values_.end() ? std::string() : it->second) == bytes(h.getExpected()))
+    it = values_.insert_or_assign(key, bytes(h.getValue())).first;
+  // storeGet, and storeCompareSet: what the key holds now.
+  r.setKind(msg::Kind::STORE_VALUE);
+  r.setFound(it != values_.end());
+  if (it != values_.end()) r.setValue(Bytes(it->second));
   reply(out);
   return true;
 }
@@ -83,54 +100,73 @@ InMessage CoordinatorStore::Ask(OutMessage& m, uint64_t id, const std::string& w
     if (h.getRequestId() != id) continue;  // a late answer to an earlier request
     if (h.getKind() == msg::Kind::ERROR) throw Error("rendezvous: " + what + ": " + std::string(h.getMessage()));
     if (h.getKind() == m.header().getKind())  // an echo, not the coordinator
-      throw Error("rendezvous: " + what + ": " + UnexpectedAnswer("the coordinator", endpoint_, h.getKind(), h.getKind()));
+      throw Error("rendezvous: " + what + ": " +
+                  UnexpectedAnswer("the coordinator", endpoint_, h.getKind(), h.getKind()));
     return r;
   }
 }
 
-void CoordinatorStore::Set(const std::string& key, const std::string& value) {
+msg::Header::Reader CoordinatorStore::Request(msg::Kind kind, const std::string& key, const std::string& what,
+                                              msg::Kind answer, int timeout_ms,
+                                              const std::function<void(msg::Header::Builder)>& fill, InMessage* r) {
   CheckKey(key);
   OutMessage m;
-  uint64_t id = next_id_++;
+  const uint64_t id = next_id_++;
   auto h = m.header();
-  h.setKind(msg::Kind::STORE_SET);
+  h.setKind(kind);
   h.setRequestId(id);
   h.setKey(key);
-  h.setValue(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
-  InMessage r = Ask(m, id, "set \"" + key + "\"", request_timeout_ms_);
-  SHOAL_CHECK(r.header().getKind() == msg::Kind::STORE_ACK,
-              "rendezvous: set \"" + key + "\": " +
-                  UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_SET, r.header().getKind()));
+  if (fill) fill(h);
+  *r = Ask(m, id, what + " \"" + key + "\"", timeout_ms);
+  auto rh = r->header();
+  SHOAL_CHECK(rh.getKind() == answer, "rendezvous: " + what + " \"" + key +
+                                          "\": " + UnexpectedAnswer("the coordinator", endpoint_, kind, rh.getKind()));
+  return rh;
+}
+
+void CoordinatorStore::Set(const std::string& key, const std::string& value) {
+  InMessage r;
+  Request(
+      msg::Kind::STORE_SET, key, "set", msg::Kind::STORE_ACK, request_timeout_ms_,
+      [&](msg::Header::Builder h) { h.setValue(Bytes(value)); }, &r);
+}
+
+std::string CoordinatorStore::CompareSet(const std::string& key, const std::string& expected,
+                                         const std::string& desired) {
+  InMessage r;
+  auto h = Request(
+      msg::Kind::STORE_COMPARE_SET, key, "compare-set", msg::Kind::STORE_VALUE, request_timeout_ms_,
+      [&](msg::Header::Builder b) {
+        b.setExpected(Bytes(expected));
+        b.setValue(Bytes(desired));
+      },
+      &r);
+  return h.getFound() ? ValueOf(h) : "";
 }
 
 std::string CoordinatorStore::Get(const std::string& key, int timeout_ms) {
-  CheckKey(key);
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   int pause_ms = 5;
   while (true) {
-    OutMessage m;
-    uint64_t id = next_id_++;
-    auto h = m.header();
-    h.setKind(msg::Kind::STORE_GET);
-    h.setRequestId(id);
-    h.setKey(key);
     // The coordinator may still be starting: its first answer may take the whole wait.
     int ask_ms = std::max(1, std::max(LeftMs(deadline), std::min(request_timeout_ms_, 1000)));
-    InMessage r = Ask(m, id, "get \"" + key + "\"", ask_ms);
-    auto rh = r.header();
-    SHOAL_CHECK(rh.getKind() == msg::Kind::STORE_VALUE,
-                "rendezvous: get \"" + key + "\": " +
-                    UnexpectedAnswer("the coordinator", endpoint_, msg::Kind::STORE_GET, rh.getKind()));
-    if (rh.getFound()) {
-      auto v = rh.getValue();
-      return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
-    }
+    InMessage r;
+    auto h = Request(msg::Kind::STORE_GET, key, "get", msg::Kind::STORE_VALUE, ask_ms, nullptr, &r);
+    if (h.getFound()) return ValueOf(h);
     if (LeftMs(deadline) == 0)
       throw Error("rendezvous: no value for \"" + key + "\" at the coordinator " + endpoint_ + " after " +
                   std::to_string(timeout_ms) + " ms (did that rank start?)" + RefusedHandshakes());
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(pause_ms, LeftMs(deadline))));
     pause_ms = std::min(pause_ms * 2, 100);
   }
+}
+
+MembershipOptions JobMembership(const JobConfig& cfg, bool deaths_end_job) {
+  MembershipOptions mo;
+  for (auto& w : cfg.workers) mo.hosts.push_back(w.host);
+  mo.heartbeat_timeout_ms = int(cfg.heartbeat_timeout_ms);
+  mo.deaths_end_job = deaths_end_job;
+  return mo;
 }
 
 RendezvousServer::RendezvousServer(const std::string& bind_endpoint, const CurveKeys& keys, MembershipOptions members)
@@ -208,6 +244,7 @@ void RendezvousServer::Tick() {
       dead_message_ = what;
   }
   all_gone_ = AllGone();
+  finished_ = all_gone_ && std::find(seen_.begin(), seen_.end(), 1) != seen_.end();
 }
 
 void RendezvousServer::PublishDead() {
@@ -258,8 +295,9 @@ void RendezvousServer::Run() {
 Membership::Membership(const std::string& endpoint, const CurveKeys& keys, int rank, int interval_ms, int timeout_ms,
                        std::function<void(const std::string&)> on_failure)
     : endpoint_(endpoint), keys_(keys), rank_(rank) {
-  heartbeat_ = std::make_unique<HeartbeatSender>(ctx_, endpoint, keys, msg::Role::WORKER, rank, interval_ms, timeout_ms,
-                                                 std::move(on_failure), "did worker rank 0 stop?");
+  heartbeat_ = std::make_unique<HeartbeatSender>(
+      ctx_, endpoint, keys, msg::Role::WORKER, rank, interval_ms, timeout_ms, std::move(on_failure),
+      "did the coordinator (worker rank 0, or an elastic job's shoal coordinator) stop?");
 }
 
 Membership::~Membership() {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <functional>
 
+#include "common/config.h"
 #include "common/rendezvous/store.h"
 #include "common/transport/heartbeat.h"
 #include "common/transport/transport.h"
@@ -45,9 +46,15 @@ class CoordinatorStore : public Store {
   ~CoordinatorStore() override;
   void Set(const std::string& key, const std::string& value) override;
   std::string Get(const std::string& key, int timeout_ms) override;
+  // Not resent: a lost answer is an error (the caller reads the key to learn what won).
+  std::string CompareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
 
  private:
   InMessage Ask(OutMessage& m, uint64_t id, const std::string& what, int timeout_ms);
+  // One request of `kind` about `key` (`fill` sets its other fields) whose answer must be of
+  // kind `answer`; the answer's header, which lives in *r.
+  msg::Header::Reader Request(msg::Kind kind, const std::string& key, const std::string& what, msg::Kind answer,
+                              int timeout_ms, const std::function<void(msg::Header::Builder)>& fill, InMessage* r);
   std::string endpoint_;
   int request_timeout_ms_;
   TransportContext ctx_{"rendezvous client"};
@@ -65,12 +72,17 @@ struct MembershipOptions {
   bool deaths_end_job = true;
 };
 
+// What a job's coordinator watches: its workers' hosts and heartbeat timeout from the job
+// file; `deaths_end_job`: false for a job that survives lost workers.
+MembershipOptions JobMembership(const JobConfig& cfg, bool deaths_end_job);
+
 // The store key under which the coordinator of a job without deaths_end_job lists the
 // workers silent past the heartbeat timeout ("1,3"; "" when none).
 inline constexpr const char* kDeadRanksKey = "members.dead";
 
 // The coordinator of a job without servers: worker rank 0 runs one on its own thread and
-// socket. It serves rendezvous and membership: it acknowledges every worker's heartbeat,
+// socket, or (a job that survives lost workers, rank 0 included) a process of its own,
+// `shoal-launch --serve_coordinator`. It serves rendezvous and membership: it acknowledges every worker's heartbeat,
 // and once a worker has been silent past the timeout it answers every other heartbeat
 // with memberDead naming the rank and host, so every member learns it within a timeout.
 class RendezvousServer {
@@ -81,6 +93,9 @@ class RendezvousServer {
   // so no member is left talking to a coordinator that went away.
   ~RendezvousServer();
   const std::string& endpoint() const { return endpoint_; }
+  // Some worker heartbeated, and every one seen has since left or been listed dead: a
+  // coordinator of its own process (`shoal coordinator`) may exit.
+  bool finished() const { return finished_; }
 
  private:
   void Run();
@@ -99,6 +114,7 @@ class RendezvousServer {
   RendezvousService service_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> all_gone_{false};
+  std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 

@@ -1,6 +1,8 @@
 #include "common/rendezvous/store.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -152,6 +154,32 @@ std::string FileStore::Get(const std::string& key, int timeout_ms) {
                   " ms (did that rank start?)");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+std::string FileStore::CompareSet(const std::string& key, const std::string& expected, const std::string& desired) {
+  CheckKey(key);
+  const std::string lock_path = dir_ + "/.lock";
+  int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(lock_path + ": cannot open rendezvous lock: " + strerror(errno));
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const std::string why = strerror(errno);
+    close(fd);
+    throw Error(lock_path + ": cannot lock: " + why);
+  }
+  std::string held;
+  const bool present = ReadWhole(dir_ + "/" + key, &held);
+  try {
+    if ((present ? held : std::string()) == expected) {
+      Set(key, desired);
+      held = desired;
+    }
+  } catch (...) {
+    close(fd);  // releases the lock
+    throw;
+  }
+  close(fd);
+  return held;
 }
 
 }  // namespace shoal

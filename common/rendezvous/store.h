@@ -12,6 +12,10 @@ class Store {
   virtual void Set(const std::string& key, const std::string& value) = 0;
   // Waits up to timeout_ms; throws shoal::Error naming the key on timeout.
   virtual std::string Get(const std::string& key, int timeout_ms) = 0;
+  // Sets `key` to `desired` only if it now holds `expected` ("" also matches a key not set)
+  // and returns what the key holds afterwards, so that of several callers racing from one
+  // value exactly one wins (it gets `desired` back) and the others learn the winner's value.
+  virtual std::string CompareSet(const std::string& key, const std::string& expected, const std::string& desired) = 0;
 };
 
 // How the ranks of one run claim a shared directory that an earlier run may have used
@@ -35,6 +39,9 @@ class FileStore : public Store {
   FileStore(std::string dir, const FileStoreRun& run);
   void Set(const std::string& key, const std::string& value) override;
   std::string Get(const std::string& key, int timeout_ms) override;
+  // Serialized by an flock on the directory's `.lock` file (processes on one host, or a
+  // shared filesystem with working locks).
+  std::string CompareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
   // Where the keys live (the generation's directory for a shared one).
   const std::string& dir() const { return dir_; }
 

@@ -49,4 +49,13 @@ M=/usr/share/libonnx-testdata/data/node/test_relu/model.onnx
 env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$DECOY" "$B/shoal" onnx inspect "$M" > inspect.out 2>&1 ||
   fail "shoal onnx inspect from the bundle failed: $(tail -3 inspect.out)"
 grep -q 'Relu' inspect.out || fail "shoal onnx inspect printed no Relu node: $(head -3 inspect.out)"
-echo "4 passed, 0 failed"
+# `shoal coordinator` from the bundle (an elastic diloco job's coordinator process) reaches
+# shoal-launch's --serve_coordinator: a missing job file is refused, exit 2, naming it.
+set +e
+env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$DECOY" timeout -s KILL 30 "$B/shoal" coordinator missing.toml \
+  > coord.out 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q 'missing.toml: cannot open job file' coord.out ||
+  fail "shoal coordinator from the bundle: exit $rc: $(tail -2 coord.out)"
+echo "5 passed, 0 failed"

@@ -200,6 +200,58 @@ TEST(Rendezvous, ARingWiresThroughTheCoordinatorAlone) {
   for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// Four processes race to move one key from each value to the next, as two round deciders
+// would: in every round exactly one wins, and every process learns the winner's value.
+// `store(rank)` makes the process's own store.
+template <typename MakeStore>
+void RaceCompareSet(MakeStore store_of) {
+  const int size = 4, rounds = 20;
+  auto codes = RunRanks(size, [&](int rank) {
+    std::unique_ptr<Store> store = store_of(rank);
+    std::string held;  // round r's value: "r;<winner>"
+    int wins = 0;
+    for (int r = 0; r < rounds; ++r) {
+      const std::string mine = std::to_string(r) + ";" + std::to_string(rank);
+      const std::string got = store->CompareSet("decision", held, mine);
+      if (got.rfind(std::to_string(r) + ";", 0) != 0) return 1;  // not round r's: a lost or a double write
+      if (got == mine) ++wins;
+      // Every process saw the same winner before any starts the next round.
+      store->Set("seen." + std::to_string(r) + "." + std::to_string(rank), got);
+      for (int o = 0; o < size; ++o)
+        if (store->Get("seen." + std::to_string(r) + "." + std::to_string(o), 20000) != got) return 2;
+      held = got;
+    }
+    store->Set("wins." + std::to_string(rank), std::to_string(wins));
+    int total = 0;
+    for (int o = 0; o < size; ++o) total += std::stoi(store->Get("wins." + std::to_string(o), 20000));
+    return total == rounds ? 0 : 3;
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(CompareSet, OneWinnerPerRoundThroughTheCoordinator) {
+  const std::string address = "127.0.0.1:" + std::to_string(testing::FreePort());
+  RendezvousServer server("tcp://" + address, {});
+  RaceCompareSet([&](int) { return std::make_unique<CoordinatorStore>("tcp://" + address, CurveKeys{}); });
+  CoordinatorStore s("tcp://" + address, {});
+  EXPECT_EQ(s.CompareSet("fresh", "x", "y"), "");  // not set, and "x" is not "not set"
+  EXPECT_EQ(s.CompareSet("fresh", "", "y"), "y");  // "" matches a key not set
+  EXPECT_EQ(s.CompareSet("fresh", "", "z"), "y");  // no longer
+  EXPECT_EQ(s.CompareSet("fresh", "y", "z"), "z");
+  std::string e = ErrorOf([&] { s.CompareSet("big", "", std::string(RendezvousService::kMaxValueBytes + 1, 'x')); });
+  EXPECT_NE(e.find("rendezvous value for \"big\""), std::string::npos) << e;
+}
+
+TEST(CompareSet, OneWinnerPerRoundInADirectory) {
+  const std::string dir = ::testing::TempDir() + "/compare_set_" + std::to_string(getpid());
+  RaceCompareSet([&](int) { return std::make_unique<FileStore>(dir); });
+  FileStore s(dir);
+  EXPECT_EQ(s.CompareSet("fresh", "x", "y"), "");
+  EXPECT_EQ(s.CompareSet("fresh", "", "y"), "y");
+  EXPECT_EQ(s.CompareSet("fresh", "", "z"), "y");
+  EXPECT_EQ(s.CompareSet("fresh", "y", "z"), "z");
+}
+
 // Two hand-started runs in one directory (both run id "0"): the second run's rank 1 starts
 // first, while the first run's files (its generation, its ring endpoints, its joins) are
 // still there, and must wait for this run's rank 0 instead of reading them.

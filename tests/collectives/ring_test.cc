@@ -477,6 +477,9 @@ class StrangersFirstStore : public Store {
     if (rank_ == 0 && key == "ring-1") std::this_thread::sleep_for(std::chrono::milliseconds(500));
     return inner_.Get(key, timeout_ms);
   }
+  std::string CompareSet(const std::string& key, const std::string& expected, const std::string& desired) override {
+    return inner_.CompareSet(key, expected, desired);
+  }
 
  private:
   FileStore inner_;

@@ -162,5 +162,32 @@ TEST(StatusTracker, DataSkippedPerWorker) {
   EXPECT_NE(json.find("\"data_skipped\":0"), std::string::npos) << json;
 }
 
+// The loss curve is rank 0's while it runs; while it is gone (lost in an elastic job) the
+// next lowest running worker's, and rank 0's again once it is back.
+TEST(StatusTracker, TheLossCurveFollowsTheLowestRunningWorker) {
+  StatusTracker t(Job(3));
+  auto train = [](int rank, int64_t step, double wall, double loss) {
+    return JsonObject()
+        .Add("event", "train")
+        .Add("step", step)
+        .Add("wall_s", wall)
+        .Add("rank", rank)
+        .Add("epoch", 0)
+        .Add("loss", loss)
+        .str();
+  };
+  t.Consume(train(0, 10, 1.0, 2.0));
+  t.Consume(train(1, 10, 1.1, 2.1));
+  t.Consume(train(2, 10, 1.2, 2.2));
+  t.WorkerGone(0, /*failed=*/true);
+  t.Consume(train(1, 20, 2.1, 1.1));
+  t.Consume(train(2, 20, 2.2, 1.2));
+  t.WorkerRestarted(0);
+  t.Consume(train(0, 30, 3.0, 0.5));
+  t.Consume(train(1, 30, 3.1, 0.6));
+  const std::vector<std::pair<double, double>> want = {{1.0, 2.0}, {2.1, 1.1}, {3.0, 0.5}};
+  EXPECT_EQ(t.loss_curve(), want);
+}
+
 }  // namespace
 }  // namespace shoal

@@ -1,16 +1,20 @@
 // diloco with [algorithm] elastic = true: a worker killed (SIGKILL) mid-run drops out of the
 // outer steps and the others go on without a whole-job restart; `shoal run` starts it again
 // alone and it takes the global weights at the next outer step, or, without restarts left, the
-// others finish alone. With [job] checkpoint_dir, the checkpoints commit among each round's
+// others finish alone; worker 0 too (the coordinator is a process of its own, and the next
+// lowest worker decides the rounds). With [job] checkpoint_dir, the checkpoints commit among each round's
 // members: one taken while a worker was dead is complete without it, and --resume hands that
 // worker the global state. Real launcher and workers on loopback, real RocksDB stores,
 // CurveZMQ keys on every link, bounded waits, no process left behind.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <zmq.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -18,6 +22,7 @@
 
 #include "common/checkpoint/checkpoint_store.h"
 #include "common/json_fields.h"
+#include "tests/ps/ps_test_util.h"
 #include "tests/training/job_runner.h"
 
 namespace shoal {
@@ -70,6 +75,17 @@ void ExpectAllFourEndOnOneModel(const JobRun& r, int64_t steps) {
   for (auto& e : Events(r, "end")) EXPECT_EQ(int64_t(JsonNumber(e, "steps").value_or(0)), steps) << e;
 }
 
+// The coordinator processes (shoal-launch --serve_coordinator) of the job in `dir`.
+int CoordinatorsOf(const std::string& dir) {
+  // "[r]": the pattern must not match the shell that runs pgrep.
+  FILE* p = popen(("pgrep -c -f -- '--serve_coordinato[r] .*" + dir + "/job.toml' 2>/dev/null").c_str(), "r");
+  if (!p) return -1;
+  int n = 0;
+  if (fscanf(p, "%d", &n) != 1) n = 0;
+  pclose(p);
+  return n;
+}
+
 // A job of 6 epochs whose worker `rank` is killed once the job logged 40 train events (about
 // step 200, between or inside outer steps as it happens); it must end well all the same.
 JobRun KilledRun(const std::string& name, const std::string& rank, int max_restarts, bool keys) {
@@ -80,7 +96,60 @@ JobRun KilledRun(const std::string& name, const std::string& rank, int max_resta
   EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.80) << r.done_line;
   EXPECT_EQ(ProcessesOf(dir), 0);
+  EXPECT_EQ(CoordinatorsOf(dir), 0);
   return r;
+}
+
+// At the round that took the rejoined worker in (its `rejoin` event), the others (`others`)
+// logged `join_round`, and all of them hold the same weights after it.
+void ExpectRejoinedOnTheOthersWeights(const JobRun& r, const std::string& rejoin, const std::set<int>& others) {
+  const double round = JsonNumber(rejoin, "round").value_or(-1);
+  std::set<int> members;
+  std::set<std::string> hashes = {JsonField(rejoin, "weights_hash").value_or("?")};
+  for (auto& e : Events(r, "join_round"))
+    if (JsonNumber(e, "round").value_or(-2) == round) {
+      members.insert(int(JsonNumber(e, "rank").value_or(-1)));
+      hashes.insert(JsonField(e, "weights_hash").value_or("?"));
+    }
+  EXPECT_EQ(members, others) << r.stderr_text;
+  EXPECT_EQ(hashes.size(), 1u) << "the rejoined worker's weights differ from the others' after its first outer step";
+}
+
+// Worker `rank` of `r` alone was started again, once, and nothing else was (a whole-job
+// restart names no process alone, and every worker would say it resumed); it rejoined with the
+// others' weights, and all four ended on one model after every step. Its `rejoin` event.
+std::string ExpectRestartedAloneAndRejoined(const JobRun& r, int rank, const std::set<int>& others) {
+  EXPECT_EQ(JsonNumber(r.done_line, "restarts").value_or(0), 1) << r.done_line;
+  EXPECT_FALSE(JsonNumber(r.done_line, "workers_failed").has_value()) << r.done_line;
+  auto restarts = Events(r, "restart");
+  EXPECT_EQ(restarts.size(), 1u) << r.stderr_text;
+  if (!restarts.empty())
+    EXPECT_EQ(JsonField(restarts[0], "alone").value_or(""), "worker " + std::to_string(rank)) << restarts[0];
+  EXPECT_TRUE(Events(r, "resume").empty()) << r.stderr_text;
+  auto rejoin = Events(r, "rejoin");
+  EXPECT_EQ(rejoin.size(), 1u) << r.stderr_text;
+  if (rejoin.empty()) return "";
+  EXPECT_EQ(JsonNumber(rejoin[0], "rank").value_or(-1), rank);
+  EXPECT_GT(JsonNumber(rejoin[0], "step").value_or(0), 0);
+  ExpectRejoinedOnTheOthersWeights(r, rejoin[0], others);
+  ExpectAllFourEndOnOneModel(r, 93 * 6);
+  return rejoin[0];
+}
+
+// The three workers left after `lost` died and was not restarted: some round was decided
+// among them, and they end on one model.
+void ExpectTheOthersFinishedWithout(const JobRun& r, int lost) {
+  std::vector<int> rest;
+  for (int k = 0; k < 4; ++k)
+    if (k != lost) rest.push_back(k);
+  const std::string members = std::to_string(rest[0]) + "," + std::to_string(rest[1]) + "," + std::to_string(rest[2]);
+  bool without = false;
+  for (auto& q : Events(r, "quorum")) without = without || JsonField(q, "members").value_or("") == members;
+  EXPECT_TRUE(without) << r.stderr_text;
+  std::map<int, std::string> ends = EndHashes(r);
+  EXPECT_EQ(ends.size(), 3u) << r.stderr_text;
+  EXPECT_EQ(ends.count(lost), 0u);
+  for (auto& [rank, hash] : ends) EXPECT_EQ(hash, ends[rest[0]]) << "worker " << rank;
 }
 
 TEST(LostWorker, RestartedAloneItRejoinsWithTheGlobalWeights) {
@@ -92,35 +161,11 @@ TEST(LostWorker, RestartedAloneItRejoinsWithTheGlobalWeights) {
   JobRun r = KilledRun("elastic_kill", "2", 1, true);
   ASSERT_EQ(r.exit_code, 0);
   const double acc = JsonNumber(r.done_line, "test_accuracy").value_or(0);
-  EXPECT_EQ(JsonNumber(r.done_line, "restarts").value_or(0), 1) << r.done_line;
-  EXPECT_FALSE(JsonNumber(r.done_line, "workers_failed").has_value()) << r.done_line;
-  // Worker 2 alone was started again, once; nothing else was (a whole-job restart names no
-  // process alone, and every worker would say it resumed).
-  auto restarts = Events(r, "restart");
-  ASSERT_EQ(restarts.size(), 1u) << r.stderr_text;
-  EXPECT_EQ(JsonField(restarts[0], "alone").value_or(""), "worker 2") << restarts[0];
-  EXPECT_TRUE(Events(r, "resume").empty()) << r.stderr_text;
-  // It rejoined: at the round that took it every member ends on the same weights.
-  auto rejoin = Events(r, "rejoin");
-  ASSERT_EQ(rejoin.size(), 1u) << r.stderr_text;
-  EXPECT_EQ(JsonNumber(rejoin[0], "rank").value_or(-1), 2);
-  EXPECT_GT(JsonNumber(rejoin[0], "step").value_or(0), 0);
-  const double round = JsonNumber(rejoin[0], "round").value_or(-1);
-  std::set<int> members;
-  std::set<std::string> hashes = {JsonField(rejoin[0], "weights_hash").value_or("?")};
-  for (auto& e : Events(r, "join_round"))
-    if (JsonNumber(e, "round").value_or(-2) == round) {
-      members.insert(int(JsonNumber(e, "rank").value_or(-1)));
-      hashes.insert(JsonField(e, "weights_hash").value_or("?"));
-    }
-  EXPECT_EQ(members, (std::set<int>{0, 1, 3})) << r.stderr_text;
-  EXPECT_EQ(hashes.size(), 1u) << "the rejoined worker's weights differ from the others' after its first outer step";
-  // All four end on one model, and all trained to the last step.
-  ExpectAllFourEndOnOneModel(r, 93 * 6);
+  const std::string rejoin = ExpectRestartedAloneAndRejoined(r, 2, {0, 1, 3});
   printf(
       "elastic diloco, 4 workers, 6 epochs: accuracy %.4f without a kill, %.4f with worker 2 killed and rejoined "
       "(at step %.0f); %.2f s from the kill to the next outer round\n",
-      base_acc, acc, JsonNumber(rejoin[0], "step").value_or(0), KillToNextRound(r));
+      base_acc, acc, JsonNumber(rejoin, "step").value_or(0), KillToNextRound(r));
 }
 
 TEST(LostWorker, NotRestartedTheOthersFinishAlone) {
@@ -130,18 +175,47 @@ TEST(LostWorker, NotRestartedTheOthersFinishAlone) {
   EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
   EXPECT_TRUE(Events(r, "restart").empty()) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("the outer steps go on among the live workers"), std::string::npos) << r.stderr_text;
-  // Some round after the death was decided among the three left.
-  bool without = false;
-  for (auto& q : Events(r, "quorum")) without = without || JsonField(q, "members").value_or("") == "0,1,2";
-  EXPECT_TRUE(without) << r.stderr_text;
-  std::map<int, std::string> ends = EndHashes(r);
-  EXPECT_EQ(ends.size(), 3u) << r.stderr_text;
-  EXPECT_EQ(ends.count(3), 0u);
-  for (auto& [rank, hash] : ends) EXPECT_EQ(hash, ends[0]) << "worker " << rank;
+  ExpectTheOthersFinishedWithout(r, 3);
   printf(
       "elastic diloco, worker 3 killed and not restarted: accuracy %.4f; %.2f s from the kill to the next outer "
       "round\n",
       acc, KillToNextRound(r));
+}
+
+// Worker 0, the lowest rank (it decides the rounds while it lives), killed mid-run and
+// started again alone: the next lowest decides meanwhile, worker 0 rejoins with the others'
+// weights (no whole-job restart), and all four end on one model. The coordinator is a process
+// of its own, so it goes on serving throughout.
+TEST(LostWorker, WorkerZeroRestartedAloneRejoins) {
+  JobRun r = KilledRun("elastic_kill0", "0", 1, true);
+  ASSERT_EQ(r.exit_code, 0);
+  const std::string rejoin = ExpectRestartedAloneAndRejoined(r, 0, {1, 2, 3});
+  // Worker 1 decided while worker 0 was gone.
+  bool by_one = false;
+  for (auto& q : Events(r, "quorum")) by_one = by_one || JsonNumber(q, "decider").value_or(-1) == 1;
+  EXPECT_TRUE(by_one) << r.stderr_text;
+  printf(
+      "elastic diloco, worker 0 killed and rejoined at step %.0f: accuracy %.4f; %.2f s from the kill to the next "
+      "outer round\n",
+      JsonNumber(rejoin, "step").value_or(0), JsonNumber(r.done_line, "test_accuracy").value_or(0), KillToNextRound(r));
+}
+
+// Worker 0 killed with no restart left: the other three finish, and the done line counts it
+// failed and carries a live worker's final accuracy.
+TEST(LostWorker, WorkerZeroNotRestartedTheOthersFinish) {
+  JobRun r = KilledRun("elastic_lost0", "0", 0, true);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(JsonNumber(r.done_line, "workers_failed").value_or(0), 1) << r.done_line;
+  EXPECT_TRUE(Events(r, "restart").empty()) << r.stderr_text;
+  ExpectTheOthersFinishedWithout(r, 0);
+  // The done line's accuracy is one of theirs.
+  std::set<double> accs;
+  for (auto& e : Events(r, "end")) accs.insert(JsonNumber(e, "test_accuracy").value_or(-1));
+  EXPECT_EQ(accs.count(JsonNumber(r.done_line, "test_accuracy").value_or(-2)), 1u) << r.done_line;
+  printf(
+      "elastic diloco, worker 0 killed and not restarted: accuracy %.4f; %.2f s from the kill to the next outer "
+      "round\n",
+      JsonNumber(r.done_line, "test_accuracy").value_or(0), KillToNextRound(r));
 }
 
 // The job of `Job` with a checkpoint every outer step (every 10 steps) in <dir>/ckpt.
@@ -181,10 +255,9 @@ std::string CheckpointState(const std::string& dir) {
 }
 
 // Checkpoints and elasticity together: worker 2 killed and restarted alone mid-run, then the
-// whole job stopped (worker 0, the coordinator's host, killed with no restart left) after a
-// later checkpoint, and resumed with --resume: it finishes, every worker on the same weights,
-// as accurate as an uninterrupted run must be. The checkpoint at the step worker 2 rejoined
-// at lists it absent and its store lacks it (it trains from the step after, and wrote nothing
+// whole job stopped (its coordinator killed, with no restart left) after a later checkpoint, and resumed with --resume:
+// it finishes, every worker on the same weights, as accurate as an uninterrupted run must be. The checkpoint at the
+// step worker 2 rejoined at lists it absent and its store lacks it (it trains from the step after, and wrote nothing
 // before it held the global state).
 TEST(LostWorker, CheckpointedRejoinedThenWholeJobKilledAndResumed) {
   const std::string dir = FreshDir("elastic_ckpt");
@@ -193,12 +266,14 @@ TEST(LostWorker, CheckpointedRejoinedThenWholeJobKilledAndResumed) {
   std::thread killer([&] {
     KillWhenTraining(dir, "--rank 2", 40);
     if (!WaitForEvents(dir, "rejoin", 1, 300)) return;
-    second_kill = KillWhenLogged(dir, "--rank 0", "checkpoint", CountEvents(dir, "checkpoint") + 2, 300);
+    if (!WaitForEvents(dir, "checkpoint", CountEvents(dir, "checkpoint") + 2, 300)) return;
+    // "[r]": the pattern must not match the shell that runs pkill.
+    second_kill = system(("pkill -KILL -f -- '--serve_coordinato[r] .*" + dir + "/job.toml'").c_str()) == 0;
   });
   JobRun killed = RunJob(dir, job, 600);
   killer.join();
   ASSERT_TRUE(second_kill) << killed.stderr_text;
-  EXPECT_NE(killed.exit_code, 0) << "worker 0's death with no restart left ends the attempt";
+  EXPECT_NE(killed.exit_code, 0) << "the coordinator's death with no restart left ends the attempt";
   EXPECT_EQ(ProcessesOf(dir), 0);
   auto restarts = Events(killed, "restart");
   ASSERT_EQ(restarts.size(), 1u) << killed.stderr_text;
@@ -273,6 +348,67 @@ TEST(LostWorker, ACheckpointTakenWhileAWorkerWasDeadIsCompleteAndResumes) {
   ExpectAllFourEndOnOneModel(resumed, 93 * 3);
   printf("elastic diloco, worker 3 lost: checkpoint %lld complete without it; resumed, accuracy %.4f\n",
          (long long)last_id, JsonNumber(resumed.done_line, "test_accuracy").value_or(0));
+}
+
+// Started as a cluster starts it (one shoal-task per rank, the rank from RANK / WORLD_SIZE, as
+// srun or mpirun set theirs): task 0 starts the job's coordinator beside its worker, every
+// worker meets it at [cluster] coordinator, the job ends on one model, and the coordinator
+// leaves by itself once every worker has.
+TEST(LostWorker, ShoalTaskZeroStartsTheCoordinator) {
+  const std::string dir = FreshDir("elastic_task");
+  std::string toml = Job("elastic_task", dir, 2, 0, true);
+  toml.replace(toml.find("[cluster]\n"), 10,
+               "[cluster]\ncoordinator = \"127.0.0.1:" + std::to_string(FreePort()) + "\"\n");
+  std::ofstream(dir + "/job.toml") << toml;
+  std::string cmd = "cd " + dir + " && for r in 0 1 2 3; do (RANK=$r WORLD_SIZE=4 timeout -s KILL 240 " + BinDir() +
+                    "/tools/launcher/shoal-task --config " + dir +
+                    "/job.toml > task-$r.log 2>&1; echo $? > rc-$r) & "
+                    "done; wait";
+  ASSERT_EQ(system(cmd.c_str()), 0);
+  auto read = [&](const std::string& name) {
+    std::ifstream in(dir + "/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(read("rc-" + std::to_string(r)), "0\n") << read("task-" + std::to_string(r) + ".log");
+  EXPECT_NE(read("task-0.log").find("shoal: coordinator of job elastic_task serving at 127.0.0.1:"), std::string::npos)
+      << read("task-0.log");
+  std::set<std::string> hashes;
+  std::ifstream m(dir + "/out/metrics.jsonl");
+  for (std::string l; std::getline(m, l);)
+    if (JsonField(l, "event").value_or("") == "end") hashes.insert(JsonField(l, "weights_hash").value_or(""));
+  EXPECT_EQ(hashes.size(), 1u) << "the workers ended with different weights (or none ended)";
+  // It leaves within a heartbeat timeout of the last worker's leave (bounded wait).
+  for (int i = 0; i < 100 && CoordinatorsOf(dir) > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(CoordinatorsOf(dir), 0);
+  EXPECT_NE(read("task-0.log").find("every worker has left or died"), std::string::npos) << read("task-0.log");
+}
+
+// shoal-launch --serve_coordinator refuses what it cannot serve with exit code 2 and a line
+// naming it: a bad --coordinator (with the job file's checks), a job with servers, no job file.
+TEST(LostWorker, TheCoordinatorProcessRefusesBadInputByName) {
+  const std::string dir = FreshDir("coordinator_refusals");
+  std::ofstream(dir + "/job.toml") << Job("coordinator_refusals", dir, 1, 0, false);
+  std::ofstream(dir + "/ps.toml") << FmnistJob("ps", dir + "/out", 2, "mlp", 1000, 1,
+                                               std::string("[algorithm]\nname = \"ps_sync\"\n\n") + kAdamW);
+  auto serve = [&](const std::string& args) {
+    const std::string cmd = "timeout -s KILL 30 " + BinDir() + "/tools/launcher/shoal-launch --serve_coordinator " +
+                            args + " > " + dir + "/out.txt 2>&1";
+    const int st = system(cmd.c_str());
+    std::ifstream in(dir + "/out.txt");
+    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                          std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  };
+  auto refused = [&](const std::string& args, const std::string& names) {
+    auto [rc, out] = serve(args);
+    EXPECT_EQ(rc, 2) << args << ": " << out;
+    EXPECT_NE(out.find(names), std::string::npos) << args << ": " << out;
+  };
+  refused("--coordinator 127.0.0.1:99999 " + dir + "/job.toml",
+          "--coordinator (overriding [cluster] coordinator of the job file): expected \"host:port\" with port 1-65535");
+  refused("--coordinator garbage " + dir + "/job.toml", "got \"garbage\"");
+  refused(dir + "/ps.toml", "[algorithm] name = \"ps_sync\" has servers, and server shard 0 is its coordinator");
+  refused(dir + "/missing.toml", dir + "/missing.toml");
 }
 
 // What elastic cannot be combined with is refused before anything starts, naming the key.

@@ -35,6 +35,8 @@
 #include "common/error.h"
 #include "common/json_fields.h"
 #include "common/metrics.h"
+#include "common/rendezvous/rendezvous.h"
+#include "common/transport/transport.h"
 #include "tools/launcher/cpu_quota.h"
 #include "tools/launcher/plot.h"
 #include "tools/launcher/process_group.h"
@@ -45,6 +47,11 @@
 DEFINE_string(bin_dir, "bazel-bin", "where shoal-server and shoal-worker were built");
 DEFINE_bool(resume, false, "continue from the newest complete checkpoint");
 DEFINE_bool(fresh, false, "start over: delete the checkpoints an earlier run left in [job] checkpoint_dir");
+DEFINE_bool(serve_coordinator, false,
+            "start nothing: serve the job's coordinator (rendezvous store and worker membership) until every worker "
+            "has left or died; for a job without servers whose worker 0 may be lost (diloco with elastic = true), "
+            "which `shoal run` and `shoal task` start this way");
+DEFINE_string(coordinator, "", "with --serve_coordinator: host:port to serve at (default: the job's coordinator)");
 DEFINE_bool(checkpoint_state, false,
             "start nothing: print what the job's checkpoint folders hold, as seen from this machine, in one line: "
             "'complete ID STEP', 'none' (every folder is here and none holds a complete checkpoint), 'unknown: WHY' "
@@ -73,6 +80,14 @@ int FreePort(const std::string& host) {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+// This binary (it serves an elastic job's coordinator as a child of its own).
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw Error("cannot read /proc/self/exe to start the coordinator");
+  return std::string(buf, size_t(n));
 }
 
 // `name` in bin_dir: bazel-bin keeps it under `sub`/, an unpacked bundle flat in bin/.
@@ -423,13 +438,21 @@ class Launch {
     }
     const bool append_logs = restarts_ > 0;
     std::vector<std::string> worker_args;
+    std::string coordinator = cfg_.CoordinatorAddress(facts_.needs_servers);
     if (!facts_.needs_servers && cfg_.coordinator.empty()) {
-      // Worker rank 0 serves the coordinator; on one machine a port the kernel picked keeps
-      // concurrent jobs apart (a cluster uses the job file's or the documented default).
+      // On one machine a port the kernel picked keeps concurrent jobs apart (a cluster uses the
+      // job file's or the documented default).
       int port = FreePort(cfg_.workers[0].host);
-      if (port > 0) worker_args = {"--coordinator", cfg_.workers[0].host + ":" + std::to_string(port)};
+      if (port > 0) {
+        coordinator = cfg_.workers[0].host + ":" + std::to_string(port);
+        worker_args = {"--coordinator", coordinator};
+      }
     }
     try {
+      // Worker rank 0 serves the coordinator, unless it may be lost: then a process of its own.
+      if (elastic_)
+        Start("coordinator", {SelfPath(), "--serve_coordinator", "--coordinator", coordinator, job_path_},
+              log_dir_ + "/coordinator.log", append_logs);
       if (facts_.needs_servers)
         for (size_t k = 0; k < cfg_.servers.size(); ++k) {
           std::vector<std::string> a = {BinaryPath("server", "shoal-server")};
@@ -604,13 +627,13 @@ class Launch {
   // coordinator keeps its recovery generation beside its checkpoints and learns membership
   // and placement again from the members), or a worker of a PS job (ps_sync: the others
   // roll back with it); only from a committed checkpoint, and within max_restarts.
-  // diloco with elastic = true: any worker but rank 0 (the coordinator's host) while none has
-  // finished; it needs no checkpoint (the others hand it the global state), and keeps its
-  // checkpoint folder as it is.
+  // diloco with elastic = true: any worker, rank 0 included (the coordinator is a process of
+  // its own), while none has finished; it needs no checkpoint (the others hand it the global
+  // state), and keeps its checkpoint folder as it is.
   bool CanRestartAlone(const Child& c) const {
     if (g_stop_signal || restarts_ >= cfg_.max_restarts) return false;
     if (c.term_signal == 0 && (c.exit_code == 2 || c.exit_code == 0)) return false;  // bad input, or done
-    if (elastic_) return WorkerRank(c.name) > 0 && workers_done_ == 0;
+    if (elastic_) return WorkerRank(c.name) >= 0 && workers_done_ == 0;
     if (!facts_.needs_servers) return false;
     if (last_checkpoint_ == 0 && !FLAGS_resume) return false;
     if (c.name.rfind("server ", 0) == 0) return true;
@@ -763,9 +786,7 @@ class Launch {
     bool fatal = false;
     for (Child* c : failed) {
       bool is_worker = c->name.rfind("worker", 0) == 0;
-      // An elastic job's worker 0 hosts the coordinator, which decides every outer step.
-      fatal = fatal || !is_worker || !tolerant || workers_failed_ + 1 >= cfg_.world_size() ||
-              (elastic_ && WorkerRank(c->name) == 0);
+      fatal = fatal || !is_worker || !tolerant || workers_failed_ + 1 >= cfg_.world_size();
       if (is_worker && !fatal) ++workers_failed_;
     }
     if (fatal) {
@@ -843,6 +864,44 @@ class Launch {
   std::map<std::string, std::pair<std::vector<std::string>, std::string>> started_;
 };
 
+// --serve_coordinator: the job's coordinator as a process of its own, so that every worker,
+// rank 0 included, can be lost while it keeps the store and the membership.
+int ServeCoordinator(const std::string& job_path) {
+  JobConfig cfg;
+  try {
+    cfg = LoadJobConfig(job_path);
+    CheckJobKeys(cfg);
+    if (!FLAGS_coordinator.empty()) {  // the job file's checks, naming the flag
+      cfg.coordinator = FLAGS_coordinator;
+      CheckJobLimits(cfg, {{"[cluster] coordinator", "--coordinator"}});
+    }
+    if (FactsOf(cfg.algorithm).needs_servers)
+      throw Error(job_path + ": [algorithm] name = \"" + cfg.algorithm +
+                  "\" has servers, and server shard 0 is its coordinator: --serve_coordinator is for jobs without");
+  } catch (const Error& e) {
+    fprintf(stderr, "shoal: %s\n", e.what());
+    return 2;
+  }
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  const std::string address = cfg.CoordinatorAddress(false);
+  const CurveKeys keys{cfg.curve_server_public, cfg.curve_server_secret, cfg.curve_client_public,
+                       cfg.curve_client_secret};
+  std::unique_ptr<RendezvousServer> server;
+  try {
+    server = std::make_unique<RendezvousServer>(ListenEndpoint(address), keys,
+                                                JobMembership(cfg, /*deaths_end_job=*/!SurvivesLostWorkers(cfg)));
+  } catch (const Error& e) {
+    fprintf(stderr, "shoal: %s: coordinator %s: cannot serve it: %s\n", job_path.c_str(), address.c_str(), e.what());
+    return 1;
+  }
+  fprintf(stderr, "shoal: coordinator of job %s serving at %s\n", cfg.name.c_str(), address.c_str());
+  while (!server->finished() && !g_stop_signal) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  fprintf(stderr, "shoal: coordinator of job %s: %s\n", cfg.name.c_str(),
+          g_stop_signal ? strsignal(g_stop_signal) : "every worker has left or died");
+  return 0;
+}
+
 int Run(const std::string& job_path) {
   Launch job(job_path);
   for (auto phase : {&Launch::Check, &Launch::PrepareOutput})
@@ -862,10 +921,13 @@ int Run(const std::string& job_path) {
 }  // namespace shoal
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("shoal-launch JOB.toml [--resume | --fresh]: run a whole job on this machine");
+  gflags::SetUsageMessage(
+      "shoal-launch JOB.toml [--resume | --fresh]: run a whole job on this machine (--checkpoint_state, "
+      "--serve_coordinator: one of its other modes)");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc != 2) {
-    fprintf(stderr, "usage: shoal run JOB.toml [--resume | --fresh]\n");
+    fprintf(stderr,
+            "usage: shoal run JOB.toml [--resume | --fresh] | shoal coordinator JOB.toml [--coordinator HOST:PORT]\n");
     return 2;
   }
   // A reader of its output that goes away (a benchmark killed, `| head`) must not kill it
@@ -873,6 +935,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   try {
     if (FLAGS_checkpoint_state) return shoal::Launch(argv[1]).PrintCheckpointState();
+    if (FLAGS_serve_coordinator) return shoal::ServeCoordinator(argv[1]);
     return shoal::Run(argv[1]);
   } catch (const std::exception& e) {  // Run reports shoal::Error itself; anything else is a bug
     fprintf(stderr, "shoal: %s: unexpected error: %s\n", argv[1], e.what());

@@ -120,7 +120,11 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
   w.prev_train_step = w.last_train_step;
   w.last_train_step = int64_t(step);
   w.gone = w.ended = w.failed = false;
-  if (rank == 0) AddPoint(&loss_curve_, wall, JsonNumber(line, "loss").value_or(NAN));
+  // The loss curve follows the lowest-ranked worker still running: rank 0, unless it was lost
+  // (an elastic diloco job goes on without it).
+  bool lowest_running = true;
+  for (auto& [r, other] : workers_) lowest_running = lowest_running && (r >= rank || other.gone);
+  if (lowest_running) AddPoint(&loss_curve_, wall, JsonNumber(line, "loss").value_or(NAN));
 
   const double compute = JsonNumber(line, "compute_s").value_or(0), comm = JsonNumber(line, "comm_s").value_or(0),
                wait = JsonNumber(line, "wait_s").value_or(0);

@@ -1,7 +1,9 @@
 // shoal-task --config JOB.toml [FLAGS...]: one task of a job started by a cluster's own
 // launcher (one `srun` step, one `mpirun`): the task's rank decides its role. With servers,
 // tasks 0..S-1 are shards 0..S-1 and the rest workers 0..W-1; without, every task is a
-// worker. It then becomes shoal-server or shoal-worker (exec), passing the other flags on.
+// worker. It then becomes shoal-server or shoal-worker (exec), passing the other flags on. In a
+// diloco job with elastic = true, task 0 first starts the job's coordinator beside its worker
+// (shoal-launch --serve_coordinator), since any worker may be lost.
 #include <unistd.h>
 
 #include <cstdio>
@@ -60,7 +62,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: shoal-task --config JOB.toml [FLAGS...] (one task of an srun / mpirun job)\n");
     return 2;
   }
-  std::vector<std::string> args;
+  std::vector<std::string> args, coordinator;
   try {
     shoal::JobConfig cfg = shoal::LoadJobConfig(config);
     shoal::CheckJobKeys(cfg);
@@ -84,6 +86,17 @@ int main(int argc, char** argv) {
     else
       args = {FindBinary("shoal-worker", "worker"), "--config", config, "--rank",
               std::to_string(task.rank - num_servers)};
+    // A job that survives lost workers, rank 0 included, keeps its coordinator in a process of
+    // its own: task 0 starts it beside its worker; it ends once every worker has left or died.
+    if (!servers && shoal::SurvivesLostWorkers(cfg) && task.rank == 0) {
+      coordinator = {FindBinary("shoal-launch", "tools/launcher"), "--serve_coordinator"};
+      for (size_t i = 0; i < pass.size(); ++i)
+        if (pass[i] == "--coordinator" && i + 1 < pass.size())
+          coordinator.insert(coordinator.end(), {"--coordinator", pass[i + 1]});
+        else if (pass[i].rfind("--coordinator=", 0) == 0)
+          coordinator.push_back(pass[i]);
+      coordinator.push_back(config);
+    }
     // Only `shoal run` makes cgroups; here the scheduler owns the task's CPUs.
     if (task.rank >= num_servers && cfg.workers[size_t(task.rank - num_servers)].cpu_quota > 0)
       fprintf(stderr,
@@ -99,6 +112,22 @@ int main(int argc, char** argv) {
   for (const char* v : {"SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
                         "RANK", "WORLD_SIZE"})
     unsetenv(v);
+  if (!coordinator.empty()) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      setsid();  // outlives this task's worker, which may be lost
+      std::vector<char*> c;
+      for (auto& a : coordinator) c.push_back(a.data());
+      c.push_back(nullptr);
+      execv(c[0], c.data());
+      fprintf(stderr, "shoal-task: cannot start %s: %s\n", c[0], strerror(errno));
+      _exit(1);
+    }
+    if (pid < 0) {
+      fprintf(stderr, "shoal-task: cannot start the coordinator: %s\n", strerror(errno));
+      return 1;
+    }
+  }
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
