@@ -93,6 +93,7 @@ class Auto : public Algorithm {
     return v > 0;
   }
   Communicator* peers() override { return comm_.get(); }
+  int OutputRank() const override { return chosen_ ? chosen_->OutputRank() : 0; }
   // On another number of workers: the mean of the workers' models (adpsgd's differ; the
   // synchronous choices' agree).
   std::vector<std::string> AveragedOnReshape() const override { return {"w/", "adpsgd/model"}; }

@@ -190,6 +190,12 @@ class Diloco : public LocalBlockAlgorithm {
     return out;
   }
 
+  int OutputRank() const override {
+    if (!quorum_ || quorum_->members().empty()) return 0;
+    const std::vector<int>& m = quorum_->members();
+    return *std::min_element(m.begin(), m.end());
+  }
+
   std::string ReshapeNote() const override { return "diloco starts its round again from the shared global weights"; }
   void AddMetrics(JsonObject* out) const override {
     out->Add("outer_steps", OuterSteps()).Add("bytes_per_outer_step", BytesPerOuterStep());

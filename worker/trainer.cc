@@ -242,8 +242,10 @@ class Trainer {
                   std::to_string(world_) + " worker(s)");
     // Checked now rather than at the end: a path that cannot be written would lose the
     // whole run's weights after the run.
-    if (rank_ == 0 && !cfg.export_weights.empty()) CheckExportPath(cfg, "export_weights", cfg.export_weights);
-    if (rank_ == 0 && !cfg.export_onnx.empty()) CheckExportPath(cfg, "export_onnx", cfg.export_onnx);
+    // Where worker 0 may be lost, another worker may have to write the exports: every one checks.
+    const bool may_export = rank_ == 0 || SurvivesLostWorkers(cfg);
+    if (may_export && !cfg.export_weights.empty()) CheckExportPath(cfg, "export_weights", cfg.export_weights);
+    if (may_export && !cfg.export_onnx.empty()) CheckExportPath(cfg, "export_onnx", cfg.export_onnx);
   }
 
   // The backend of this worker's device and its shard of the data.
@@ -596,10 +598,12 @@ class Trainer {
     }
     params_->PullWeightsAndGrads();
     std::string hash = WeightsHash();
-    if (rank_ == 0 && !cfg_.export_weights.empty()) ExportWeights();
+    // Worker 0 writes the exports, or where it may have been lost the lowest member that finished.
+    const bool writes_outputs = rank_ == algo_->OutputRank();
+    if (writes_outputs && !cfg_.export_weights.empty()) ExportWeights();
     // The model's own tensors hold what was just hashed and evaluated: the final weights and
     // the synchronized statistics.
-    if (rank_ == 0 && !cfg_.export_onnx.empty()) ExportOnnx(*model_, *backend_, cfg_.export_onnx, cfg_.onnx_model);
+    if (writes_outputs && !cfg_.export_onnx.empty()) ExportOnnx(*model_, *backend_, cfg_.export_onnx, cfg_.onnx_model);
 
     TrainResult res;
     res.steps = step_;
@@ -811,7 +815,7 @@ class Trainer {
         _exit(1);
       }
     }
-    if (rank_ == 0) {
+    if (rank_ == algo_->OutputRank()) {
       JsonObject ev;
       ev.Add("rank", rank_).Add("id", int64_t(id)).Add("bytes", int64_t(bytes)).Add("write_s", Since(t0));
       if (!absent.empty()) ev.Add("absent", JoinIntList(absent));  // elastic: workers that wrote none of it

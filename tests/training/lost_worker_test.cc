@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "algorithms/algorithm.h"
 #include "common/checkpoint/checkpoint_store.h"
 #include "common/json_fields.h"
 #include "tests/ps/ps_test_util.h"
@@ -87,11 +88,14 @@ int CoordinatorsOf(const std::string& dir) {
 }
 
 // A job of 6 epochs whose worker `rank` is killed once the job logged 40 train events (about
-// step 200, between or inside outer steps as it happens); it must end well all the same.
+// step 200, between or inside outer steps as it happens); it must end well all the same. It
+// exports its final weights to <dir>/out/final.weights.
 JobRun KilledRun(const std::string& name, const std::string& rank, int max_restarts, bool keys) {
   const std::string dir = FreshDir(name);
   std::thread killer([&] { KillWhenTraining(dir, "--rank " + rank, 40); });
-  JobRun r = RunJob(dir, Job(name, dir, 6, max_restarts, keys), 600);
+  std::string job = Job(name, dir, 6, max_restarts, keys);
+  job.insert(job.find("seed = 42\n") + 10, "export_weights = \"" + dir + "/out/final.weights\"\n");
+  JobRun r = RunJob(dir, job, 600);
   killer.join();
   EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.80) << r.done_line;
@@ -212,6 +216,12 @@ TEST(LostWorker, WorkerZeroNotRestartedTheOthersFinish) {
   std::set<double> accs;
   for (auto& e : Events(r, "end")) accs.insert(JsonNumber(e, "test_accuracy").value_or(-1));
   EXPECT_EQ(accs.count(JsonNumber(r.done_line, "test_accuracy").value_or(-2)), 1u) << r.done_line;
+  // Worker 0 wrote no export: the lowest survivor did, and it holds their final model.
+  std::vector<float> exported = ReadFloats(r.output_dir + "/final.weights");
+  ParamView all;
+  all.w = exported.data();
+  all.n = int64_t(exported.size());
+  EXPECT_EQ(WeightsHash({all}), EndHashes(r)[1]) << exported.size() << " floats exported";
   printf(
       "elastic diloco, worker 0 killed and not restarted: accuracy %.4f; %.2f s from the kill to the next outer "
       "round\n",
