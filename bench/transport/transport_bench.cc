@@ -35,7 +35,7 @@ DEFINE_int32(repeats, 0, "repeats per size (0 = by size: more for small messages
 DEFINE_int64(report_bytes, 16 << 20, "size reported in the final JSON line");
 DEFINE_string(only, "",
               "run only this exchange (shoal | raw | fused | raw1), e.g. to count one side's system calls "
-              "and context switches with perf stat; the others print 0");
+              "and context switches with perf stat (the others print 0)");
 
 namespace {
 
@@ -252,9 +252,11 @@ int main(int argc, char** argv) {
         raw1_s.push_back(seconds(t6, t7));
       }
       double ts = Median(shoal_s), tr = Median(raw_s), tf = Median(fused_s), tr1 = Median(raw1_s);
-      auto gbps = [n](double t) { return 2.0 * n / t / 1e9; };
+      // An exchange left out by --only times 0 and prints 0.
+      auto gbps = [n](double t) { return t > 0 ? 2.0 * n / t / 1e9 : 0.0; };
+      auto ratio = [](double a, double b) { return a > 0 && b > 0 ? a / b : 0.0; };
       printf("%10ld %7d %10.4f %9.3f %10.4f %9.3f %7.2f %10.4f %9.3f %10.4f %9.3f %7.2f\n", long(n), repeats, ts * 1e3,
-             gbps(ts), tr * 1e3, gbps(tr), tr / ts, tf * 1e3, gbps(tf), tr1 * 1e3, gbps(tr1), tr1 / tf);
+             gbps(ts), tr * 1e3, gbps(tr), ratio(tr, ts), tf * 1e3, gbps(tf), tr1 * 1e3, gbps(tr1), ratio(tr1, tf));
       fflush(stdout);
       if (n == FLAGS_report_bytes) report_shoal = gbps(ts), report_raw = gbps(tr);
     }
