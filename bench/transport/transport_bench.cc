@@ -33,6 +33,9 @@ DEFINE_int64(min_bytes, 4 << 10, "smallest message size");
 DEFINE_int64(max_bytes, 64 << 20, "largest message size");
 DEFINE_int32(repeats, 0, "repeats per size (0 = by size: more for small messages)");
 DEFINE_int64(report_bytes, 16 << 20, "size reported in the final JSON line");
+DEFINE_string(only, "",
+              "run only this exchange (shoal | raw | fused | raw1), e.g. to count one side's system calls "
+              "and context switches with perf stat (the others print 0)");
 
 namespace {
 
@@ -150,6 +153,11 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 1;  // keep the table readable
   google::InitGoogleLogging(argv[0]);
+  if (!FLAGS_only.empty() && FLAGS_only != "shoal" && FLAGS_only != "raw" && FLAGS_only != "fused" &&
+      FLAGS_only != "raw1") {
+    fprintf(stderr, "transport_bench: --only %s: expected shoal, raw, fused or raw1\n", FLAGS_only.c_str());
+    return 2;
+  }
 
   shoal::JobConfig cfg;
   cfg.path = "transport_bench";
@@ -195,38 +203,48 @@ int main(int argc, char** argv) {
       auto seconds = [](Clock::time_point a, Clock::time_point b) {
         return std::chrono::duration<double>(b - a).count();
       };
+      const bool all = FLAGS_only.empty();
       for (int r = -2; r < repeats; ++r) {  // two warm-up rounds
-        auto t0 = Clock::now();
-        // The pull goes out right behind the push: the shard applies them in order.
-        int push = client.Push({ref}, shoal::msg::PushOp::ASSIGN);
-        std::vector<shoal::PulledTensor> out;
-        int pull = client.Pull({name}, &out);
-        client.Wait(push);
-        client.Wait(pull);
-        auto t1 = Clock::now();
-        if (out[0].size() != size_t(n) || memcmp(out[0].data(), buf.data(), size_t(n)) != 0)
-          throw shoal::Error("pulled bytes of '" + name + "' differ from the pushed ones");
+        auto t0 = Clock::now(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, t6 = t0, t7 = t0;
+        if (all || FLAGS_only == "shoal") {
+          // The pull goes out right behind the push: the shard applies them in order.
+          int push = client.Push({ref}, shoal::msg::PushOp::ASSIGN);
+          std::vector<shoal::PulledTensor> out;
+          int pull = client.Pull({name}, &out);
+          client.Wait(push);
+          client.Wait(pull);
+          t1 = Clock::now();
+          if (out[0].size() != size_t(n) || memcmp(out[0].data(), buf.data(), size_t(n)) != 0)
+            throw shoal::Error("pulled bytes of '" + name + "' differ from the pushed ones");
+        }
 
-        auto t2 = Clock::now();
-        RawSend(dealer, 'P', buf.data(), size_t(n));
-        RawSend(dealer, 'L', nullptr, 0);
-        RawAnswer(dealer);
-        zmq::message_t back = RawAnswer(dealer);
-        auto t3 = Clock::now();
-        if (back.size() != size_t(n) || memcmp(back.data(), buf.data(), size_t(n)) != 0)
-          throw shoal::Error("raw ZeroMQ pull returned other bytes than were pushed");
+        if (all || FLAGS_only == "raw") {
+          t2 = Clock::now();
+          RawSend(dealer, 'P', buf.data(), size_t(n));
+          RawSend(dealer, 'L', nullptr, 0);
+          RawAnswer(dealer);
+          zmq::message_t back = RawAnswer(dealer);
+          t3 = Clock::now();
+          if (back.size() != size_t(n) || memcmp(back.data(), buf.data(), size_t(n)) != 0)
+            throw shoal::Error("raw ZeroMQ pull returned other bytes than were pushed");
+        }
 
-        auto t4 = Clock::now();
-        std::vector<shoal::PulledTensor> fused_out;
-        client.Wait(client.PushPull({ref}, shoal::msg::PushOp::ASSIGN, &fused_out));
-        auto t5 = Clock::now();
-        if (fused_out[0].size() != size_t(n)) throw shoal::Error("PushPull of '" + name + "' returned the wrong size");
+        if (all || FLAGS_only == "fused") {
+          t4 = Clock::now();
+          std::vector<shoal::PulledTensor> fused_out;
+          client.Wait(client.PushPull({ref}, shoal::msg::PushOp::ASSIGN, &fused_out));
+          t5 = Clock::now();
+          if (fused_out[0].size() != size_t(n))
+            throw shoal::Error("PushPull of '" + name + "' returned the wrong size");
+        }
 
-        auto t6 = Clock::now();
-        RawSend(dealer, 'F', buf.data(), size_t(n));
-        zmq::message_t back1 = RawAnswer(dealer);
-        auto t7 = Clock::now();
-        if (back1.size() != size_t(n)) throw shoal::Error("raw ZeroMQ push-pull returned the wrong size");
+        if (all || FLAGS_only == "raw1") {
+          t6 = Clock::now();
+          RawSend(dealer, 'F', buf.data(), size_t(n));
+          zmq::message_t back1 = RawAnswer(dealer);
+          t7 = Clock::now();
+          if (back1.size() != size_t(n)) throw shoal::Error("raw ZeroMQ push-pull returned the wrong size");
+        }
         if (r < 0) continue;
         shoal_s.push_back(seconds(t0, t1));
         raw_s.push_back(seconds(t2, t3));
@@ -234,9 +252,11 @@ int main(int argc, char** argv) {
         raw1_s.push_back(seconds(t6, t7));
       }
       double ts = Median(shoal_s), tr = Median(raw_s), tf = Median(fused_s), tr1 = Median(raw1_s);
-      auto gbps = [n](double t) { return 2.0 * n / t / 1e9; };
+      // An exchange left out by --only times 0 and prints 0.
+      auto gbps = [n](double t) { return t > 0 ? 2.0 * n / t / 1e9 : 0.0; };
+      auto ratio = [](double a, double b) { return a > 0 && b > 0 ? a / b : 0.0; };
       printf("%10ld %7d %10.4f %9.3f %10.4f %9.3f %7.2f %10.4f %9.3f %10.4f %9.3f %7.2f\n", long(n), repeats, ts * 1e3,
-             gbps(ts), tr * 1e3, gbps(tr), tr / ts, tf * 1e3, gbps(tf), tr1 * 1e3, gbps(tr1), tr1 / tf);
+             gbps(ts), tr * 1e3, gbps(tr), ratio(tr, ts), tf * 1e3, gbps(tf), tr1 * 1e3, gbps(tr1), ratio(tr1, tf));
       fflush(stdout);
       if (n == FLAGS_report_bytes) report_shoal = gbps(ts), report_raw = gbps(tr);
     }

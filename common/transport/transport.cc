@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <poll.h>
 #include <thread>
 
 #include "common/error.h"
@@ -28,20 +29,6 @@ using Clock = std::chrono::steady_clock;
 using zmqi::RcvMore;
 using zmqi::SetInt;
 std::string ZmqError(const std::string& what) { return zmqi::Error(what); }
-
-// zmq_poll that rides out signals (EINTR) until timeout_ms (-1 = forever) has passed.
-int PollRetry(zmq_pollitem_t* items, int n, int timeout_ms) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (true) {
-    int rc = zmq_poll(items, n, timeout_ms);
-    if (rc >= 0) return rc;
-    if (zmq_errno() != EINTR) throw Error(ZmqError("zmq_poll"));
-    if (timeout_ms < 0) continue;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return 0;
-    timeout_ms = int(left.count());
-  }
-}
 
 void SetStr(void* s, int opt, const std::string& v, const char* what) {
   if (zmq_setsockopt(s, opt, v.data(), v.size()) != 0) throw Error(ZmqError(std::string("socket option ") + what));
@@ -490,6 +477,8 @@ Transport::Transport(TransportContext& ctx, Kind kind, const CurveKeys& keys)
     // A keyed server's refused handshakes go to the refusal log (DrainEvents): its owner
     // must call DrainEvents regularly.
     if (keyed_ || kind == Kind::kClient) EnableMonitor();
+    size_t fd_size = sizeof fd_;
+    if (zmq_getsockopt(socket_, ZMQ_FD, &fd_, &fd_size) != 0) throw Error(ZmqError("socket option ZMQ_FD"));
     if (keys.enabled()) {
       if (kind == Kind::kServer) {
         SetInt(socket_, ZMQ_CURVE_SERVER, 1, "curve_server");
@@ -516,13 +505,18 @@ void Transport::SetMaxMessageBytes(int64_t bytes) { zmqi::SetMaxFrameBytes(socke
 
 void Transport::SetSendQueue(int messages) { SetInt(socket_, ZMQ_SNDHWM, messages, "sndhwm"); }
 
-std::string Transport::Bind(const std::string& endpoint) { return zmqi::Bind(socket_, endpoint); }
+std::string Transport::Bind(const std::string& endpoint) {
+  drained_ = false;
+  return zmqi::Bind(socket_, endpoint);
+}
 
 void Transport::Connect(const std::string& endpoint) {
+  drained_ = false;
   if (zmq_connect(socket_, endpoint.c_str()) != 0) throw Error(ZmqError("cannot connect to " + endpoint));
 }
 
 void Transport::Send(OutMessage& m, const PeerId* to) {
+  drained_ = false;
   if (to) SendCopy(socket_, to->data(), to->size(), ZMQ_SNDMORE);
   {
     zmq_msg_t header;
@@ -560,6 +554,7 @@ void Transport::Send(OutMessage& m, const PeerId* to) {
 
 bool Transport::TrySend(OutMessage& m) {
   SHOAL_CHECK(m.payloads.empty(), "TrySend: only payload-free messages");
+  drained_ = false;
   zmq_msg_t header;
   size_t n = InitHeaderFrame(&header, m.builder);
   bool sent = false;
@@ -578,13 +573,14 @@ bool Transport::Recv(InMessage* m, int timeout_ms) {
   const bool server = kind_ == Kind::kServer;
   // The first frame is the sender on a server socket, else the header.
   Frame& first = server ? identity_ : header_;
-  // Try first without waiting: when messages are queued this saves a poll per message.
+  // Try first without waiting: when messages are queued this saves a poll per message, and
+  // when none is, the wait that follows needs no check of its own (drained_).
   if (zmq_msg_recv(FrameAccess::Msg(first), socket_, ZMQ_DONTWAIT) < 0) {
-    if (timeout_ms == 0) return false;
-    zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
-    if (PollRetry(&item, 1, timeout_ms) == 0) return false;
+    drained_ = zmq_errno() == EAGAIN;
+    if (timeout_ms == 0 || !Wait(timeout_ms)) return false;
     if (zmq_msg_recv(FrameAccess::Msg(first), socket_, ZMQ_DONTWAIT) < 0) return false;
   }
+  drained_ = false;
   // A multipart message arrives whole or not at all, so these reads never block. Each frame
   // says whether another follows (cheaper than asking the socket, ZMQ_RCVMORE). Payloads are
   // received where they stay, in m->payloads.
@@ -648,29 +644,65 @@ void InMessage::Accept(const Frame* from, const Frame* header) {
       if (!p.aligned()) p = Aligned(std::move(p));
 }
 
+bool Transport::Readable() {
+  int events = 0;
+  size_t size = sizeof events;
+  while (zmq_getsockopt(socket_, ZMQ_EVENTS, &events, &size) != 0)
+    if (zmq_errno() != EINTR) throw Error(ZmqError("socket option ZMQ_EVENTS"));
+  drained_ = !(events & ZMQ_POLLIN);
+  return !drained_;
+}
+
 bool Transport::Wait(int timeout_ms) {
-  zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
-  return PollRetry(&item, 1, timeout_ms) > 0 && (item.revents & ZMQ_POLLIN);
+  Transport* self = this;
+  char ready = 0;
+  return WaitSockets(&self, 1, timeout_ms, &ready);
 }
 
 bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char>* ready) {
-  // A client waits here once per answer: the usual few sockets are polled from the stack.
-  zmq_pollitem_t few[8];
-  std::vector<zmq_pollitem_t> many;
-  zmq_pollitem_t* items = few;
-  if (ts.size() > 8) {
-    many.resize(ts.size());
-    items = many.data();
-  }
-  for (size_t i = 0; i < ts.size(); ++i) items[i] = {ts[i]->socket_, 0, ZMQ_POLLIN, 0};
-  int n = PollRetry(items, int(ts.size()), timeout_ms);
   ready->assign(ts.size(), 0);
-  for (size_t i = 0; i < ts.size(); ++i) (*ready)[i] = (items[i].revents & ZMQ_POLLIN) != 0;
-  return n > 0;
+  return Transport::WaitSockets(ts.data(), ts.size(), timeout_ms, ready->data());
+}
+
+// What zmq_poll does, less its first pass (a poll(2) of every ZMQ_FD with no timeout, then
+// ZMQ_EVENTS of every socket) for sockets that a failed receive has just drained: on a
+// server and a PS client, whose every wait follows one, three system calls of the dozen a
+// message costs.
+bool Transport::WaitSockets(Transport* const* ts, size_t n, int timeout_ms, char* ready) {
+  // A client waits here once per answer: the usual few sockets are polled from the stack.
+  pollfd few[8];
+  std::vector<pollfd> many;
+  pollfd* fds = few;
+  if (n > 8) {
+    many.resize(n);
+    fds = many.data();
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  bool last = false;  // the poll with no time left has been made
+  while (true) {
+    bool any = false;
+    for (size_t i = 0; i < n; ++i) {
+      ready[i] = !ts[i]->drained_ && ts[i]->Readable();
+      any = any || ready[i];
+    }
+    if (any || last) return any;
+    int left = -1;  // forever
+    if (timeout_ms >= 0) {
+      left = std::max(0, int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+      last = left == 0;
+    }
+    for (size_t i = 0; i < n; ++i) fds[i] = {ts[i]->fd_, POLLIN, 0};
+    if (poll(fds, nfds_t(n), left) < 0 && errno != EINTR) throw Error(std::string("poll: ") + strerror(errno));
+    // A readable ZMQ_FD means commands for that socket, not always a message: Readable()
+    // handles them and says.
+    for (size_t i = 0; i < n; ++i)
+      if (fds[i].revents) ts[i]->drained_ = false;
+  }
 }
 
 void Transport::EnableMonitor() {
   if (monitor_) return;
+  drained_ = false;
   // Clients also hear of successful handshakes: a refusal followed by a success is over.
   monitor_ = zmqi::StartMonitor(
       ctx_.handle(), socket_,

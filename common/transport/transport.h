@@ -203,6 +203,8 @@ class Transport {
   // Waits up to timeout_ms for a message; false when none came. The monitor's events are not
   // waited for: a second socket in every poll costs a busy server more than a thousand
   // instructions per message, so its owner drains them between messages (DrainEvents).
+  // Right after a Recv that found nothing it sleeps in one poll(2) on the socket's ZMQ_FD
+  // (see drained_), where zmq_poll made three more system calls per wait.
   bool Wait(int timeout_ms);
   // Reports handshake failures and disconnects through DrainEvents(). A client, and a
   // socket with keys, has it on from the start (so RefusalHint always works on a client, and a server's
@@ -222,9 +224,20 @@ class Transport {
 
  private:
   friend bool WaitAny(const std::vector<Transport*>& ts, int timeout_ms, std::vector<char>* ready);
+  // Whether a message can be read now (ZMQ_EVENTS, which handles ZeroMQ's pending commands
+  // first); false also marks the socket drained.
+  bool Readable();
+  // Wait and WaitAny: sets ready[i] for each of the n sockets that has a message.
+  static bool WaitSockets(Transport* const* ts, size_t n, int timeout_ms, char* ready);
   TransportContext& ctx_;
   Kind kind_;
   void* socket_ = nullptr;
+  int fd_ = -1;  // ZMQ_FD: readable when ZeroMQ has commands for this socket, e.g. "a message came"
+  // The last call on the socket found no message and handled every pending command (a
+  // non-blocking receive that failed, or Readable() false), so ZMQ_FD turns readable with
+  // the next arrival and a wait may go straight to poll(2). Any other call on the socket (a
+  // send, a connect) may take that signal while a message arrives, so it clears this.
+  bool drained_ = false;
   void* monitor_ = nullptr;
   bool keyed_ = false;            // CURVE: a refused handshake may mean other keys
   int64_t refused_unclosed_ = 0;  // servers: refused connections whose disconnect is to come

@@ -167,6 +167,77 @@ TEST(Transport, SendsTensorFramesWithoutCopying) {
   EXPECT_FALSE(client.Recv(&back, 10));  // nothing more: a bounded wait times out
 }
 
+// Sends a header-only message numbered `id` (OutMessage cannot be returned: its builder points
+// into it).
+void SendNumbered(Transport& t, uint64_t id, const PeerId* to = nullptr) {
+  OutMessage m;
+  m.header().setKind(msg::Kind::PUSH_ACK);
+  m.header().setRequestId(id);
+  t.Send(m, to);
+}
+
+// A wait right after a receive that found nothing sleeps on the socket's ZMQ_FD alone, which
+// signals only ZeroMQ's next command: it must still wake for a message sent later, from
+// another thread, on any of several sockets.
+TEST(Transport, AWaitAfterAnEmptyReceiveWakesForTheNextMessage) {
+  TransportContext ctx;
+  Transport a(ctx, Transport::Kind::kServer, {}), b(ctx, Transport::Kind::kServer, {});
+  std::string ep_b = b.Bind("tcp://127.0.0.1:*");
+  a.Bind("tcp://127.0.0.1:*");
+  Transport client(ctx, Transport::Kind::kClient, {});
+  client.Connect(ep_b);
+  InMessage in;
+  EXPECT_FALSE(a.Recv(&in, 0));
+  EXPECT_FALSE(b.Recv(&in, 0));
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    SendNumbered(client, 41);
+  });
+  std::vector<char> ready;
+  bool woke = WaitAny({&a, &b}, 10000, &ready);
+  sender.join();
+  ASSERT_TRUE(woke);
+  EXPECT_EQ(ready, std::vector<char>({0, 1}));
+  ASSERT_TRUE(b.Recv(&in, 0));
+  EXPECT_EQ(in.header().getRequestId(), 41u);
+  EXPECT_FALSE(b.Recv(&in, 0));
+  EXPECT_FALSE(b.Recv(&in, 10));  // nothing more: the bounded wait times out
+  // A second message while the receiver sleeps in Recv itself.
+  std::thread again([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    SendNumbered(client, 42);
+  });
+  bool got = b.Recv(&in, 10000);
+  again.join();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(in.header().getRequestId(), 42u);
+}
+
+// A send handles ZeroMQ's pending commands too, the "a message came" one among them, and
+// takes ZMQ_FD's signal with it: a wait after it must not sleep on that descriptor.
+TEST(Transport, AWaitAfterASendSeesAMessageThatCameBeforeIt) {
+  TransportContext ctx;
+  Transport server(ctx, Transport::Kind::kServer, {});
+  std::string ep = server.Bind("tcp://127.0.0.1:*");
+  Transport client(ctx, Transport::Kind::kClient, {});
+  client.Connect(ep);
+  SendNumbered(client, 1);
+  InMessage in;
+  ASSERT_TRUE(server.Recv(&in, 5000));
+  PeerId peer = in.identity;
+  EXPECT_FALSE(server.Recv(&in, 0));  // drained
+  SendNumbered(client, 2);
+  // Time for the message to arrive, and for ZeroMQ's send-side throttle (about 1 ms) to let
+  // the reply below handle commands.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  SendNumbered(server, 3, &peer);
+  ASSERT_TRUE(server.Wait(5000));
+  ASSERT_TRUE(server.Recv(&in, 0));
+  EXPECT_EQ(in.header().getRequestId(), 2u);
+  ASSERT_TRUE(client.Recv(&in, 5000));
+  EXPECT_EQ(in.header().getRequestId(), 3u);
+}
+
 // Found by the ASan + UBSan suite: ZeroMQ delivered small frames at odd offsets of its
 // receive buffer, and the shards read them as floats (a misaligned load). Frames up to 33
 // bytes are held inside the zmq_msg_t (aligned); larger ones up to ZeroMQ's 8 KiB batch land
