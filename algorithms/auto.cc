@@ -13,8 +13,8 @@
 //                then 1 x (harmonic-mean compute + exchange),
 //     bmuf       bmuf_factor x (compute + exchange / block_steps), weighed when the
 //                exchange costs > bmuf_ratio x compute,
-//     adpsgd     adpsgd_factor x (harmonic-mean compute + exchange / 2), weighed for
-//                uneven workers (nobody waits at a barrier; one peer, half the bytes).
+//     adpsgd     adpsgd_factor x (harmonic-mean compute + exchange / 2), always weighed
+//                (nobody waits at a barrier; one peer, half the bytes).
 //   The factors (time to target beyond the per-step estimate, relative to all-reduce: extra
 //   steps, waits the estimate leaves out) are measured defaults, documented in
 //   docs/algorithms.md ("How auto chooses").
@@ -190,11 +190,12 @@ class Auto : public Algorithm {
     const double est_adpsgd = hmean + exchange / 2;
     const double est_diloco = cmax + exchange / double(sync_every_);  // chosen unbalanced, as dgc
     // Candidates, each at its seconds per step x its steps to target (docs/algorithms.md, "How
-    // auto chooses"); the ratios say which are worth weighing: bmuf where the exchange costs
-    // more than bmuf_ratio x compute, adpsgd for uneven workers.
+    // auto chooses"); bmuf is weighed where the exchange costs more than bmuf_ratio x compute.
+    // adpsgd always: on equal workers too its half-sized exchange without a barrier can beat
+    // all-reduce once the exchange is a third of compute (bench algorithms, scenario (a)).
     std::vector<Candidate> candidates = {{"allreduce", balance ? est_balanced : est_allreduce, 1.0}};
     if (exchange > bmuf_ratio_ * compute) candidates.push_back({"bmuf", est_bmuf, bmuf_factor_});
-    if (uneven) candidates.push_back({"adpsgd", est_adpsgd, adpsgd_factor_});
+    candidates.push_back({"adpsgd", est_adpsgd, adpsgd_factor_});
     const Candidate* best = &candidates[0];
     for (auto& c : candidates)
       if (c.to_target() < best->to_target()) best = &c;

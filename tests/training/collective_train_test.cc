@@ -103,7 +103,7 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
 
 // "auto" measures, then picks the least estimated time to target (seconds per step x its
 // factor): an uneven worker -> balanced allreduce, or adpsgd where its factor makes it
-// cheaper (and when balancing is off); slow links -> dgc; an exchange that dwarfs compute ->
+// cheaper (and when balancing is off; on equal workers too); slow links -> dgc; an exchange that dwarfs compute ->
 // diloco; the auto event carries the figures it weighed.
 TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   auto decide = [](const std::string& name, const std::string& workers, const std::string& keys = "") {
@@ -136,6 +136,8 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
       decide("auto_uneven_adpsgd", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.8\n"),
       "adpsgd");
   EXPECT_EQ(decide("auto_uneven_unbalanced", "[{slowdown = 4.0}, {}, {}, {}]", "balance = false\n"), "adpsgd");
+  // Equal workers weigh adpsgd too: at a factor that makes it the cheaper, it is chosen.
+  EXPECT_EQ(decide("auto_equal_adpsgd", "4", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.5\n"), "adpsgd");
   // At 80 Mbit/s the mlp's exchange costs about 50x its compute here (0.16 s against 3 ms):
   // over dgc_ratio (4), and over diloco_ratio when that is set to 10; set out of reach, dgc.
   const std::string slow =
