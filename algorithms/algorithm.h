@@ -218,9 +218,9 @@ class Algorithm {
     (void)step;
     return {};
   }
-  // The rank that writes what the job writes once (the `checkpoint` event, export_weights,
-  // export_onnx): worker 0, except where worker 0 may be lost (elastic diloco: the lowest member
-  // of the last outer round, the same on every member).
+  // The rank that writes the job's final exports (export_weights, export_onnx): worker 0, except
+  // where worker 0 may be lost (elastic diloco: the lowest member of the last outer round, the
+  // same on every member).
   virtual int OutputRank() const { return 0; }
   // The collective this algorithm's ranks share (nullptr: none): a job resumed on another
   // number of workers gets its checkpoint through it (WorkerCheckpoints::Resume).

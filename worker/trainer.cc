@@ -815,7 +815,11 @@ class Trainer {
         _exit(1);
       }
     }
-    if (rank_ == algo_->OutputRank()) {
+    // The lowest worker that wrote it logs it (elastic diloco: worker 0 may be lost, or a
+    // newcomer absent from the checkpoint of the step it joined at).
+    uint32_t logger = 0;
+    while (std::count(absent.begin(), absent.end(), logger)) ++logger;
+    if (uint32_t(rank_) == logger) {
       JsonObject ev;
       ev.Add("rank", rank_).Add("id", int64_t(id)).Add("bytes", int64_t(bytes)).Add("write_s", Since(t0));
       if (!absent.empty()) ev.Add("absent", JoinIntList(absent));  // elastic: workers that wrote none of it

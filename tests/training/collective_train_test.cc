@@ -147,12 +147,14 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
 }
 
 // auto hands the backward pass's gradients to the algorithm it chose when that one overlaps:
-// with the ratios out of reach it picks allreduce, whose buckets then leave during the
-// backward pass (train events count them), with the same bits as auto without overlap.
+// with the ratios out of reach and adpsgd's factor at its most it picks allreduce, whose
+// buckets then leave during the backward pass (train events count them), with the same bits
+// as auto without overlap.
 TEST(CollectiveTraining, AutoOverlapsTheAllReduceItChose) {
   auto run = [](const std::string& name, bool overlap) {
     const std::string section = std::string("[algorithm]\nname = \"auto\"\nprobe_steps = 5\nbucket_bytes = 65536\n") +
-                                "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\n" +
+                                "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\n"
+                                "adpsgd_factor = 100.0\n" +
                                 (overlap ? "overlap = true\n" : "") + "\n";
     return Train(name, 3, "mlp", 3000, 1, section);
   };

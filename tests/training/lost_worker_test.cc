@@ -127,8 +127,9 @@ std::string ExpectRestartedAloneAndRejoined(const JobRun& r, int rank, const std
   EXPECT_FALSE(JsonNumber(r.done_line, "workers_failed").has_value()) << r.done_line;
   auto restarts = Events(r, "restart");
   EXPECT_EQ(restarts.size(), 1u) << r.stderr_text;
-  if (!restarts.empty())
+  if (!restarts.empty()) {
     EXPECT_EQ(JsonField(restarts[0], "alone").value_or(""), "worker " + std::to_string(rank)) << restarts[0];
+  }
   EXPECT_TRUE(Events(r, "resume").empty()) << r.stderr_text;
   auto rejoin = Events(r, "rejoin");
   EXPECT_EQ(rejoin.size(), 1u) << r.stderr_text;
