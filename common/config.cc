@@ -814,13 +814,15 @@ JobConfig ParseJobConfig(const std::string& text, const std::string& file) {
   c.algorithm_opts = ReadFreeSection(file, root, "algorithm", &c.algorithm, "local");
   c.optimizer_opts = ReadFreeSection(file, root, "optimizer", &c.optimizer, "momentum");
 
-  SectionReader train(file, root, "train",
-                      {"epochs", "target_accuracy", "max_steps", "threads", "log_every_steps", "batch_schedule"});
+  SectionReader train(
+      file, root, "train",
+      {"epochs", "target_accuracy", "max_steps", "threads", "log_every_steps", "eval_every_steps", "batch_schedule"});
   c.epochs = train.Int("epochs", 1, 1, kMaxEpochs);
   c.target_accuracy = train.Double("target_accuracy", 0.0, 0.0, 1.0);
   c.max_steps = train.Int("max_steps", 0, 0, INT64_MAX);
   c.threads = train.Int("threads", 0, 0, kMaxThreads);
   c.log_every_steps = train.Int("log_every_steps", 50, 1, INT64_MAX);
+  c.eval_every_steps = train.Int("eval_every_steps", 0, 0, INT64_MAX);
   if (const toml::node* n = train.Get("batch_schedule")) {
     const toml::array* a = n->as_array();
     const std::string expected =

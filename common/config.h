@@ -172,6 +172,9 @@ struct JobConfig {
   int64_t max_steps = 0;       // 0 = no limit
   int64_t threads = 0;         // 0 = all cores
   int64_t log_every_steps = 50;
+  // Also evaluate (and stop at target_accuracy) every this many steps within an epoch; 0: at
+  // each epoch's end only. A time to target is then known to this many steps, not an epoch.
+  int64_t eval_every_steps = 0;
   // Batch-size control (common/batch_schedule.h): [[epoch, global batch], ...], the first at
   // epoch 0; empty: batch_size x workers throughout. With it [data] batch_size is the first
   // stage's share (set from it when the file leaves it out).

@@ -539,34 +539,54 @@ class Trainer {
         train_->Seek({epoch, first_batch});
       else
         train_->StartEpoch(epoch);
-      while (!stop && TrainStep(epoch))
+      while (!stop && TrainStep(epoch)) {
         stop = (cfg_.max_steps > 0 && step_ >= cfg_.max_steps) || algo_->StopRequested();
+        // Every rank is at the same step here, so the collectives inside come in the same order.
+        // The epoch's last step is left to the evaluation at its end.
+        if (!stop && cfg_.eval_every_steps > 0 && step_ % cfg_.eval_every_steps == 0 &&
+            step_ != batch_plan_->FirstStepOfEpoch(epoch + 1))
+          stop = EvaluateAndAgree(epoch, /*epoch_end=*/false, false);
+      }
       // Another worker reached the target: the job's final model is evaluated at Finish.
       if (algo_->StopRequested()) break;
-      SyncBuffers();
-      const auto t_eval = Clock::now();
-      EvalResult ev = Evaluate(*model_, *backend_, *test_);
-      const double eval_s = Since(t_eval);
-      if (cfg_.skip_bad) ReportSkips();
-      accuracy_ = ev.accuracy;
-      evaluated_ = true;
-      double sps = double(samples_) / std::max(1e-9, Since(t_start_));
-      metrics_.Write("eval", step_,
-                     JsonObject()
-                         .Add("rank", rank_)
-                         .Add("epoch", epoch + 1)
-                         .Add("test_accuracy", ev.accuracy)
-                         .Add("test_loss", ev.loss)
-                         .Add("eval_s", eval_s)
-                         .Add("samples_per_s", sps)
-                         .Add("bytes_sent", algo_->bytes_sent()));
-      printf("worker %d: epoch %lld step %lld test_accuracy %.4f test_loss %.4f samples/s %.0f\n", rank_,
-             (long long)epoch + 1, (long long)step_, ev.accuracy, ev.loss, sps);
-      fflush(stdout);
-      WarnIfDead(epoch, ev.accuracy);
-      bool reached = cfg_.target_accuracy > 0 && ev.accuracy >= cfg_.target_accuracy;
-      stop = algo_->AgreeToStop(stop || reached);
+      // An evaluation at this very step (eval_every_steps) already saw this model and agreed.
+      if (last_eval_step_ == step_) {
+        WarnIfDead(epoch, accuracy_);
+        continue;
+      }
+      stop = EvaluateAndAgree(epoch, /*epoch_end=*/true, stop);
     }
+  }
+
+  // Evaluates the model on the test set, records it, and agrees with every worker whether to
+  // stop (this worker's `stop`, or the target reached). At an epoch's end it also checks for
+  // a dead network over that epoch's losses.
+  bool EvaluateAndAgree(int64_t epoch, bool epoch_end, bool stop) {
+    SyncBuffers();
+    const auto t_eval = Clock::now();
+    EvalResult ev = Evaluate(*model_, *backend_, *test_);
+    const double eval_s = Since(t_eval);
+    if (cfg_.skip_bad) ReportSkips();
+    accuracy_ = ev.accuracy;
+    evaluated_ = true;
+    last_eval_step_ = step_;
+    double sps = double(samples_) / std::max(1e-9, Since(t_start_));
+    metrics_.Write("eval", step_,
+                   JsonObject()
+                       .Add("rank", rank_)
+                       .Add("epoch", epoch + 1)
+                       .Add("epoch_end", epoch_end)
+                       .Add("test_accuracy", ev.accuracy)
+                       .Add("test_loss", ev.loss)
+                       .Add("eval_s", eval_s)
+                       .Add("samples_per_s", sps)
+                       .Add("bytes_sent", algo_->bytes_sent()));
+    printf("worker %d: epoch %lld%s step %lld test_accuracy %.4f test_loss %.4f samples/s %.0f\n", rank_,
+           (long long)epoch + 1, epoch_end ? "" : " (part)", (long long)step_, ev.accuracy, ev.loss, sps);
+    fflush(stdout);
+    if (epoch_end) WarnIfDead(epoch, ev.accuracy);
+    bool reached = cfg_.target_accuracy > 0 && ev.accuracy >= cfg_.target_accuracy;
+    return algo_->AgreeToStop(stop || reached);
   }
 
   // The algorithm's final sync, a last evaluation if it changed the model, the weights'
@@ -933,7 +953,8 @@ class Trainer {
   int64_t buffers_synced_at_ = -1;              // the step SyncBuffers last ran at
   int64_t resumed_step_ = 0;
   bool evaluated_ = false;
-  double epoch_loss_sum_ = 0;  // this epoch's training losses, for WarnIfDead
+  int64_t last_eval_step_ = -1;  // the step of the last evaluation (-1: none in this run)
+  double epoch_loss_sum_ = 0;    // this epoch's training losses, for WarnIfDead
   int64_t epoch_loss_n_ = 0;
   bool warned_dead_ = false;  // an epoch's evaluation ran in this process
   Tensor x_;

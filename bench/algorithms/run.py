@@ -30,6 +30,10 @@ QUOTAS = [float(q) for q in os.environ.get("QUOTAS", "0.45,0.45,0.45,0.15").spli
 # begins); the tables show the median run by time to target. Near the target a run crosses it
 # an evaluation sooner or later by chance, so one run per cell can mislead.
 REPS = int(os.environ.get("REPS", "1"))
+# Evaluate every EVAL_EVERY steps too ([train] eval_every_steps; 0: at each epoch's end only): a
+# time to target is then known to that many steps, where at epochs' ends one evaluation more or
+# less is 20-25% of it.
+EVAL_EVERY = int(os.environ.get("EVAL_EVERY", "0"))
 
 ALGO_KEYS = {
     "allreduce": "",
@@ -73,6 +77,7 @@ schedule = "cosine"
 [train]
 epochs = {EPOCHS}
 target_accuracy = {TARGET}
+eval_every_steps = {EVAL_EVERY}
 threads = 1
 log_every_steps = 20
 """
