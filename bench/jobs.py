@@ -65,6 +65,16 @@ class JobRun:
         wall_s counts from the job's start, so start-up counts the same for every run."""
         return self.first_eval(target).get("wall_s")
 
+    def train_time_to(self, target):
+        """time_to(target) less rank 0's evaluation time until then (each eval record's eval_s):
+        the training time to the target, which does not grow with how often the job evaluates.
+        None if the target was not reached."""
+        first = self.first_eval(target)
+        if not first:
+            return None
+        return first["wall_s"] - sum(e.get("eval_s") or 0 for e in self.rank0("eval")
+                                     if not e.get("final") and e.get("step", 0) <= first.get("step", 0))
+
     def first_eval(self, target):
         """Rank 0's first evaluation at or above `target` ({} if none): its wall_s and step."""
         return next((e for e in self.rank0("eval") if (e.get("test_accuracy") or 0) >= target), {})

@@ -8,8 +8,10 @@ worker's bandwidth limited so a dense exchange takes about 4x the compute time (
 in-process token bucket), (d) the same limit as real tbf-shaped links between four
 network-namespace hosts (root only; HOSTS=0 skips it). auto runs in every scenario too, and a
 table sets its choice and time against the fastest algorithm's.
-Each run is a real job through the launcher; REPS repeats every cell (medians in the tables); the last
-line is one JSON object."""
+Each run is a real job through the launcher; REPS repeats every cell, each repetition with its own seed
+(medians in the tables); EVAL_EVERY evaluates every that many steps as well as at epochs' ends, and each
+run also reports its training time to target (less rank 0's evaluations) and its step; the last line is
+one JSON object."""
 import json, os, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -30,6 +32,9 @@ QUOTAS = [float(q) for q in os.environ.get("QUOTAS", "0.45,0.45,0.45,0.15").spli
 # begins); the tables show the median run by time to target. Near the target a run crosses it
 # an evaluation sooner or later by chance, so one run per cell can mislead.
 REPS = int(os.environ.get("REPS", "1"))
+# Repetition r runs with seed 42 + r (SAME_SEED=1: 42 for all): a synchronous algorithm repeats
+# its steps exactly from one seed, so only other seeds show how much its step to target is chance.
+SAME_SEED = os.environ.get("SAME_SEED", "0") == "1"
 # Evaluate every EVAL_EVERY steps too ([train] eval_every_steps; 0: at each epoch's end only): a
 # time to target is then known to that many steps, where at epochs' ends one evaluation more or
 # less is 20-25% of it.
@@ -43,17 +48,20 @@ ALGO_KEYS = {
     "adpsgd": "",
     # A short run: no sparsity warm-up, or its dense-sized first epochs dominate the bytes.
     "dgc": "sparsity = 0.999\nsparsity_warmup_epochs = 0\nclip_norm = 5.0\n",
-    "auto": "probe_steps = 10\n",
 }
+# auto hands over to the candidates as configured here: the same block momentum and sparsity as
+# their own rows (bmuf's default block_momentum, 0.9, took 290-330 steps to 0.85 on slow links where
+# 0.5 took 200-280).
+ALGO_KEYS["auto"] = "probe_steps = 10\n" + ALGO_KEYS["bmuf"] + ALGO_KEYS["dgc"]
 # Learning rate per algorithm (for the global batch): a 1-step-stale gradient under
 # momentum 0.9 needs a smaller one (tests/training measured the same).
 LR = {"double_buffer": 0.02}
 
 
-def job(name, out, algo, workers_toml):
+def job(name, out, algo, workers_toml, rep=0):
     return f"""[job]
 name = "{name}"
-seed = 42
+seed = {42 + (0 if SAME_SEED else rep)}
 output_dir = "{out}"
 [cluster]
 servers = ["127.0.0.1:{free_port()}", "127.0.0.1:{free_port()}"]
@@ -89,7 +97,7 @@ def run(algo, scenario, workers_toml, tmp, rep=0):
 
 def job_run(algo, scenario, workers_toml, tmp, rep=0):
     return run_job(BIN, tmp, f"{algo}-{scenario}-{rep}",
-                   lambda out: job(f"bench-{algo}-{scenario}", out, algo, workers_toml), timeout=3600)
+                   lambda out: job(f"bench-{algo}-{scenario}", out, algo, workers_toml, rep), timeout=3600)
 
 
 def median_run(runs):
@@ -106,9 +114,11 @@ def figures(j):
     """One job's figures (a JobRun from the launcher or from the hosts)."""
     if j.error:
         return {"error": j.error}
-    reach = j.time_to(TARGET)
+    reach, train = j.time_to(TARGET), j.train_time_to(TARGET)
     auto = next(iter(j.rank0("auto")), {})
     return {"time_to_target_s": round(reach, 1) if reach is not None else None,
+            "train_s_to_target": round(train, 1) if train is not None else None,
+            "steps_to_target": j.first_eval(TARGET).get("step"),
             **({"auto_choice": auto.get("choice") + (" (balanced)" if auto.get("balance") else "")} if auto else {}),
             "compute_s_per_step": j.compute_s_per_step(), "bytes_per_step": j.bytes_per_step(),
             "final_accuracy": j.done.get("test_accuracy"), "wall_s": round(j.wall_s, 1),
@@ -117,19 +127,27 @@ def figures(j):
 
 
 def print_auto_against_best(results):
-    """Per scenario: what auto chose and its time to target against the fastest algorithm's."""
-    print("\n| scenario | auto chose | auto: s | fastest | its s | auto / fastest |\n|---|---|---|---|---|---|")
+    """Per scenario: what auto chose and its time to target against the fastest algorithm's, by
+    wall time and by training time (wall time less rank 0's evaluations)."""
+    print("\n| scenario | auto chose | auto: s | fastest | its s | auto / fastest | auto: s training (steps) "
+          "| fastest training | its s (steps) | auto / fastest training |\n|---|---|---|---|---|---|---|---|---|---|")
     for scenario in ("equal", "slow_worker", "slow_links", "hosts"):
         a = results.get(f"auto/{scenario}")
-        times = {algo: results.get(f"{algo}/{scenario}", {}).get("time_to_target_s") for algo in ALGOS}
-        times = {k: v for k, v in times.items() if v is not None}
-        if not a or not times:
+        cells = {algo: results.get(f"{algo}/{scenario}", {}) for algo in ALGOS}
+        if not a:
             continue
-        best = min(times, key=times.get)
-        t = a.get("time_to_target_s")
-        ratio = round(t / times[best], 2) if t else None
-        print(f"| {scenario} | {a.get('auto_choice', '-')} | {t if t is not None else '-'} | {best} | {times[best]} | "
-              f"{ratio if ratio is not None else '-'} |")
+        row = [scenario, a.get("auto_choice", "-")]
+        for key in ("time_to_target_s", "train_s_to_target"):
+            times = {k: c.get(key) for k, c in cells.items() if c.get(key) is not None}
+            t = a.get(key)
+            if not times:
+                row += [t if t is not None else "-", "-", "-", "-"]
+                continue
+            best = min(times, key=times.get)
+            steps = (lambda c: f" ({c.get('steps_to_target')})") if key == "train_s_to_target" else (lambda c: "")
+            row += [f"{t if t is not None else '-'}{steps(a)}", best, f"{times[best]}{steps(cells[best])}",
+                    round(t / times[best], 2) if t else "-"]
+        print("| " + " | ".join(str(x) for x in row) + " |")
 
 
 def main():
@@ -176,7 +194,7 @@ def main():
                 for rep in range(REPS):
                     for algo in ALGOS + ["auto"]:
                         servers = 2 if algo.startswith("ps_") else 0
-                        r = figures(hosts.run(BIN, job(f"bench-{algo}-hosts", "OUT", algo, "4"), tmp,
+                        r = figures(hosts.run(BIN, job(f"bench-{algo}-hosts", "OUT", algo, "4", rep), tmp,
                                               f"{algo}-hosts-{rep}", keys, servers))
                         runs.setdefault(algo, []).append(r)
                         print(f"{algo:>14} {'tbf_hosts':>12} {json.dumps(r)}", flush=True)
