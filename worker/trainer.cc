@@ -542,18 +542,14 @@ class Trainer {
       while (!stop && TrainStep(epoch)) {
         stop = (cfg_.max_steps > 0 && step_ >= cfg_.max_steps) || algo_->StopRequested();
         // Every rank is at the same step here, so the collectives inside come in the same order.
-        // The epoch's last step is left to the evaluation at its end.
+        // The epoch's last step is left to the evaluation at its end; agreeing to stop here ends
+        // the training with this evaluation as its last.
         if (!stop && cfg_.eval_every_steps > 0 && step_ % cfg_.eval_every_steps == 0 &&
-            step_ != batch_plan_->FirstStepOfEpoch(epoch + 1))
-          stop = EvaluateAndAgree(epoch, /*epoch_end=*/false, false);
+            step_ != batch_plan_->FirstStepOfEpoch(epoch + 1) && EvaluateAndAgree(epoch, /*epoch_end=*/false, false))
+          return;
       }
       // Another worker reached the target: the job's final model is evaluated at Finish.
       if (algo_->StopRequested()) break;
-      // An evaluation at this very step (eval_every_steps) already saw this model and agreed.
-      if (last_eval_step_ == step_) {
-        WarnIfDead(epoch, accuracy_);
-        continue;
-      }
       stop = EvaluateAndAgree(epoch, /*epoch_end=*/true, stop);
     }
   }
@@ -569,7 +565,6 @@ class Trainer {
     if (cfg_.skip_bad) ReportSkips();
     accuracy_ = ev.accuracy;
     evaluated_ = true;
-    last_eval_step_ = step_;
     double sps = double(samples_) / std::max(1e-9, Since(t_start_));
     metrics_.Write("eval", step_,
                    JsonObject()
@@ -953,8 +948,7 @@ class Trainer {
   int64_t buffers_synced_at_ = -1;              // the step SyncBuffers last ran at
   int64_t resumed_step_ = 0;
   bool evaluated_ = false;
-  int64_t last_eval_step_ = -1;  // the step of the last evaluation (-1: none in this run)
-  double epoch_loss_sum_ = 0;    // this epoch's training losses, for WarnIfDead
+  double epoch_loss_sum_ = 0;  // this epoch's training losses, for WarnIfDead
   int64_t epoch_loss_n_ = 0;
   bool warned_dead_ = false;  // an epoch's evaluation ran in this process
   Tensor x_;

@@ -144,8 +144,10 @@ def print_auto_against_best(results):
                 row += [t if t is not None else "-", "-", "-", "-"]
                 continue
             best = min(times, key=times.get)
-            steps = (lambda c: f" ({c.get('steps_to_target')})") if key == "train_s_to_target" else (lambda c: "")
-            row += [f"{t if t is not None else '-'}{steps(a)}", best, f"{times[best]}{steps(cells[best])}",
+
+            def with_steps(value, cell):  # the training columns show the step beside the time
+                return f"{value} ({cell.get('steps_to_target')})" if key == "train_s_to_target" else value
+            row += [with_steps(t if t is not None else "-", a), best, with_steps(times[best], cells[best]),
                     round(t / times[best], 2) if t else "-"]
         print("| " + " | ".join(str(x) for x in row) + " |")
 

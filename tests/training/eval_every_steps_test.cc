@@ -39,8 +39,9 @@ std::map<int64_t, std::pair<double, bool>> Rank0Evals(const JobRun& run) {
 const char* kAllReduce = "[algorithm]\nname = \"allreduce\"\n\n";
 
 // Every 8 steps and at each epoch's end (24 and 48, also multiples of 8: once each, as the
-// epoch's end); the weights end as in a run that evaluated only at epochs' ends. Then a target equal to an accuracy first reached at a step
-// within an epoch stops the job at exactly that step.
+// epoch's end); the weights end as in a run that evaluated only at epochs' ends. Then a target
+// just under an accuracy first reached at a step within an epoch stops the job at exactly that
+// step.
 TEST(EvalEverySteps, EvaluatesWithinEpochsWithoutChangingTrainingAndStopsThere) {
   const std::string a = FreshDir("epochs_only"), b = FreshDir("every8");
   JobRun plain = RunJob(a, Job("plain", a, kAllReduce, 0), 300);
@@ -81,6 +82,10 @@ TEST(EvalEverySteps, EvaluatesWithinEpochsWithoutChangingTrainingAndStopsThere) 
   ASSERT_EQ(stopped.exit_code, 0) << stopped.stderr_text;
   EXPECT_EQ(JsonNumber(stopped.done_line, "steps").value_or(0), stop_at) << stopped.done_line;
   EXPECT_EQ(Rank0Evals(stopped).rbegin()->first, stop_at);
+  int rank0_evals = 0;  // each step's evaluation once: the stop ends the epoch without another
+  for (auto& e : Events(stopped, "eval"))
+    rank0_evals += JsonNumber(e, "rank").value_or(-1) == 0 && !JsonField(e, "final");
+  EXPECT_EQ(rank0_evals, int(Rank0Evals(stopped).size()));
   EXPECT_EQ(WeightsHashes(stopped).size(), 1u);
   for (auto& d : {a, b, c}) EXPECT_EQ(ProcessesOf(d), 0);
 }
