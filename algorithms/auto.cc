@@ -1,7 +1,9 @@
 // "auto": picks the algorithm from what it measures, not from a guess. It runs synchronous
-// all-reduce for the first `probe_steps` steps while timing each worker's compute (the time
-// between two Step calls) and the exchange, agrees on the figures over the ring (every
-// worker decides the same), then hands over to:
+// all-reduce while timing each worker's compute (the time between two Step calls) and the
+// exchange, and from its third step agrees on the figures so far over the ring after every
+// step (every worker decides the same). The probe ends once `probe_settle_steps` steps in a
+// row give the same choice, or after `probe_steps` (its dense steps are the dearest where
+// links are slow, which is where the choice settles soonest), and hands over to:
 //   diloco    when the exchange costs > diloco_ratio x compute (the exchange dwarfs compute:
 //             one exchange per sync_every steps, whatever the optimizer),
 //   dgc       when the exchange costs > dgc_ratio x compute (very slow links: its top-k's
@@ -21,7 +23,9 @@
 // The "auto" metrics event carries the figures behind the choice: measured compute and
 // exchange, each candidate's estimated seconds per global step, the factors, the reason.
 // Weights are identical on every worker at the hand-over (synchronous probe), which is the
-// start point every algorithm's Init expects.
+// start point every algorithm's Init expects. The chosen algorithm's first communicator is
+// auto's own, already wired: a new ring's rendezvous and CurveZMQ handshakes cost seconds on
+// slow links (bench algorithms, scenario (d)).
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -34,12 +38,38 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Auto's communicator lent to the algorithm it chose (auto itself no longer uses it); its
+// bytes are those sent since the loan.
+class LentCommunicator : public Communicator {
+ public:
+  explicit LentCommunicator(Communicator& c) : c_(c), base_(c.bytes_sent()) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  std::string Name() const override { return c_.Name(); }
+  bool HandlesDeviceBuffers() const override { return c_.HandlesDeviceBuffers(); }
+  void AllReduce(float* data, int64_t n, ReduceOp op, DType wire) override { c_.AllReduce(data, n, op, wire); }
+  void AllReduceQuantized(float* data, int64_t n, ReduceOp op, BlockQuant q) override {
+    c_.AllReduceQuantized(data, n, op, q);
+  }
+  void AllGather(const void* in, int64_t bytes, void* out) override { c_.AllGather(in, bytes, out); }
+  void Broadcast(void* data, int64_t bytes, int root) override { c_.Broadcast(data, bytes, root); }
+  void Barrier() override { c_.Barrier(); }
+  int64_t bytes_sent() const override { return c_.bytes_sent() - base_; }
+
+ private:
+  Communicator& c_;
+  const int64_t base_;
+};
+
 // What each candidate's time to target costs beyond its estimated seconds per step, relative
 // to synchronous all-reduce: the extra steps (block averaging, staleness) and the waits the
 // per-step estimate leaves out (an adpsgd worker whose gossip partner is the slow one waits
 // for it). Measured with `./shoal bench heterogeneous`: docs/algorithms.md, "How auto chooses".
 constexpr double kBmufFactor = 1.3;
 constexpr double kAdpsgdFactor = 1.15;
+// The first probe step whose figures are weighed: two compute intervals (the first step has
+// none before it).
+constexpr int64_t kFirstWeighedStep = 3;
 
 class Auto : public Algorithm {
  public:
@@ -49,6 +79,7 @@ class Auto : public Algorithm {
         fusion_(env.config->algorithm_opts.GetInt("bucket_bytes", 4 << 20, 1024, int64_t(1) << 32)) {
     const ConfigSection& a = env.config->algorithm_opts;
     probe_steps_ = a.GetInt("probe_steps", 20, 2, 1 << 20);
+    probe_settle_steps_ = a.GetInt("probe_settle_steps", 3, 1, 1 << 20);
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
     bmuf_ratio_ = a.GetDouble("bmuf_ratio", 1.0, 0, 1e6);
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);
@@ -78,7 +109,13 @@ class Auto : public Algorithm {
     if (probed_ > 0) comm_s_ += std::chrono::duration<double>(t1 - t0).count();
     updater_.Apply(params, info.step);
     last_step_end_ = Clock::now();
-    if (++probed_ == probe_steps_) Decide(params);
+    ++probed_;
+    if (probed_ < std::min<int64_t>(kFirstWeighedStep, probe_steps_)) return;
+    Verdict v = Weigh();
+    const std::string key = v.choice + (v.balance ? "+balance" : "");
+    settled_ = key == last_key_ ? settled_ + 1 : 1;
+    last_key_ = key;
+    if (settled_ >= probe_settle_steps_ || probed_ >= probe_steps_) HandOver(v, params);
   }
 
   void Finish(const std::vector<ParamView>& params) override {
@@ -98,7 +135,7 @@ class Auto : public Algorithm {
   // synchronous choices' agree).
   std::vector<std::string> AveragedOnReshape() const override { return {"w/", "adpsgd/model"}; }
   std::string ReshapeNote() const override { return chosen_ ? chosen_->ReshapeNote() : ""; }
-  int64_t bytes_sent() const override { return comm_->bytes_sent() + (chosen_ ? chosen_->bytes_sent() : 0); }
+  int64_t bytes_sent() const override { return chosen_ ? probe_bytes_ + chosen_->bytes_sent() : comm_->bytes_sent(); }
   // Its choice, so a resumed job runs what was chosen (measuring again could choose
   // otherwise midway), and the chosen algorithm's state; while probing, the probe's.
   void SaveState(const std::vector<ParamView>& params, CheckpointState* out) override {
@@ -139,10 +176,18 @@ class Auto : public Algorithm {
   }
 
  private:
-  // The chosen algorithm, balancing batches when Decide said so (else as the job says).
+  // The chosen algorithm, balancing batches when Decide said so (else as the job says). Its
+  // first communicator is auto's (the flag is shared by the copies of the env it may keep).
   std::unique_ptr<Algorithm> MakeChosen(const std::string& choice) {
     AlgorithmEnv e = env_;
     if (balanced_) e.balance = 1;
+    probe_bytes_ = comm_->bytes_sent();
+    auto lent = std::make_shared<bool>(false);
+    e.make_communicator = [this, lent, make = env_.make_communicator](const std::string& name) {
+      if (*lent) return make(name);
+      *lent = true;
+      return std::unique_ptr<Communicator>(new LentCommunicator(*comm_));
+    };
     return MakeAlgorithm(choice, e);
   }
 
@@ -154,7 +199,15 @@ class Auto : public Algorithm {
     double to_target() const { return step_s * factor; }
   };
 
-  void Decide(const std::vector<ParamView>& params) {
+  // What the figures so far say, agreed by every worker.
+  struct Verdict {
+    std::string choice, reason;
+    bool balance = false;
+    double compute_min = 0, compute_max = 0, exchange = 0;
+    std::vector<std::pair<const char*, double>> figures;  // what it weighed, for the auto event
+  };
+
+  Verdict Weigh() {
     int64_t n = probed_ - 1;  // the first step has no compute interval before it
     double mine_compute = compute_s_ / double(n), mine_comm = comm_s_ / double(n);
     // [compute, comm] of every worker, with one all-gather: every worker decides the same.
@@ -226,35 +279,48 @@ class Auto : public Algorithm {
     }
     // allreduce and bmuf balance as weighed (adpsgd waits for nobody; diloco and dgc are chosen
     // for their links, before the workers' speeds are weighed).
-    balanced_ = balance && (choice == "allreduce" || choice == "bmuf");
+    Verdict v;
+    v.balance = balance && (choice == "allreduce" || choice == "bmuf");
     if (choice == "dgc" && env_.config->optimizer != "momentum" && env_.config->optimizer != "sgd") {
       choice = "bmuf";
       reason += " (dgc needs momentum or sgd: bmuf)";
     }
-    if (env_.rank == 0)
-      printf("auto: compute %.1f-%.1f ms/step, exchange %.1f ms/step over %d workers -> %s%s (%s)\n", cmin * 1e3,
-             cmax * 1e3, exchange * 1e3, W, choice.c_str(), balanced_ ? ", balanced" : "", reason.c_str());
-    if (env_.metrics)
-      env_.metrics->Write("auto", probed_,
-                          JsonObject()
-                              .Add("rank", env_.rank)
-                              .Add("choice", choice)
-                              .Add("balance", balanced_)
-                              .Add("reason", reason)
-                              .Add("compute_min_s", cmin)
-                              .Add("compute_max_s", cmax)
-                              .Add("compute_balanced_s", hmean)
-                              .Add("exchange_s", exchange)
-                              .Add("slowest_share", slowest_share)
-                              .Add("est_allreduce_s", est_allreduce)
-                              .Add("est_balanced_allreduce_s", est_balanced)
-                              .Add("est_bmuf_s", est_bmuf)
-                              .Add("est_adpsgd_s", est_adpsgd)
-                              .Add("est_diloco_s", est_diloco)
-                              .Add("bmuf_factor", bmuf_factor_)
-                              .Add("adpsgd_factor", adpsgd_factor_));
-    chosen_ = MakeChosen(choice);
+    v.choice = choice;
+    v.reason = reason;
+    v.compute_min = cmin, v.compute_max = cmax, v.exchange = exchange;
+    v.figures = {{"compute_min_s", cmin},
+                 {"compute_max_s", cmax},
+                 {"compute_balanced_s", hmean},
+                 {"exchange_s", exchange},
+                 {"slowest_share", slowest_share},
+                 {"est_allreduce_s", est_allreduce},
+                 {"est_balanced_allreduce_s", est_balanced},
+                 {"est_bmuf_s", est_bmuf},
+                 {"est_adpsgd_s", est_adpsgd},
+                 {"est_diloco_s", est_diloco},
+                 {"bmuf_factor", bmuf_factor_},
+                 {"adpsgd_factor", adpsgd_factor_}};
+    return v;
+  }
+
+  void HandOver(const Verdict& v, const std::vector<ParamView>& params) {
+    balanced_ = v.balance;
+    const auto t0 = Clock::now();
+    chosen_ = MakeChosen(v.choice);
     chosen_->Init(params);
+    const double handover = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (env_.rank == 0)
+      printf(
+          "auto: compute %.1f-%.1f ms/step, exchange %.1f ms/step over %d workers, %lld probe steps -> %s%s (%s; "
+          "handed over in %.0f ms)\n",
+          v.compute_min * 1e3, v.compute_max * 1e3, v.exchange * 1e3, comm_->size(), (long long)probed_,
+          v.choice.c_str(), balanced_ ? ", balanced" : "", v.reason.c_str(), handover * 1e3);
+    if (env_.metrics) {
+      JsonObject e = JsonObject().Add("rank", env_.rank).Add("choice", v.choice).Add("balance", balanced_);
+      e.Add("reason", v.reason).Add("probe_steps", probed_).Add("handover_s", handover);
+      for (auto& [key, value] : v.figures) e.Add(key, value);
+      env_.metrics->Write("auto", probed_, e);
+    }
   }
 
   AlgorithmEnv env_;
@@ -262,12 +328,15 @@ class Auto : public Algorithm {
   FusedAllReduce fusion_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Algorithm> chosen_;
-  int64_t probe_steps_ = 20, probed_ = 0;
+  int64_t probe_steps_ = 20, probe_settle_steps_ = 3, probed_ = 0;
+  std::string last_key_;  // the last weighed choice (with "+balance") and how many steps in a row gave it
+  int64_t settled_ = 0;
   double uneven_ratio_, bmuf_ratio_, dgc_ratio_, diloco_ratio_;
   bool may_balance_ = true, balanced_ = false;
   int64_t block_steps_ = 8, sync_every_ = 100;
   double bmuf_factor_, adpsgd_factor_;
   double compute_s_ = 0, comm_s_ = 0;
+  int64_t probe_bytes_ = 0;  // auto's communicator's bytes before the loan
   Clock::time_point last_step_end_;
 };
 

@@ -85,6 +85,13 @@ std::unique_ptr<Communicator> FakeCluster::Join(const std::string& name, int ran
   return std::make_unique<FakeCommunicator>(rank, g);
 }
 
+std::vector<std::string> FakeCluster::GroupNames() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> names;
+  for (auto& [name, group] : groups_) names.push_back(name);
+  return names;
+}
+
 AlgorithmEnv FakeCluster::EnvFor(const JobConfig& cfg, int rank, int64_t steps_per_epoch) {
   AlgorithmEnv env;
   env.config = &cfg;

@@ -62,6 +62,8 @@ class FakeCluster {
   std::unique_ptr<Communicator> Join(const std::string& name, int rank);
   // An environment for `rank` whose make_communicator joins this cluster (no PS client).
   AlgorithmEnv EnvFor(const JobConfig& cfg, int rank, int64_t steps_per_epoch);
+  // The names of the communicators joined so far, sorted.
+  std::vector<std::string> GroupNames();
 
  private:
   int world_;

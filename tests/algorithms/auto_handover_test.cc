@@ -1,0 +1,103 @@
+// auto's probe ends once its choice has settled, and hands over on its own communicator: the algorithm it chose opens
+// none (on slow links a new ring's rendezvous and CurveZMQ handshakes cost seconds), runs as that algorithm alone
+// would, and the bytes are counted once.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "algorithms/algorithm.h"
+#include "common/config.h"
+#include "tests/algorithms/fake_communicator.h"
+
+namespace shoal {
+namespace {
+
+// 3 workers of batch 4, SGD at lr 0.1.
+JobConfig Job(const std::string& algorithm, const std::string& keys = "") {
+  return ParseJobConfig(
+      "[job]\nname = \"t\"\n[cluster]\nworkers = 3\n[model]\nname = \"mlp\"\n"
+      "[data]\nformat = \"synthetic\"\nbatch_size = 4\n[algorithm]\nname = \"" +
+          algorithm + "\"\n" + keys + "[optimizer]\nname = \"sgd\"\nlr = 0.1\nweight_decay = 0\n[train]\nepochs = 1\n",
+      "job.toml");
+}
+
+struct Outcome {
+  std::string name;                 // the algorithm's name at the end (auto's says what it chose)
+  std::vector<float> weights;       // rank 0's (every rank's must agree)
+  int64_t bytes = 0;                // rank 0's bytes_sent
+  std::vector<std::string> groups;  // the communicators opened
+};
+
+// `steps` steps on 3 ranks; rank r's gradient at step s is fixed by (s, r). Each step sleeps
+// 2 ms first, as compute, so auto's probe sees even workers. `names`: rank 0's algorithm name
+// after each step.
+Outcome RunRanks(const JobConfig& cfg, int steps, std::vector<std::string>* names = nullptr) {
+  FakeCluster cluster(3);
+  std::vector<std::vector<float>> weights(3);
+  Outcome o;
+  RunRankThreads(3, [&](int rank) {
+    auto algo = MakeAlgorithm(cfg.algorithm, cluster.EnvFor(cfg, rank, 100));
+    std::vector<float> w = {1, -2, 0.5f, 3}, g(4);
+    ParamView p;
+    p.name = "w";
+    p.w = w.data();
+    p.g = g.data();
+    p.n = 4;
+    p.shape = {4};
+    std::vector<ParamView> params = {p};
+    algo->Init(params);
+    for (int s = 0; s < steps; ++s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      for (int j = 0; j < 4; ++j) g[size_t(j)] = std::sin(float(7 * s + 3 * rank + j));
+      StepInfo info;
+      info.step = s;
+      algo->Step(params, info);
+      if (names && rank == 0) names->push_back(algo->Name());
+    }
+    algo->Finish(params);
+    weights[size_t(rank)] = w;
+    if (rank == 0) o.name = algo->Name(), o.bytes = algo->bytes_sent();
+  });
+  EXPECT_EQ(weights[0], weights[1]) << "weights differ across ranks";
+  EXPECT_EQ(weights[0], weights[2]) << "weights differ across ranks";
+  o.weights = weights[0];
+  o.groups = cluster.GroupNames();
+  return o;
+}
+
+TEST(AutoHandOver, TheChosenAlgorithmRunsOnAutosCommunicator) {
+  // Every ratio out of reach and adpsgd's factor at its most: auto picks allreduce.
+  const std::string keys =
+      "probe_steps = 4\nuneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\n"
+      "adpsgd_factor = 100.0\n";
+  Outcome chose = RunRanks(Job("auto", keys), 10), plain = RunRanks(Job("allreduce"), 10);
+  EXPECT_EQ(chose.name, "auto:allreduce");
+  EXPECT_EQ(chose.groups, std::vector<std::string>{"auto"}) << "the chosen algorithm opened a communicator";
+  EXPECT_EQ(plain.groups, std::vector<std::string>{"allreduce"});
+  EXPECT_EQ(chose.weights, plain.weights);
+  // The same all-reduces, plus the probe's all-gathers of (compute, exchange) after steps 3 and
+  // 4 and the chosen algorithm's weights-hash check at its Init (each rank sends 2 of 3
+  // entries): counted once.
+  EXPECT_EQ(chose.bytes, plain.bytes + 2 * (2 * 16) + 2 * 8);
+}
+
+// From the third probe step every step weighs the figures so far; probe_settle_steps steps in
+// a row with the same choice end the probe, long before probe_steps.
+TEST(AutoHandOver, TheProbeEndsOnceTheChoiceHasSettled) {
+  const std::string forced =
+      "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\nadpsgd_factor = 100.0\n";
+  std::vector<std::string> names;
+  RunRanks(Job("auto", "probe_steps = 50\n" + forced), 8, &names);
+  // Weighed after steps 3, 4 and 5 (indices 2-4): allreduce each time, so chosen after step 5.
+  EXPECT_EQ(names, (std::vector<std::string>{"auto", "auto", "auto", "auto", "auto:allreduce", "auto:allreduce",
+                                             "auto:allreduce", "auto:allreduce"}));
+  names.clear();
+  RunRanks(Job("auto", "probe_steps = 50\nprobe_settle_steps = 6\n" + forced), 9, &names);
+  EXPECT_EQ(names[6], "auto");  // weighed after steps 3-8: chosen after step 8
+  EXPECT_EQ(names[7], "auto:allreduce");
+}
+
+}  // namespace
+}  // namespace shoal
