@@ -61,7 +61,7 @@ class JobRun:
         return [e for e in self.events if e.get("event") == event and e.get("rank", 0) == 0]
 
     def time_to(self, target):
-        """wall_s of rank 0's first evaluation at or above `target`; None if none reached it.
+        """wall_s of the first evaluation at or above `target` (first_eval); None if none reached it.
         wall_s counts from the job's start, so start-up counts the same for every run."""
         return self.first_eval(target).get("wall_s")
 
@@ -76,8 +76,12 @@ class JobRun:
                                      if not e.get("final") and e.get("step", 0) <= first.get("step", 0))
 
     def first_eval(self, target):
-        """Rank 0's first evaluation at or above `target` ({} if none): its wall_s and step."""
-        return next((e for e in self.rank0("eval") if (e.get("test_accuracy") or 0) >= target), {})
+        """The first evaluation at or above `target` by any worker ({} if none): its wall_s and
+        step. Every worker evaluates its own model and the job stops once one reaches the target;
+        where the models differ (bmuf, adpsgd, diloco between exchanges) rank 0's alone can miss
+        the evaluation that stopped the job."""
+        hits = [e for e in self.events if e.get("event") == "eval" and (e.get("test_accuracy") or 0) >= target]
+        return min(hits, key=lambda e: (e.get("step", 0), e.get("wall_s", 0)), default={})
 
     def compute_s_per_step(self):
         """Compute seconds per step, the mean over the workers' end records."""
