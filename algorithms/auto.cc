@@ -176,7 +176,7 @@ class Auto : public Algorithm {
   }
 
  private:
-  // The chosen algorithm, balancing batches when Decide said so (else as the job says). Its
+  // The chosen algorithm, balancing batches when Weigh said so (else as the job says). Its
   // first communicator is auto's (the flag is shared by the copies of the env it may keep).
   std::unique_ptr<Algorithm> MakeChosen(const std::string& choice) {
     AlgorithmEnv e = env_;

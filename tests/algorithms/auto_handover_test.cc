@@ -40,13 +40,7 @@ Outcome RunRanks(const JobConfig& cfg, int steps, std::vector<std::string>* name
   RunRankThreads(3, [&](int rank) {
     auto algo = MakeAlgorithm(cfg.algorithm, cluster.EnvFor(cfg, rank, 100));
     std::vector<float> w = {1, -2, 0.5f, 3}, g(4);
-    ParamView p;
-    p.name = "w";
-    p.w = w.data();
-    p.g = g.data();
-    p.n = 4;
-    p.shape = {4};
-    std::vector<ParamView> params = {p};
+    std::vector<ParamView> params = OneTensor(w, g);
     algo->Init(params);
     for (int s = 0; s < steps; ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -148,13 +148,7 @@ std::vector<float> RunSplit(const JobConfig& cfg, const std::vector<int64_t>& si
     auto algo = MakeAlgorithm(cfg.algorithm, cluster.EnvFor(cfg, rank, 100));
     EXPECT_TRUE(algo->BalancesBatches());
     std::vector<float> w = {1, -2, 0.5f}, g(3);
-    ParamView p;
-    p.name = "w";
-    p.w = w.data();
-    p.g = g.data();
-    p.n = 3;
-    p.shape = {3};
-    std::vector<ParamView> params = {p};
+    std::vector<ParamView> params = OneTensor(w, g);
     algo->Init(params);
     const int64_t offset = std::accumulate(sizes.begin(), sizes.begin() + rank, int64_t(0));
     for (int s = 0; s < steps; ++s) {

@@ -106,6 +106,16 @@ AlgorithmEnv FakeCluster::EnvFor(const JobConfig& cfg, int rank, int64_t steps_p
   return env;
 }
 
+std::vector<ParamView> OneTensor(std::vector<float>& w, std::vector<float>& g) {
+  ParamView p;
+  p.name = "w";
+  p.w = w.data();
+  p.g = g.data();
+  p.n = int64_t(w.size());
+  p.shape = {p.n};
+  return {p};
+}
+
 void RunRankThreads(int world, const std::function<void(int rank)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;

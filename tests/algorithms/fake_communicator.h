@@ -71,6 +71,10 @@ class FakeCluster {
   std::map<std::string, std::shared_ptr<FakeGroup>> groups_;
 };
 
+// One tensor "w" of w.size() elements over w and its gradient g (the same size), as the
+// trainer hands an algorithm its parameters.
+std::vector<ParamView> OneTensor(std::vector<float>& w, std::vector<float>& g);
+
 // Runs fn(rank) on `world` threads and rethrows the first failure.
 void RunRankThreads(int world, const std::function<void(int rank)>& fn);
 
