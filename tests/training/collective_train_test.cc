@@ -142,8 +142,11 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   // over dgc_ratio (4), and over diloco_ratio when that is set to 10; set out of reach, dgc.
   const std::string slow =
       "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]";
-  EXPECT_EQ(decide("auto_slow_links", slow, "diloco_ratio = 1e6\n"), "dgc");
-  EXPECT_EQ(decide("auto_slow_links_diloco", slow, "diloco_ratio = 10.0\nsync_every = 10\n"), "diloco");
+  // These weigh the link ratios over the whole probe (probe_settle_steps = 20): a probe settled on
+  // its first few steps reads their compute, which a loaded machine (tests in parallel) inflates.
+  EXPECT_EQ(decide("auto_slow_links", slow, "diloco_ratio = 1e6\nprobe_settle_steps = 20\n"), "dgc");
+  EXPECT_EQ(decide("auto_slow_links_diloco", slow, "diloco_ratio = 10.0\nsync_every = 10\nprobe_settle_steps = 20\n"),
+            "diloco");
 }
 
 // auto hands the backward pass's gradients to the algorithm it chose when that one overlaps:
