@@ -129,11 +129,7 @@ class AdPsgd : public Algorithm {
   }
   bool ModelChangedAtFinish() const override { return true; }
 
-  bool AgreeToStop(bool mine) override {
-    float v = mine ? 1.f : 0.f;
-    comm_->AllReduce(&v, 1, ReduceOp::kSum);
-    return v > 0;
-  }
+  bool AgreeToStop(bool mine) override { return AnyRank(*comm_, mine); }
   int64_t skipped_steps() const override { return updater_.skipped(); }
   Communicator* peers() override { return comm_.get(); }
   // Each worker's own model: a job on another number of workers starts from their mean.

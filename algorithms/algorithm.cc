@@ -88,6 +88,12 @@ void StartFromRankZero(Communicator& comm, const std::vector<ParamView>& params)
   for (auto& p : params) comm.Broadcast(p.w, p.n * 4, 0);
 }
 
+bool AnyRank(Communicator& comm, bool mine) {
+  float v = mine ? 1.f : 0.f;
+  comm.AllReduce(&v, 1, ReduceOp::kSum);
+  return v > 0;
+}
+
 bool GradientsFinite(const std::vector<ParamView>& params, DeviceOps* device) {
   std::vector<std::pair<const float*, int64_t>> on_device;
   for (auto& p : params) {

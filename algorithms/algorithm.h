@@ -280,6 +280,10 @@ uint64_t WeightsHashValue(const std::vector<ParamView>& views);
 // on-device weights, which the hash cannot read here).
 void StartFromRankZero(Communicator& comm, const std::vector<ParamView>& params);
 
+// Whether any rank of `comm` says yes (one all-reduce of a float): the stop vote, where the
+// first worker whose model reaches the target stops the whole job. Every rank must call it.
+bool AnyRank(Communicator& comm, bool mine);
+
 using AlgorithmFactory = std::function<std::unique_ptr<Algorithm>(const AlgorithmEnv&)>;
 
 // Registration from static initializers. Throws shoal::Error for a name already registered

@@ -35,11 +35,7 @@ class AllReduce : public Algorithm {
   }
   // On a GPU worker with NCCL: the model's own device tensors, reduced and updated there.
   bool TakesDeviceParams() const override { return env_.device && comm_->HandlesDeviceBuffers(); }
-  bool AgreeToStop(bool mine) override {
-    float v = mine ? 1.f : 0.f;
-    comm_->AllReduce(&v, 1, ReduceOp::kSum);
-    return v > 0;
-  }
+  bool AgreeToStop(bool mine) override { return AnyRank(*comm_, mine); }
   int64_t skipped_steps() const override { return updater_.skipped(); }
   Communicator* peers() override { return comm_.get(); }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }

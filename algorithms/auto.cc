@@ -1,8 +1,9 @@
 // "auto": picks the algorithm from what it measures, not from a guess. It runs synchronous
 // all-reduce while timing each worker's compute (the time between two Step calls) and the
-// exchange, and from its third step agrees on the figures so far over the ring after every
-// step (every worker decides the same). The probe ends once `probe_settle_steps` steps in a
-// row give the same choice, or after `probe_steps` (its dense steps are the dearest where
+// exchange, and from its third step agrees on the figures so far (each worker's medians) over
+// the ring after every step (every worker decides the same). The probe ends once
+// `probe_settle_steps` steps in a row give the same choice, weighed on at least 4 intervals,
+// or after `probe_steps` (its dense steps are the dearest where
 // links are slow, which is where the choice settles soonest), and hands over to:
 //   diloco    when the exchange costs > diloco_ratio x compute (the exchange dwarfs compute:
 //             one exchange per sync_every steps, whatever the optimizer),
@@ -26,6 +27,7 @@
 // start point every algorithm's Init expects. The chosen algorithm's first communicator is
 // auto's own, already wired: a new ring's rendezvous and CurveZMQ handshakes cost seconds on
 // slow links (bench algorithms, scenario (d)).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -70,6 +72,17 @@ constexpr double kAdpsgdFactor = 1.15;
 // The first probe step whose figures are weighed: two compute intervals (the first step has
 // none before it).
 constexpr int64_t kFirstWeighedStep = 3;
+// The fewest compute intervals a choice may settle on (the probe's own bound aside): their
+// median outvotes one or two slow steps.
+constexpr int64_t kMinSettledIntervals = 4;
+
+double Median(std::vector<float> v) {
+  if (v.empty()) return 0;
+  auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2) return *mid;
+  return 0.5 * (double(*mid) + double(*std::max_element(v.begin(), mid)));
+}
 
 class Auto : public Algorithm {
  public:
@@ -101,12 +114,12 @@ class Auto : public Algorithm {
   void Step(const std::vector<ParamView>& params, const StepInfo& info) override {
     if (chosen_) return chosen_->Step(params, info);
     auto t0 = Clock::now();
-    if (probed_ > 0) compute_s_ += std::chrono::duration<double>(t0 - last_step_end_).count();
+    if (probed_ > 0) compute_s_.push_back(float(std::chrono::duration<double>(t0 - last_step_end_).count()));
     fusion_.Pack(params);
     fusion_.Run(*comm_, DType::kF32);
     fusion_.UnpackInto(params);
     auto t1 = Clock::now();
-    if (probed_ > 0) comm_s_ += std::chrono::duration<double>(t1 - t0).count();
+    if (probed_ > 0) comm_s_.push_back(float(std::chrono::duration<double>(t1 - t0).count()));
     updater_.Apply(params, info.step);
     last_step_end_ = Clock::now();
     ++probed_;
@@ -115,7 +128,8 @@ class Auto : public Algorithm {
     const std::string key = v.choice + (v.balance ? "+balance" : "");
     settled_ = key == last_key_ ? settled_ + 1 : 1;
     last_key_ = key;
-    if (settled_ >= probe_settle_steps_ || probed_ >= probe_steps_) HandOver(v, params);
+    const bool settled = settled_ >= probe_settle_steps_ && int64_t(compute_s_.size()) >= kMinSettledIntervals;
+    if (settled || probed_ >= probe_steps_) HandOver(v, params);
   }
 
   void Finish(const std::vector<ParamView>& params) override {
@@ -125,9 +139,7 @@ class Auto : public Algorithm {
   int64_t skipped_steps() const override { return updater_.skipped() + (chosen_ ? chosen_->skipped_steps() : 0); }
   bool AgreeToStop(bool mine) override {
     if (chosen_) return chosen_->AgreeToStop(mine);
-    float v = mine ? 1.f : 0.f;
-    comm_->AllReduce(&v, 1, ReduceOp::kSum);
-    return v > 0;
+    return AnyRank(*comm_, mine);
   }
   Communicator* peers() override { return comm_.get(); }
   int OutputRank() const override { return chosen_ ? chosen_->OutputRank() : 0; }
@@ -144,8 +156,8 @@ class Auto : public Algorithm {
     if (chosen_) return chosen_->SaveState(params, out);
     updater_.Save(params, "opt/", out);
     out->PutInt("auto/probed", probed_);
-    out->PutDouble("auto/compute_s", compute_s_);
-    out->PutDouble("auto/comm_s", comm_s_);
+    out->PutFloats("auto/compute_steps_s", compute_s_);
+    out->PutFloats("auto/comm_steps_s", comm_s_);
   }
   void LoadState(const std::vector<ParamView>& params, const CheckpointState& in) override {
     const std::string choice = in.Get("auto/choice");
@@ -160,8 +172,14 @@ class Auto : public Algorithm {
     }
     updater_.Load(params, "opt/", in);
     probed_ = in.GetInt("auto/probed");
-    compute_s_ = in.GetDouble("auto/compute_s");
-    comm_s_ = in.GetDouble("auto/comm_s");
+    const size_t n = size_t(std::max<int64_t>(0, probed_ - 1));
+    if (in.Has("auto/compute_steps_s")) {
+      compute_s_ = in.GetFloatVector("auto/compute_steps_s", n);
+      comm_s_ = in.GetFloatVector("auto/comm_steps_s", n);
+    } else {  // written before the per-step figures: their sums, spread evenly
+      compute_s_.assign(n, float(in.GetDouble("auto/compute_s") / double(std::max<size_t>(1, n))));
+      comm_s_.assign(n, float(in.GetDouble("auto/comm_s") / double(std::max<size_t>(1, n))));
+    }
     last_step_end_ = Clock::now();
   }
   bool BalancesBatches() const override { return chosen_ && chosen_->BalancesBatches(); }
@@ -208,8 +226,10 @@ class Auto : public Algorithm {
   };
 
   Verdict Weigh() {
-    int64_t n = probed_ - 1;  // the first step has no compute interval before it
-    double mine_compute = compute_s_ / double(n), mine_comm = comm_s_ / double(n);
+    // Medians, not means: the first intervals after start-up (or a resume) and a moment of load
+    // beside the job can take several times a step, and a mean over a few steps reads them as
+    // the worker's speed (seen once: beside a compile, links about 50x compute weighed under 10x).
+    const double mine_compute = Median(compute_s_), mine_comm = Median(comm_s_);
     // [compute, comm] of every worker, with one all-gather: every worker decides the same.
     const int W = comm_->size();
     std::vector<double> all(size_t(W) * 2);
@@ -335,8 +355,8 @@ class Auto : public Algorithm {
   bool may_balance_ = true, balanced_ = false;
   int64_t block_steps_ = 8, sync_every_ = 100;
   double bmuf_factor_, adpsgd_factor_;
-  double compute_s_ = 0, comm_s_ = 0;
-  int64_t probe_bytes_ = 0;  // auto's communicator's bytes before the loan
+  std::vector<float> compute_s_, comm_s_;  // this worker's seconds per probe step (from the second)
+  int64_t probe_bytes_ = 0;                // auto's communicator's bytes before the loan
   Clock::time_point last_step_end_;
 };
 

@@ -100,11 +100,7 @@ class Dgc : public Algorithm {
     }
     sparsity_now_ = comp_->SparsityAt(epoch);
   }
-  bool AgreeToStop(bool mine) override {
-    float v = mine ? 1.f : 0.f;
-    comm_->AllReduce(&v, 1, ReduceOp::kSum);
-    return v > 0;
-  }
+  bool AgreeToStop(bool mine) override { return AnyRank(*comm_, mine); }
   Communicator* peers() override { return comm_.get(); }
   std::string ReshapeNote() const override { return "dgc's residuals (each worker's unsent gradients) start at 0"; }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }

@@ -169,12 +169,9 @@ class Diloco : public LocalBlockAlgorithm {
   }
   bool AgreeToStop(bool mine) override {
     if (!elastic_) return LocalBlockAlgorithm::AgreeToStop(mine);
-    float v = 0;
-    RoundAmongMembers(/*admit_joiners=*/false, [&](Communicator& ring) {
-      v = mine ? 1.f : 0.f;
-      ring.AllReduce(&v, 1, ReduceOp::kSum);
-    });
-    return v > 0;
+    bool any = false;
+    RoundAmongMembers(/*admit_joiners=*/false, [&](Communicator& ring) { any = AnyRank(ring, mine); });
+    return any;
   }
   int64_t ResumedStep() const override { return std::max<int64_t>(0, rejoined_at_); }
   // Elastic: the workers that were no members of the last round (lost, or restarted and not

@@ -47,10 +47,9 @@ class DoubleBuffer : public Algorithm {
   bool AgreeToStop(bool mine) override {
     // The ring carries one collective at a time: settle the exchange in flight first.
     bool had = Wait();
-    float v = mine ? 1.f : 0.f;
-    comm_->AllReduce(&v, 1, ReduceOp::kSum);
+    bool any = AnyRank(*comm_, mine);
     if (had) pending_ = std::async(std::launch::deferred, [] {});  // keep the result for the next Step
-    return v > 0;
+    return any;
   }
   int64_t skipped_steps() const override { return updater_.skipped(); }
   Communicator* peers() override { return comm_.get(); }

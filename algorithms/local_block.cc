@@ -96,11 +96,7 @@ LocalBlockAlgorithm::LocalBlockAlgorithm(const AlgorithmEnv& env, const std::str
       comm_(ring_of_all ? env.make_communicator(name) : nullptr),
       block_(name, steps_key, env.config->algorithm_opts.GetInt(steps_key, default_steps, 1, 1 << 30)) {}
 
-bool LocalBlockAlgorithm::AgreeToStop(bool mine) {
-  float v = mine ? 1.f : 0.f;
-  comm_->AllReduce(&v, 1, ReduceOp::kSum);
-  return v > 0;
-}
+bool LocalBlockAlgorithm::AgreeToStop(bool mine) { return AnyRank(*comm_, mine); }
 
 void LocalBlockAlgorithm::StartFirstBlock(const std::vector<ParamView>& params) {
   StartFromRankZero(*comm_, params);

@@ -184,15 +184,17 @@ TEST(Membership, SspWorkerRestartedAloneGoesOnFromItsOwnClock) {
   EXPECT_EQ(ProcessesOf(dir), 0);
 }
 
-// Worker 2 (eight times slower; the others four) stopped until the survivors took it for
+// Worker 2 (forty times slower; the others twenty) stopped until the survivors took it for
 // dead and left its clock out, then SIGKILLed and restarted alone: once back, its clock
 // holds them again, so no survivor takes its last step (clock 250) before worker 2's clock
-// is within the staleness: worker 2 logs step 247 before it pushes clock 248.
+// is within the staleness: worker 2 logs step 247 before it pushes clock 248. The survivors
+// are slow enough that worker 2 is back long before they could finish without it (at four
+// times slower they did, once, while a restart waited for a loaded machine).
 TEST(Membership, SspWorkerSeenDeadCountsAgainOnceBack) {
   std::string dir = FreshDir("ssp_back");
   // 1.5 s: short enough to see worker 2 dead soon, long enough that a live worker starved of
   // CPU on a loaded 2-core machine (CI runs two tests at once) is not taken for dead.
-  std::string t = SspJob(dir, 50, "[{slowdown = 3.0}, {slowdown = 3.0}, {slowdown = 7.0}]", 1500);
+  std::string t = SspJob(dir, 50, "[{slowdown = 19.0}, {slowdown = 19.0}, {slowdown = 39.0}]", 1500);
   const std::string stop = "pkill -STOP -f -- '--confi[g] " + dir + "/job.toml --rank 2'";
   bool seen_dead = false;
   int64_t killed_after = -1;
