@@ -1,14 +1,12 @@
 // "auto": picks the algorithm from what it measures, not from a guess. It runs synchronous
 // all-reduce while timing each worker's compute (the time between two Step calls) and the
-// exchange, and from its third step agrees on the figures so far (each worker's medians) over
-// the ring after every step (every worker decides the same). The probe ends once
-// `probe_settle_steps` steps in a row give the same choice, weighed on at least 4 intervals,
-// or after `probe_steps` (its dense steps are the dearest where
-// links are slow, which is where the choice settles soonest), and hands over to:
+// exchange, and from its third step agrees on the figures so far (each worker's means, its
+// slowest step left out) over the ring after every step (every worker decides the same). The
+// probe ends once `probe_settle_steps` steps in a row give the same choice, weighed on at least
+// 4 intervals, or after `probe_steps` (its dense steps are the dearest where links are slow,
+// which is where the choice settles soonest), and hands over to:
 //   diloco    when the exchange costs > diloco_ratio x compute (the exchange dwarfs compute:
 //             one exchange per sync_every steps, whatever the optimizer),
-//   dgc       when the exchange costs > dgc_ratio x compute (very slow links: its top-k's
-//             cost on the host is not something the probe sees, so links decide first),
 //   else the candidate with the least estimated time to target, seconds per step x steps:
 //     allreduce  1 x (slowest compute + exchange); balanced (batches split by throughput,
 //                the update still exact) when workers are uneven (slowest compute >
@@ -17,7 +15,10 @@
 //     bmuf       bmuf_factor x (compute + exchange / block_steps), weighed when the
 //                exchange costs > bmuf_ratio x compute,
 //     adpsgd     adpsgd_factor x (harmonic-mean compute + exchange / 2), always weighed
-//                (nobody waits at a barrier; one peer, half the bytes).
+//                (nobody waits at a barrier; one peer, half the bytes),
+//     dgc        dgc_factor x (2 x slowest compute + exchange / 250), weighed when the
+//                exchange costs > dgc_ratio x compute and the optimizer is momentum or SGD
+//                (its top-k and sparse exchange cost about a compute again per step).
 //   The factors (time to target beyond the per-step estimate, relative to all-reduce: extra
 //   steps, waits the estimate leaves out) are measured defaults, documented in
 //   docs/algorithms.md ("How auto chooses").
@@ -69,19 +70,31 @@ class LentCommunicator : public Communicator {
 // for it). Measured with `./shoal bench heterogeneous`: docs/algorithms.md, "How auto chooses".
 constexpr double kBmufFactor = 1.3;
 constexpr double kAdpsgdFactor = 1.15;
+// dgc at 99.9% sparsity took 1.6x bmuf's steps to target (about 2x all-reduce's) on the slow
+// links of `./shoal bench algorithms`, and each of its steps cost 1.8x the probe's compute
+// (top-k and the sparse all-gather on the host); its bytes per step were 293x fewer than a dense
+// all-reduce's. docs/algorithms.md, "How auto chooses".
+constexpr double kDgcFactor = 2.0;
+constexpr double kDgcStepCompute = 2.0;
+constexpr double kDgcBytesRatio = 250.0;
 // The first probe step whose figures are weighed: two compute intervals (the first step has
 // none before it).
 constexpr int64_t kFirstWeighedStep = 3;
-// The fewest compute intervals a choice may settle on (the probe's own bound aside): their
-// median outvotes one or two slow steps.
+// The fewest compute intervals a choice may settle on (the probe's own bound aside), so that
+// one slow step left out leaves three.
 constexpr int64_t kMinSettledIntervals = 4;
 
-double Median(std::vector<float> v) {
+// The mean of a worker's probe intervals without the slowest of them (from three on). One slow
+// step (a moment of load beside the job, a page-in) is not the worker's speed: a plain mean over
+// a few steps read it so (seen once: beside a compile, links about 50x compute weighed under
+// 10x). Not a median: a worker under a CPU quota runs a few steps fast, then waits out the
+// quota's period, and a median reads the fast steps; the mean is its throughput.
+double MeanWithoutSlowest(const std::vector<float>& v) {
   if (v.empty()) return 0;
-  auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  if (v.size() % 2) return *mid;
-  return 0.5 * (double(*mid) + double(*std::max_element(v.begin(), mid)));
+  double sum = 0;
+  for (float x : v) sum += x;
+  if (v.size() < 3) return sum / double(v.size());
+  return (sum - *std::max_element(v.begin(), v.end())) / double(v.size() - 1);
 }
 
 class Auto : public Algorithm {
@@ -102,6 +115,7 @@ class Auto : public Algorithm {
     block_steps_ = a.GetInt("block_steps", 8, 1, 1 << 30);
     bmuf_factor_ = a.GetDouble("bmuf_factor", kBmufFactor, 0.01, 100);
     adpsgd_factor_ = a.GetDouble("adpsgd_factor", kAdpsgdFactor, 0.01, 100);
+    dgc_factor_ = a.GetDouble("dgc_factor", kDgcFactor, 0.01, 100);
     comm_ = env.make_communicator("auto");
   }
   std::string Name() const override { return chosen_ ? "auto:" + chosen_->Name() : "auto"; }
@@ -226,10 +240,7 @@ class Auto : public Algorithm {
   };
 
   Verdict Weigh() {
-    // Medians, not means: the first intervals after start-up (or a resume) and a moment of load
-    // beside the job can take several times a step, and a mean over a few steps reads them as
-    // the worker's speed (seen once: beside a compile, links about 50x compute weighed under 10x).
-    const double mine_compute = Median(compute_s_), mine_comm = Median(comm_s_);
+    const double mine_compute = MeanWithoutSlowest(compute_s_), mine_comm = MeanWithoutSlowest(comm_s_);
     // [compute, comm] of every worker, with one all-gather: every worker decides the same.
     const int W = comm_->size();
     std::vector<double> all(size_t(W) * 2);
@@ -261,14 +272,20 @@ class Auto : public Algorithm {
     const double est_allreduce = cmax + exchange, est_balanced = hmean + exchange;
     const double est_bmuf = compute + exchange / double(block_steps_);
     const double est_adpsgd = hmean + exchange / 2;
-    const double est_diloco = cmax + exchange / double(sync_every_);  // chosen unbalanced, as dgc
+    const double est_diloco = cmax + exchange / double(sync_every_);  // chosen unbalanced
+    // dgc's top-k and sparse exchange on the host cost about a compute again per step (measured,
+    // not seen by the probe); its bytes are a few hundredth of dense. Unbalanced.
+    const double est_dgc = kDgcStepCompute * cmax + exchange / kDgcBytesRatio;
     // Candidates, each at its seconds per step x its steps to target (docs/algorithms.md, "How
-    // auto chooses"); bmuf is weighed where the exchange costs more than bmuf_ratio x compute.
+    // auto chooses"); bmuf is weighed where the exchange costs more than bmuf_ratio x compute,
+    // dgc (momentum or SGD only: it corrects momentum itself) where it costs dgc_ratio x.
     // adpsgd always: on equal workers too its half-sized exchange without a barrier can beat
     // all-reduce once the exchange is a third of compute (bench algorithms, scenario (a)).
     std::vector<Candidate> candidates = {{"allreduce", balance ? est_balanced : est_allreduce, 1.0}};
     if (exchange > bmuf_ratio_ * compute) candidates.push_back({"bmuf", est_bmuf, bmuf_factor_});
     candidates.push_back({"adpsgd", est_adpsgd, adpsgd_factor_});
+    const bool dgc_can = env_.config->optimizer == "momentum" || env_.config->optimizer == "sgd";
+    if (dgc_can && exchange > dgc_ratio_ * cmax) candidates.push_back({"dgc", est_dgc, dgc_factor_});
     const Candidate* best = &candidates[0];
     for (auto& c : candidates)
       if (c.to_target() < best->to_target()) best = &c;
@@ -278,11 +295,6 @@ class Auto : public Algorithm {
     } else if (exchange > diloco_ratio_ * cmax) {
       choice = "diloco";
       reason = "exchange > diloco_ratio x compute";
-    } else if (exchange > dgc_ratio_ * cmax) {
-      // Links first: a slow exchange dwarfs compute jitter between workers, and dgc's top-k
-      // cost is not something the probe can see.
-      choice = "dgc";
-      reason = "exchange > dgc_ratio x compute";
     } else {
       char buf[256];
       std::string others;
@@ -297,14 +309,10 @@ class Auto : public Algorithm {
                uneven && !can_balance ? (may_balance_ ? "; balanced share under min_share" : "; balance = false") : "");
       reason = buf;
     }
-    // allreduce and bmuf balance as weighed (adpsgd waits for nobody; diloco and dgc are chosen
-    // for their links, before the workers' speeds are weighed).
+    // allreduce and bmuf balance as weighed (adpsgd waits for nobody; diloco is chosen for its
+    // links, before the workers' speeds are weighed; dgc's top-k is per worker).
     Verdict v;
     v.balance = balance && (choice == "allreduce" || choice == "bmuf");
-    if (choice == "dgc" && env_.config->optimizer != "momentum" && env_.config->optimizer != "sgd") {
-      choice = "bmuf";
-      reason += " (dgc needs momentum or sgd: bmuf)";
-    }
     v.choice = choice;
     v.reason = reason;
     v.compute_min = cmin, v.compute_max = cmax, v.exchange = exchange;
@@ -318,8 +326,10 @@ class Auto : public Algorithm {
                  {"est_bmuf_s", est_bmuf},
                  {"est_adpsgd_s", est_adpsgd},
                  {"est_diloco_s", est_diloco},
+                 {"est_dgc_s", est_dgc},
                  {"bmuf_factor", bmuf_factor_},
-                 {"adpsgd_factor", adpsgd_factor_}};
+                 {"adpsgd_factor", adpsgd_factor_},
+                 {"dgc_factor", dgc_factor_}};
     return v;
   }
 
@@ -354,7 +364,7 @@ class Auto : public Algorithm {
   double uneven_ratio_, bmuf_ratio_, dgc_ratio_, diloco_ratio_;
   bool may_balance_ = true, balanced_ = false;
   int64_t block_steps_ = 8, sync_every_ = 100;
-  double bmuf_factor_, adpsgd_factor_;
+  double bmuf_factor_, adpsgd_factor_, dgc_factor_;
   std::vector<float> compute_s_, comm_s_;  // this worker's seconds per probe step (from the second)
   int64_t probe_bytes_ = 0;                // auto's communicator's bytes before the loan
   Clock::time_point last_step_end_;

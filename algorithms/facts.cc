@@ -26,7 +26,7 @@ const std::vector<AlgorithmFacts>& AllAlgorithmFacts() {
        D::kNone,
        U::kNone,
        comm({"bucket_bytes", "overlap", "probe_steps", "probe_settle_steps", "uneven_ratio", "bmuf_ratio", "dgc_ratio",
-             "diloco_ratio", "balance", "balance_every_steps", "bmuf_factor", "adpsgd_factor"}),
+             "diloco_ratio", "balance", "balance_every_steps", "bmuf_factor", "adpsgd_factor", "dgc_factor"}),
        {},
        {"adpsgd", "allreduce", "bmuf", "dgc", "diloco"}},
       {"bmuf", false, D::kNone, U::kNone,

@@ -93,10 +93,10 @@ TEST(AutoHandOver, TheProbeEndsOnceTheChoiceHasSettled) {
   EXPECT_EQ(names[7], "auto:allreduce");
 }
 
-// One slow step (start-up, a moment of load beside the job) is not the worker's speed: the
-// probe weighs medians. Read as a mean over the probe's 4 intervals, rank 2's 150 ms step made
-// it 20x slower than the others, and adpsgd (nobody waits for the slowest) won even at 3x
-// all-reduce's steps to target.
+// One slow step (a moment of load beside the job) is not the worker's speed: the probe leaves
+// each worker's slowest step out. Read as a plain mean over the probe's 4 intervals, rank 2's
+// 150 ms step made it 20x slower than the others, and adpsgd (nobody waits for the slowest) won
+// even at 3x all-reduce's steps to target.
 TEST(AutoHandOver, OneSlowProbeStepDoesNotMakeAWorkerSlow) {
   const std::string keys =
       "probe_steps = 5\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\nadpsgd_factor = 3.0\n";

@@ -120,10 +120,11 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
       picks.insert(JsonField(e, "choice").value_or("?") + (JsonField(e, "balance") == "true" ? "+balance" : ""));
     EXPECT_EQ(picks.size(), 1u) << "every worker must decide the same";
     // Why it chose: the figures it weighed, as plain fields.
-    for (const char* k :
-         {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share", "est_allreduce_s",
-          "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "est_diloco_s", "bmuf_factor", "adpsgd_factor"})
+    for (const char* k : {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share",
+                          "est_allreduce_s", "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "est_diloco_s",
+                          "est_dgc_s", "bmuf_factor", "adpsgd_factor", "dgc_factor"})
       EXPECT_TRUE(!events.empty() && JsonNumber(events[0], k).has_value()) << k;
+    if (!events.empty()) printf("%s: %s\n", name.c_str(), events[0].c_str());  // what it weighed, in the test log
     return picks.empty() ? std::string("none") : *picks.begin();
   };
   // The mlp's exchange is about its balanced compute, so bmuf_ratio is set out of reach
@@ -139,12 +140,16 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   // Equal workers weigh adpsgd too: at a factor that makes it the cheaper, it is chosen.
   EXPECT_EQ(decide("auto_equal_adpsgd", "4", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.5\n"), "adpsgd");
   // At 80 Mbit/s the mlp's exchange costs about 50x its compute here (0.16 s against 3 ms):
-  // over dgc_ratio (4), and over diloco_ratio when that is set to 10; set out of reach, dgc.
+  // over diloco_ratio when that is set to 10; set out of reach, dgc's estimate (twice the
+  // slowest compute, its bytes 1/250 of the exchange, x dgc_factor) beats allreduce's and
+  // adpsgd's. bmuf is set out of reach: its block of 8 steps makes it the cheaper where one
+  // worker's compute reads slow (seen here on a loaded machine: 10 ms against 0.7 ms), and
+  // dgc is not balanced.
   const std::string slow =
       "[{bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}, {bandwidth_mbps = 80}]";
   // These weigh the link ratios over the whole probe (probe_settle_steps = 20): a probe settled on
   // its first few steps reads their compute, which a loaded machine (tests in parallel) inflates.
-  EXPECT_EQ(decide("auto_slow_links", slow, "diloco_ratio = 1e6\nprobe_settle_steps = 20\n"), "dgc");
+  EXPECT_EQ(decide("auto_slow_links", slow, "diloco_ratio = 1e6\nbmuf_ratio = 1e6\nprobe_settle_steps = 20\n"), "dgc");
   EXPECT_EQ(decide("auto_slow_links_diloco", slow, "diloco_ratio = 10.0\nsync_every = 10\nprobe_settle_steps = 20\n"),
             "diloco");
 }
