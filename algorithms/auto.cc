@@ -3,8 +3,8 @@
 // exchange, and from its third step agrees on the figures so far (each worker's means, its
 // slowest step left out) over the ring after every step (every worker decides the same). The
 // probe ends once `probe_settle_steps` steps in a row give the same choice, weighed on at least
-// 4 intervals, or after `probe_steps` (its dense steps are the dearest where links are slow,
-// which is where the choice settles soonest), and hands over to:
+// 4 intervals and `probe_settle_s` seconds, or after `probe_steps` (its dense steps are the dearest where links are
+// slow, which is where the choice settles soonest), and hands over to:
 //   diloco    when the exchange costs > diloco_ratio x compute (the exchange dwarfs compute:
 //             one exchange per sync_every steps, whatever the optimizer),
 //   else the candidate with the least estimated time to target, seconds per step x steps:
@@ -81,7 +81,9 @@ constexpr double kDgcBytesRatio = 250.0;
 // none before it).
 constexpr int64_t kFirstWeighedStep = 3;
 // The fewest compute intervals a choice may settle on (the probe's own bound aside), so that
-// one slow step left out leaves three.
+// one slow step left out leaves three. It also waits for `probe_settle_s` of measured steps on
+// some worker (1 s: ten periods of a CPU quota, whose throttled steps a few steps can miss; on
+// slow links, where dense probe steps are dear, that is a few steps).
 constexpr int64_t kMinSettledIntervals = 4;
 
 // The mean of a worker's probe intervals without the slowest of them (from three on). One slow
@@ -106,6 +108,7 @@ class Auto : public Algorithm {
     const ConfigSection& a = env.config->algorithm_opts;
     probe_steps_ = a.GetInt("probe_steps", 20, 2, 1 << 20);
     probe_settle_steps_ = a.GetInt("probe_settle_steps", 3, 1, 1 << 20);
+    probe_settle_s_ = a.GetDouble("probe_settle_s", 1.0, 0, 1e6);
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
     bmuf_ratio_ = a.GetDouble("bmuf_ratio", 1.0, 0, 1e6);
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);
@@ -142,7 +145,8 @@ class Auto : public Algorithm {
     const std::string key = v.choice + (v.balance ? "+balance" : "");
     settled_ = key == last_key_ ? settled_ + 1 : 1;
     last_key_ = key;
-    const bool settled = settled_ >= probe_settle_steps_ && int64_t(compute_s_.size()) >= kMinSettledIntervals;
+    const bool settled = settled_ >= probe_settle_steps_ && int64_t(compute_s_.size()) >= kMinSettledIntervals &&
+                         v.probe_s >= probe_settle_s_;
     if (settled || probed_ >= probe_steps_) HandOver(v, params);
   }
 
@@ -236,22 +240,27 @@ class Auto : public Algorithm {
     std::string choice, reason;
     bool balance = false;
     double compute_min = 0, compute_max = 0, exchange = 0;
+    double probe_s = 0;  // the longest a worker has measured (its steps' compute and exchange)
     std::vector<std::pair<const char*, double>> figures;  // what it weighed, for the auto event
   };
 
   Verdict Weigh() {
     const double mine_compute = MeanWithoutSlowest(compute_s_), mine_comm = MeanWithoutSlowest(comm_s_);
-    // [compute, comm] of every worker, with one all-gather: every worker decides the same.
+    double measured = 0;
+    for (float x : compute_s_) measured += x;
+    for (float x : comm_s_) measured += x;
+    // [compute, comm, measured] of every worker, with one all-gather: every worker decides the same.
     const int W = comm_->size();
-    std::vector<double> all(size_t(W) * 2);
-    double me[2] = {mine_compute, mine_comm};
+    std::vector<double> all(size_t(W) * 3);
+    double me[3] = {mine_compute, mine_comm, measured};
     comm_->AllGather(me, sizeof me, all.data());
-    double cmax = 0, cmin = 1e300, comm = 0, inv_sum = 0;
+    double cmax = 0, cmin = 1e300, comm = 0, inv_sum = 0, probe_s = 0;
     for (int r = 0; r < W; ++r) {
-      const double c = all[size_t(2 * r)];
+      const double c = all[size_t(3 * r)];
       cmax = std::max(cmax, c);
       cmin = std::min(cmin, c);
-      comm = std::max(comm, all[size_t(2 * r + 1)]);
+      comm = std::max(comm, all[size_t(3 * r + 1)]);
+      probe_s = std::max(probe_s, all[size_t(3 * r + 2)]);
       inv_sum += c > 0 ? 1.0 / c : 0;
     }
     // Exchange time beyond what waiting for the slowest explains.
@@ -315,7 +324,7 @@ class Auto : public Algorithm {
     v.balance = balance && (choice == "allreduce" || choice == "bmuf");
     v.choice = choice;
     v.reason = reason;
-    v.compute_min = cmin, v.compute_max = cmax, v.exchange = exchange;
+    v.compute_min = cmin, v.compute_max = cmax, v.exchange = exchange, v.probe_s = probe_s;
     v.figures = {{"compute_min_s", cmin},
                  {"compute_max_s", cmax},
                  {"compute_balanced_s", hmean},
@@ -359,6 +368,7 @@ class Auto : public Algorithm {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Algorithm> chosen_;
   int64_t probe_steps_ = 20, probe_settle_steps_ = 3, probed_ = 0;
+  double probe_settle_s_ = 1.0;
   std::string last_key_;  // the last weighed choice (with "+balance") and how many steps in a row gave it
   int64_t settled_ = 0;
   double uneven_ratio_, bmuf_ratio_, dgc_ratio_, diloco_ratio_;

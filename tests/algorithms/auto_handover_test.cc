@@ -71,10 +71,10 @@ TEST(AutoHandOver, TheChosenAlgorithmRunsOnAutosCommunicator) {
   EXPECT_EQ(chose.groups, std::vector<std::string>{"auto"}) << "the chosen algorithm opened a communicator";
   EXPECT_EQ(plain.groups, std::vector<std::string>{"allreduce"});
   EXPECT_EQ(chose.weights, plain.weights);
-  // The same all-reduces, plus the probe's all-gathers of (compute, exchange) after steps 3 and
-  // 4 and the chosen algorithm's weights-hash check at its Init (each rank sends 2 of 3
-  // entries): counted once.
-  EXPECT_EQ(chose.bytes, plain.bytes + 2 * (2 * 16) + 2 * 8);
+  // The same all-reduces, plus the probe's all-gathers of (compute, exchange, seconds measured)
+  // after steps 3 and 4 and the chosen algorithm's weights-hash check at its Init (each rank
+  // sends 2 of 3 entries): counted once.
+  EXPECT_EQ(chose.bytes, plain.bytes + 2 * (2 * 24) + 2 * 8);
 }
 
 // From the third probe step every step weighs the figures so far; probe_settle_steps steps in
@@ -83,13 +83,19 @@ TEST(AutoHandOver, TheProbeEndsOnceTheChoiceHasSettled) {
   const std::string forced =
       "uneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\nadpsgd_factor = 100.0\n";
   std::vector<std::string> names;
-  RunRanks(Job("auto", "probe_steps = 50\n" + forced), 8, &names);
+  RunRanks(Job("auto", "probe_steps = 50\nprobe_settle_s = 0\n" + forced), 8, &names);
   // Weighed after steps 3, 4 and 5 (indices 2-4): allreduce each time, so chosen after step 5.
   EXPECT_EQ(names, (std::vector<std::string>{"auto", "auto", "auto", "auto", "auto:allreduce", "auto:allreduce",
                                              "auto:allreduce", "auto:allreduce"}));
   names.clear();
-  RunRanks(Job("auto", "probe_steps = 50\nprobe_settle_steps = 6\n" + forced), 9, &names);
+  RunRanks(Job("auto", "probe_steps = 50\nprobe_settle_steps = 6\nprobe_settle_s = 0\n" + forced), 9, &names);
   EXPECT_EQ(names[6], "auto");  // weighed after steps 3-8: chosen after step 8
+  EXPECT_EQ(names[7], "auto:allreduce");
+  // The same choice every step, but 7 steps of about 2 ms are far from the second of measured
+  // steps that settling also waits for (probe_settle_s): the probe runs to probe_steps.
+  names.clear();
+  RunRanks(Job("auto", "probe_steps = 8\n" + forced), 9, &names);
+  EXPECT_EQ(names[6], "auto");
   EXPECT_EQ(names[7], "auto:allreduce");
 }
 
