@@ -3,8 +3,8 @@
 // exchange, and from its third step agrees on the figures so far (each worker's means, its
 // slowest step left out) over the ring after every step (every worker decides the same). The
 // probe ends once `probe_settle_steps` steps in a row give the same choice, weighed on at least
-// 4 intervals and `probe_settle_s` seconds, or after `probe_steps` (its dense steps are the dearest where links are
-// slow, which is where the choice settles soonest), and hands over to:
+// 4 intervals and `probe_settle_s` seconds, or after `probe_steps` (its dense steps are the
+// dearest where links are slow, which is where the choice settles soonest), and hands over to:
 //   diloco    when the exchange costs > diloco_ratio x compute (the exchange dwarfs compute:
 //             one exchange per sync_every steps, whatever the optimizer),
 //   else the candidate with the least estimated time to target, seconds per step x steps:
