@@ -35,6 +35,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/collectives/fusion.h"
+#include "algorithms/compressors/dgc_compressor.h"
 
 namespace shoal {
 namespace {
@@ -293,8 +294,8 @@ class Auto : public Algorithm {
     std::vector<Candidate> candidates = {{"allreduce", balance ? est_balanced : est_allreduce, 1.0}};
     if (exchange > bmuf_ratio_ * compute) candidates.push_back({"bmuf", est_bmuf, bmuf_factor_});
     candidates.push_back({"adpsgd", est_adpsgd, adpsgd_factor_});
-    const bool dgc_can = env_.config->optimizer == "momentum" || env_.config->optimizer == "sgd";
-    if (dgc_can && exchange > dgc_ratio_ * cmax) candidates.push_back({"dgc", est_dgc, dgc_factor_});
+    if (DgcRunsUnder(env_.config->optimizer) && exchange > dgc_ratio_ * cmax)
+      candidates.push_back({"dgc", est_dgc, dgc_factor_});
     const Candidate* best = &candidates[0];
     for (auto& c : candidates)
       if (c.to_target() < best->to_target()) best = &c;

@@ -16,7 +16,7 @@ class Dgc : public Algorithm {
  public:
   explicit Dgc(const AlgorithmEnv& env) : env_(env) {
     const JobConfig& c = *env.config;
-    if (c.optimizer != "momentum" && c.optimizer != "sgd")
+    if (!DgcRunsUnder(c.optimizer))
       throw Error(c.path +
                   ": [optimizer] name: dgc applies its own momentum correction; use \"momentum\" or \"sgd\", not \"" +
                   c.optimizer + "\"");

@@ -6,12 +6,17 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/compressors/sparse_codec.h"
 
 namespace shoal {
+
+// DGC's momentum correction stands in for the optimizer's own, so it runs under momentum SGD or
+// plain SGD only (the dgc algorithm refuses others; auto does not weigh it under them).
+inline bool DgcRunsUnder(const std::string& optimizer) { return optimizer == "momentum" || optimizer == "sgd"; }
 
 struct DgcOptions {
   double sparsity = 0.999;   // final fraction NOT sent
