@@ -189,9 +189,9 @@ TEST(CollectiveTraining, AutoOverlapsTheAllReduceItChose) {
 // every step still uses the global batch of 4 x 32, and the job reaches its target with
 // identical weights everywhere. (Asserts on the batch sizes in metrics, not on timings.)
 void ExpectBalancedRunShrinksTheSlowWorkersBatch(const std::string& name, const std::string& sections,
-                                                 int64_t samples = 6000) {
+                                                 int64_t samples = 6000, int epochs = 2) {
   std::string dir = FreshDir(name);
-  std::string job = FmnistJob(name, dir + "/out", 4, "mlp", samples, 2, sections);
+  std::string job = FmnistJob(name, dir + "/out", 4, "mlp", samples, epochs, sections);
   job.replace(job.find("workers = 4"), 11, "workers = [{}, {}, {slowdown = 3.0}, {}]");
   JobRun r = RunJob(dir, job, 300);
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
@@ -230,9 +230,11 @@ TEST(CollectiveTraining, BalancedAllReduceShrinksTheSlowWorkersBatch) {
 // round, and its pseudo-gradient counts by them. (Twice the data: 9 outer steps left diloco
 // at 0.69.)
 TEST(CollectiveTraining, BalancedDilocoShrinksTheSlowWorkersBatch) {
+  // Three epochs: the batch split follows measured throughput, so what two epochs reach moves with the
+  // machine's load (once 0.7715 beside other tests).
   ExpectBalancedRunShrinksTheSlowWorkersBatch(
       "balanced_diloco", std::string("[algorithm]\nname = \"diloco\"\nsync_every = 10\nbalance = true\n\n") + kAdamW,
-      12000);
+      12000, 3);
 }
 
 TEST(CollectiveTraining, DoubleBufferReachesTarget) {
