@@ -139,16 +139,20 @@ class Auto : public Algorithm {
     auto t1 = Clock::now();
     if (probed_ > 0) comm_s_.push_back(float(std::chrono::duration<double>(t1 - t0).count()));
     updater_.Apply(params, info.step);
-    last_step_end_ = Clock::now();
     ++probed_;
-    if (probed_ < std::min<int64_t>(kFirstWeighedStep, probe_steps_)) return;
-    Verdict v = Weigh();
-    const std::string key = v.choice + (v.balance ? "+balance" : "");
-    settled_ = key == last_key_ ? settled_ + 1 : 1;
-    last_key_ = key;
-    const bool settled = settled_ >= probe_settle_steps_ && int64_t(compute_s_.size()) >= kMinSettledIntervals &&
-                         v.probe_s >= probe_settle_s_;
-    if (settled || probed_ >= probe_steps_) HandOver(v, params);
+    if (probed_ >= std::min<int64_t>(kFirstWeighedStep, probe_steps_)) {
+      Verdict v = Weigh();
+      const std::string key = v.choice + (v.balance ? "+balance" : "");
+      settled_ = key == last_key_ ? settled_ + 1 : 1;
+      last_key_ = key;
+      const bool settled = settled_ >= probe_settle_steps_ && int64_t(compute_s_.size()) >= kMinSettledIntervals &&
+                           v.probe_s >= probe_settle_s_;
+      if (settled || probed_ >= probe_steps_) return HandOver(v, params);
+    }
+    // After the agreement: its all-gather waits for the worker whose all-reduce ended last (on
+    // slow links a ring's workers end a chunk's transfer apart), which is not this worker's
+    // compute; counted in, it read one worker's compute 10-25x the others' on CI's loaded cores.
+    last_step_end_ = Clock::now();
   }
 
   void Finish(const std::vector<ParamView>& params) override {

@@ -35,7 +35,8 @@ DEFINE_int32(threads, 0, "CPU threads (0: all)");
 DEFINE_double(label_smoothing, 0.1, "label smoothing of the loss");
 DEFINE_string(set, "",
               "recipe overrides, OPT.KEY=VALUE,... (OPT: an optimizer or *; KEY: an [optimizer] key, or smoothout, "
-              "batch_control = 0/1, scaling = linear/sqrt/a power of the batch)");
+              "batch_control = 0/1, stages = EPOCH:BATCH/EPOCH:BATCH/... ending at the cell's batch, scaling = "
+              "linear/sqrt/a power of the batch)");
 DEFINE_string(record, "",
               "JSON-lines file of finished cells: each cell run is appended; a cell it already holds with the same "
               "recipe is not run again and joins the table (the 30-epoch table takes hours: run it in parts)");
@@ -91,6 +92,7 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
     s.Set("weight_decay", 0.01);
   }
   bool control = batch > 8192;
+  std::vector<BatchStage> stages;  // given by --set OPT.stages=EPOCH:BATCH/EPOCH:BATCH/...
   for (auto& [key, value] : set) {
     const size_t dot = key.find('.');
     const std::string who = key.substr(0, dot), what = key.substr(dot + 1);
@@ -99,6 +101,12 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
       r.smoothout = std::stod(value);
     else if (what == "batch_control")
       control = value == "1";
+    else if (what == "stages")
+      for (auto& st : Split(value, '/')) {
+        const size_t colon = st.find(':');
+        SHOAL_CHECK(colon != std::string::npos, "--set: stages are EPOCH:BATCH/..., got \"" + value + "\"");
+        stages.push_back({std::stoll(st.substr(0, colon)), std::stoll(st.substr(colon + 1))});
+      }
     else if (what == "scaling")
       scaling = value;
     else if (what == "schedule")
@@ -113,6 +121,11 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
   s.Set("lr", s.GetDouble("lr", 0, 0, 1e6) * std::pow(double(batch) / 256.0, power - 1.0));
   r.stages = {{0, batch}};
   if (control) r.stages = {{0, batch / 4}, {5, batch / 2}, {10, batch}};
+  if (!stages.empty()) {
+    SHOAL_CHECK(stages.back().global_batch == batch,
+                "--set: the last stage's batch must be the cell's, " + std::to_string(batch));
+    r.stages = stages;
+  }
   return r;
 }
 

@@ -165,7 +165,8 @@ TEST(Restart, DeathsInOneReapCountAgainstMaxRestartsTogether) {
     kill(launcher, SIGCONT);
     killed = true;
   });
-  JobRun run = RunJob(d, Job("one_reap", d, "ps_async", 4, 1), 300);
+  // 30 epochs (1,500 steps, several seconds): with 4 the job once ended within the killer's 500 ms.
+  JobRun run = RunJob(d, Job("one_reap", d, "ps_async", 30, 1), 300);
   killer.join();
   ASSERT_TRUE(killed) << run.stderr_text;
   EXPECT_EQ(run.stderr_text.find("restart 2 of 1"), std::string::npos) << run.stderr_text;
