@@ -1,7 +1,7 @@
 // "auto": picks the algorithm from what it measures, not from a guess. It runs synchronous
 // all-reduce while timing each worker's compute (the time between two Step calls) and the
 // exchange, and from its third step agrees on the figures so far (each worker's means, its
-// slowest step left out) over the ring after every step (every worker decides the same). The
+// slowest step left out) in each step's gradient all-reduce (every worker decides the same). The
 // probe ends once `probe_settle_steps` steps in a row give the same choice, weighed on at least
 // 4 intervals and `probe_settle_s` seconds, or after `probe_steps` (its dense steps are the
 // dearest where links are slow, which is where the choice settles soonest), and hands over to:
@@ -134,14 +134,32 @@ class Auto : public Algorithm {
     auto t0 = Clock::now();
     if (probed_ > 0) compute_s_.push_back(float(std::chrono::duration<double>(t0 - last_step_end_).count()));
     fusion_.Pack(params);
+    // From the weighed steps on, this worker's figures so far ride at the end of the gradients'
+    // all-reduce, each worker in its own slot: every worker then weighs the same figures. A
+    // collective of their own after the step (an all-gather, until 2026-11-26) waits for the
+    // worker whose all-reduce ended last (on slow links a ring's workers end a chunk's transfer
+    // apart), and that wait read as the next step's compute: 10-25x the others' on CI's loaded
+    // cores. Left out of the interval instead, a quota's throttling that fell in it went unseen.
+    std::vector<float>& fused = fusion_.buffer();
+    const size_t grads = fused.size();
+    const bool weigh = probed_ + 1 >= std::min<int64_t>(kFirstWeighedStep, probe_steps_);
+    const int W = comm_->size();
+    if (weigh) {
+      fused.resize(grads + size_t(3 * W), 0.0f);
+      const float mine[3] = {float(MeanWithoutSlowest(compute_s_)), float(MeanWithoutSlowest(comm_s_)), Measured()};
+      std::copy(mine, mine + 3, fused.begin() + std::ptrdiff_t(grads + size_t(3 * env_.rank)));
+    }
     fusion_.Run(*comm_, DType::kF32);
+    std::vector<double> all;  // [compute, comm, measured] of every worker
+    for (size_t i = grads; i < fused.size(); ++i) all.push_back(double(fused[i]) * W);  // the mean's W-th undone
+    fused.resize(grads);
     fusion_.UnpackInto(params);
     auto t1 = Clock::now();
     if (probed_ > 0) comm_s_.push_back(float(std::chrono::duration<double>(t1 - t0).count()));
     updater_.Apply(params, info.step);
     ++probed_;
-    if (probed_ >= std::min<int64_t>(kFirstWeighedStep, probe_steps_)) {
-      Verdict v = Weigh();
+    if (weigh) {
+      Verdict v = Weigh(all);
       const std::string key = v.choice + (v.balance ? "+balance" : "");
       settled_ = key == last_key_ ? settled_ + 1 : 1;
       last_key_ = key;
@@ -149,9 +167,6 @@ class Auto : public Algorithm {
                            v.probe_s >= probe_settle_s_;
       if (settled || probed_ >= probe_steps_) return HandOver(v, params);
     }
-    // After the agreement: its all-gather waits for the worker whose all-reduce ended last (on
-    // slow links a ring's workers end a chunk's transfer apart), which is not this worker's
-    // compute; counted in, it read one worker's compute 10-25x the others' on CI's loaded cores.
     last_step_end_ = Clock::now();
   }
 
@@ -249,16 +264,18 @@ class Auto : public Algorithm {
     std::vector<std::pair<const char*, double>> figures;  // what it weighed, for the auto event
   };
 
-  Verdict Weigh() {
-    const double mine_compute = MeanWithoutSlowest(compute_s_), mine_comm = MeanWithoutSlowest(comm_s_);
+  // Seconds this worker has measured so far (its steps' compute and exchange).
+  float Measured() const {
     double measured = 0;
     for (float x : compute_s_) measured += x;
     for (float x : comm_s_) measured += x;
-    // [compute, comm, measured] of every worker, with one all-gather: every worker decides the same.
+    return float(measured);
+  }
+
+  // `all`: [compute, comm, measured] of every worker, the same on every worker, which so
+  // decides the same.
+  Verdict Weigh(const std::vector<double>& all) {
     const int W = comm_->size();
-    std::vector<double> all(size_t(W) * 3);
-    double me[3] = {mine_compute, mine_comm, measured};
-    comm_->AllGather(me, sizeof me, all.data());
     double cmax = 0, cmin = 1e300, comm = 0, inv_sum = 0, probe_s = 0;
     for (int r = 0; r < W; ++r) {
       const double c = all[size_t(3 * r)];

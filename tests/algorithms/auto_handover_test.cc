@@ -71,9 +71,10 @@ TEST(AutoHandOver, TheChosenAlgorithmRunsOnAutosCommunicator) {
   EXPECT_EQ(chose.groups, std::vector<std::string>{"auto"}) << "the chosen algorithm opened a communicator";
   EXPECT_EQ(plain.groups, std::vector<std::string>{"allreduce"});
   EXPECT_EQ(chose.weights, plain.weights);
-  // The same all-reduces, plus the probe's all-gathers of (compute, exchange, seconds measured)
-  // after steps 3 and 4 and the chosen algorithm's weights-hash check at its Init (each rank
-  // sends 2 of 3 entries): counted once.
+  // The same all-reduces, those of steps 3 and 4 with every rank's (compute, exchange, seconds
+  // measured) at their end (3 x 3 floats: 3 more in each of the ring's chunks, 2 x 2 chunks
+  // sent), and the chosen algorithm's weights-hash check at its Init (each rank sends 2 of 3
+  // entries): counted once.
   EXPECT_EQ(chose.bytes, plain.bytes + 2 * (2 * 24) + 2 * 8);
 }
 
