@@ -140,7 +140,7 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
   // Equal workers weigh adpsgd too: at a factor that makes it the cheaper, it is chosen.
   EXPECT_EQ(decide("auto_equal_adpsgd", "4", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.5\n"), "adpsgd");
   // At 80 Mbit/s the mlp's exchange costs about 200x its compute here (0.14 s against 0.7 ms):
-  // over diloco_ratio when that is set to 3; set out of reach, dgc's estimate (twice the
+  // over diloco_ratio when that is set to 3; set out of reach, dgc's estimate (three times the
   // slowest compute, its bytes 1/250 of the exchange, x dgc_factor) beats allreduce's and
   // adpsgd's. bmuf is set out of reach: its block of 8 steps makes it the cheaper where one
   // worker's compute reads slow, and dgc is not balanced.
