@@ -19,6 +19,7 @@
 #include "algorithms/optimizers/optimizer.h"
 #include "common/batch_schedule.h"
 #include "common/error.h"
+#include "common/int_list.h"
 #include "common/json_fields.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/dataset.h"
@@ -106,10 +107,12 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
     else if (what == "batch_control")
       control = value == "1";
     else if (what == "stages")
-      for (auto& st : Split(value, '/')) {
-        const size_t colon = st.find(':');
-        SHOAL_CHECK(colon != std::string::npos, "--set: stages are EPOCH:BATCH/..., got \"" + value + "\"");
-        stages.push_back({std::stoll(st.substr(0, colon)), std::stoll(st.substr(colon + 1))});
+      for (std::string st : Split(value, '/')) {
+        // "EPOCH:BATCH" read as the list "EPOCH,BATCH" by the strict integer-list parser.
+        std::replace(st.begin(), st.end(), ':', ',');
+        const auto v = ParseIntList<int64_t>(st, "--set " + key);
+        SHOAL_CHECK(v.size() == 2, "--set " + key + ": stages are EPOCH:BATCH/..., got \"" + value + "\"");
+        stages.push_back({v[0], v[1]});
       }
     else if (what == "scaling")
       scaling = value;
