@@ -149,7 +149,9 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
       w.own = w.measured ? 0.5 * (w.own + own) : own;
       w.wall = w.measured ? 0.5 * (w.wall + per_step) : per_step;
       w.measured = true;
-      Judge(rank, w.base_step);
+      w.unjudged = true;
+      w.window_start = w.base_step;
+      JudgeRound();
     }
   }
   w.have_base = true;
@@ -161,12 +163,27 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
   w.base_wall = wall;
 }
 
-// Compares `rank`'s last window with the other live workers' last windows.
-void StatusTracker::Judge(int rank, int64_t window_start) {
+// Judges every worker once each running worker has a window since the last round. A window
+// judged against the others' previous ones compares different stretches of time: in a
+// synchronous job, the worker that reports first saw a slowdown of the whole machine that
+// the others' last windows did not, and was named for it.
+void StatusTracker::JudgeRound() {
   // "Slower than the rest" needs the rest: no judgement before every worker that has not
   // failed has a window (one starting late would otherwise leave a lone reference).
-  for (int r = 0; r < cfg_.world_size(); ++r)
-    if (!At(r).measured && !At(r).failed) return;
+  for (int r = 0; r < cfg_.world_size(); ++r) {
+    const Worker& w = At(r);
+    if (!w.measured && !w.failed) return;
+    if (!w.unjudged && !w.failed && !w.gone && !w.ended) return;
+  }
+  for (auto& [r, w] : workers_)
+    if (w.unjudged) {
+      w.unjudged = false;
+      Judge(r, w.window_start);
+    }
+}
+
+// Compares `rank`'s last window with the other live workers' last windows.
+void StatusTracker::Judge(int rank, int64_t window_start) {
   Worker& w = At(rank);
   std::vector<double> own, wall;
   // Workers that finished still show how fast a step goes (an asynchronous job's fast
@@ -239,7 +256,7 @@ void StatusTracker::Restarted() {
 void StatusTracker::WorkerRestarted(int rank) {
   if (rank < 0 || rank >= cfg_.world_size()) return;
   Worker& w = At(rank);
-  w.have_base = w.measured = false;
+  w.have_base = w.measured = w.unjudged = false;
   w.slow_windows = w.fast_windows = 0;
   w.gone = w.ended = w.failed = false;
 }

@@ -91,6 +91,8 @@ class StatusTracker {
     // The last window, per step (seconds); own = compute + wait (outside the exchange).
     bool measured = false;
     double compute = 0, exchange = 0, wait = 0, own = 0, wall = 0;
+    bool unjudged = false;  // the last window waits for the others' (JudgeRound)
+    int64_t window_start = 0;
     double slower = 0;
     int slow_windows = 0, fast_windows = 0;
     int64_t streak_step = 0;
@@ -102,6 +104,7 @@ class StatusTracker {
 
   void OnTrain(int rank, const std::string& line);
   void OnEval(int rank, const std::string& line);
+  void JudgeRound();
   void Judge(int rank, int64_t step);
   void FlushEval(int64_t step);
   // " skipped_steps N" (the most any worker skipped) when some worker skipped a step, else "".
