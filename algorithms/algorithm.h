@@ -225,6 +225,11 @@ class Algorithm {
   // The collective this algorithm's ranks share (nullptr: none): a job resumed on another
   // number of workers gets its checkpoint through it (WorkerCheckpoints::Resume).
   virtual Communicator* peers() { return nullptr; }
+  // The workers an evaluation is split over (nullptr: each scores the whole test set alone).
+  // Only where every worker holds the same model whenever it evaluates and nothing is in flight
+  // on the collective between steps: each then scores a share and they add up the counts. Asked
+  // by every worker at the same step.
+  virtual Communicator* EvaluationPeers() { return nullptr; }
   // Checkpoint entries (key prefixes) that differ between workers, averaged over the workers
   // that hold them when the job resumes on another number of workers. Everything else is
   // one worker's, and LoadState sees `in.record.shards` (the writers' count) differ from the

@@ -38,6 +38,7 @@ class AllReduce : public Algorithm {
   bool AgreeToStop(bool mine) override { return AnyRank(*comm_, mine); }
   int64_t skipped_steps() const override { return updater_.skipped(); }
   Communicator* peers() override { return comm_.get(); }
+  Communicator* EvaluationPeers() override { return comm_.get(); }  // every step leaves identical weights
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   bool BalancesBatches() const override { return balance_; }
   // Of the last step's buckets, how many left during the backward pass (the rest in Step).

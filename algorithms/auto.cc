@@ -181,6 +181,8 @@ class Auto : public Algorithm {
     return AnyRank(*comm_, mine);
   }
   Communicator* peers() override { return comm_.get(); }
+  // The probe's steps leave identical weights; after the hand-over, the choice says.
+  Communicator* EvaluationPeers() override { return chosen_ ? chosen_->EvaluationPeers() : comm_.get(); }
   int OutputRank() const override { return chosen_ ? chosen_->OutputRank() : 0; }
   // On another number of workers: the mean of the workers' models (adpsgd's differ; the
   // synchronous choices' agree).

@@ -102,6 +102,7 @@ class Dgc : public Algorithm {
   }
   bool AgreeToStop(bool mine) override { return AnyRank(*comm_, mine); }
   Communicator* peers() override { return comm_.get(); }
+  Communicator* EvaluationPeers() override { return comm_.get(); }  // every step leaves identical weights
   std::string ReshapeNote() const override { return "dgc's residuals (each worker's unsent gradients) start at 0"; }
   int64_t bytes_sent() const override { return comm_->bytes_sent(); }
   int64_t skipped_steps() const override { return skipped_; }

@@ -198,13 +198,18 @@ class HostBuffers : public ModelBuffers {
 struct EvalResult {
   double accuracy = 0;
   double loss = 0;
+  int64_t scored = 0;  // test samples this worker scored (its share where the evaluation is split)
 };
 
-EvalResult Evaluate(Model& model, Backend& backend, DataLoader& test) {
+// What one pass over (a share of) the test set counted: summed across workers as they are.
+struct EvalCounts {
+  double correct = 0, seen = 0, loss_sum = 0;
+};
+
+EvalCounts CountTestSet(Model& model, Backend& backend, DataLoader& test) {
   test.StartEpoch(0);
   Batch b;
-  int64_t correct = 0, seen = 0;
-  double loss_sum = 0;
+  EvalCounts c;
   Tensor x;
   while (test.Next(&b)) {
     Shape shape = {b.n};
@@ -212,16 +217,20 @@ EvalResult Evaluate(Model& model, Backend& backend, DataLoader& test) {
     if (!x.defined() || x.shape() != shape) x = backend.Empty(shape);
     backend.CopyFromHost(x, b.images.data());
     StepResult r = model.EvalStep(x, b.labels.data());
-    loss_sum += double(r.loss) * double(b.n);
-    correct += r.correct;
-    seen += b.n;
+    c.loss_sum += double(r.loss) * double(b.n);
+    c.correct += double(r.correct);
+    c.seen += double(b.n);
   }
+  return c;
+}
+
+EvalResult Rate(const EvalCounts& c, int64_t labels_per_sample) {
   EvalResult r;
-  if (seen > 0) {
+  if (c.seen > 0) {
     // Token windows count a hit per position (the next token predicted right), so accuracy
     // is the fraction of positions; the loss is already a per-position mean in each batch.
-    r.accuracy = double(correct) / (double(seen) * double(test.dataset().labels_per_sample()));
-    r.loss = loss_sum / double(seen);
+    r.accuracy = c.correct / (c.seen * double(labels_per_sample));
+    r.loss = c.loss_sum / c.seen;
   }
   return r;
 }
@@ -339,11 +348,44 @@ class Trainer {
     to.augment = false;
     to.global_slices = false;
     to.token_offsets = false;  // every evaluation scores the same windows
-    // Evaluation is not split across workers: each decodes the whole test set, so after the
-    // first evaluation each keeps the decoded batches (up to the bound) for the next ones.
+    // After the first evaluation each worker keeps the decoded batches of what it scores (up to
+    // the bound) for the next ones.
     to.cache_bytes = cfg_.test_cache_mb << 20;
     to.batch_size = std::max<int64_t>(cfg_.batch_size, 256);
     test_ = std::make_unique<DataLoader>(test_set, to);
+    test_share_options_ = to;
+    test_share_options_.rank = rank_;
+    test_share_options_.world_size = world_;
+    test_set_ = test_set;
+  }
+
+  // The test set's accuracy and loss for the model this worker holds. Where every worker holds
+  // the same model (EvaluationPeers) each scores every world-th sample and all add up the counts,
+  // in rank order, so all report the same figures: the evaluation costs a world-th, and a
+  // synchronous job no longer waits for its slowest worker to score the whole set. Elsewhere
+  // each scores the whole set alone. Called by every worker at the same step where shared.
+  EvalResult ScoreTestSet() {
+    const int64_t per_sample = test_->dataset().labels_per_sample();
+    Communicator* peers = world_ > 1 ? algo_->EvaluationPeers() : nullptr;
+    if (!peers) {
+      const EvalCounts all = CountTestSet(*model_, *backend_, *test_);
+      EvalResult r = Rate(all, per_sample);
+      r.scored = int64_t(all.seen);
+      return r;
+    }
+    if (!test_share_) test_share_ = std::make_unique<DataLoader>(test_set_, test_share_options_);
+    const EvalCounts mine = CountTestSet(*model_, *backend_, *test_share_);
+    std::vector<EvalCounts> all(size_t(peers->size()));
+    peers->AllGather(&mine, sizeof mine, all.data());
+    EvalCounts sum;
+    for (const EvalCounts& c : all) {
+      sum.correct += c.correct;
+      sum.seen += c.seen;
+      sum.loss_sum += c.loss_sum;
+    }
+    EvalResult r = Rate(sum, per_sample);
+    r.scored = int64_t(mine.seen);
+    return r;
   }
 
   // The model, initialized with the job's seed: the same start on every worker.
@@ -560,7 +602,7 @@ class Trainer {
   bool EvaluateAndAgree(int64_t epoch, bool epoch_end, bool stop) {
     SyncBuffers();
     const auto t_eval = Clock::now();
-    EvalResult ev = Evaluate(*model_, *backend_, *test_);
+    EvalResult ev = ScoreTestSet();
     const double eval_s = Since(t_eval);
     if (cfg_.skip_bad) ReportSkips();
     accuracy_ = ev.accuracy;
@@ -574,6 +616,7 @@ class Trainer {
                        .Add("test_accuracy", ev.accuracy)
                        .Add("test_loss", ev.loss)
                        .Add("eval_s", eval_s)
+                       .Add("test_samples", ev.scored)
                        .Add("samples_per_s", sps)
                        .Add("bytes_sent", algo_->bytes_sent()));
     printf("worker %d: epoch %lld%s step %lld test_accuracy %.4f test_loss %.4f samples/s %.0f\n", rank_,
@@ -599,7 +642,7 @@ class Trainer {
     if (algo_->ModelChangedAtFinish() || !evaluated_) SyncBuffers();
     if (algo_->EvaluatesFinalModel() && (algo_->ModelChangedAtFinish() || !evaluated_)) {
       SlowFinalEvaluationFailpoint();
-      EvalResult ev = Evaluate(*model_, *backend_, *test_);
+      EvalResult ev = ScoreTestSet();
       if (cfg_.skip_bad) ReportSkips();
       accuracy_ = ev.accuracy;
       metrics_.Write("eval", step_,
@@ -608,6 +651,7 @@ class Trainer {
                          .Add("final", true)
                          .Add("test_accuracy", ev.accuracy)
                          .Add("test_loss", ev.loss)
+                         .Add("test_samples", ev.scored)
                          .Add("bytes_sent", algo_->bytes_sent()));
       printf("worker %d: final model test_accuracy %.4f\n", rank_, ev.accuracy);
     }
@@ -928,6 +972,10 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<Dataset> train_set_;
   std::unique_ptr<DataLoader> train_, test_;
+  // Every world-th test sample from this rank's on (ScoreTestSet), made at the first shared evaluation.
+  std::unique_ptr<DataLoader> test_share_;
+  std::shared_ptr<Dataset> test_set_;
+  DataLoaderOptions test_share_options_;
   std::unique_ptr<BatchSchedule> batch_plan_;  // the global batch of each epoch, and the step <-> epoch map
   std::unique_ptr<Model> model_;
   std::unique_ptr<ParamViews> params_;
