@@ -133,6 +133,9 @@ struct AlgorithmEnv {
   // The fewest samples of the global batch a balanced worker may get (MinBalancedShare,
   // algorithms/balance.h: more than 1 for models with batch norm). Set by the trainer.
   int64_t min_share = 1;
+  // The samples one evaluation scores (the test set, after max_test_samples; 0: unknown). Set
+  // by the trainer: auto weighs what evaluating costs each candidate.
+  int64_t test_samples = 0;
   // A Communicator among the job's workers; `name` keeps the rendezvous keys of two
   // communicators of one job apart (one per use: "allreduce", "adpsgd", ...).
   std::function<std::unique_ptr<Communicator>(const std::string& name)> make_communicator;

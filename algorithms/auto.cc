@@ -19,9 +19,10 @@
 //     dgc        dgc_factor x (3 x slowest compute + exchange / 250), weighed when the
 //                exchange costs > dgc_ratio x compute and the optimizer is momentum or SGD
 //                (its top-k and sparse exchange cost about two computes more per step).
-//   The factors (time to target beyond the per-step estimate, relative to all-reduce: extra
-//   steps, waits the estimate leaves out) are measured defaults, documented in
-//   docs/algorithms.md ("How auto chooses").
+//   each plus the seconds per step its evaluations cost (EvaluationSeconds: allreduce and dgc
+//   split them over the workers, the others do not). The factors (time to target beyond the
+//   per-step estimate, relative to all-reduce: extra steps, waits the estimate leaves out) are
+//   measured defaults, documented in docs/algorithms.md ("How auto chooses").
 // The "auto" metrics event carries the figures behind the choice: measured compute and
 // exchange, each candidate's estimated seconds per global step, the factors, the reason.
 // Weights are identical on every worker at the hand-over (synchronous probe), which is the
@@ -178,7 +179,11 @@ class Auto : public Algorithm {
   int64_t skipped_steps() const override { return updater_.skipped() + (chosen_ ? chosen_->skipped_steps() : 0); }
   bool AgreeToStop(bool mine) override {
     if (chosen_) return chosen_->AgreeToStop(mine);
-    return AnyRank(*comm_, mine);
+    const bool stop = AnyRank(*comm_, mine);
+    // Asked after each evaluation: the evaluation and this agreement's wait for the slowest
+    // evaluator are no step's compute (EvaluationSeconds weighs them apart).
+    last_step_end_ = Clock::now();
+    return stop;
   }
   Communicator* peers() override { return comm_.get(); }
   // The probe's steps leave identical weights; after the hand-over, the choice says.
@@ -253,10 +258,26 @@ class Auto : public Algorithm {
   // One algorithm auto may hand over to, with what the model says it costs.
   struct Candidate {
     std::string name;
-    double step_s;  // estimated seconds per global step (what the probe measured)
-    double factor;  // its time to target / (step_s x all-reduce's steps): extra steps, unmodelled waits
-    double to_target() const { return step_s * factor; }
+    double step_s;      // estimated seconds per global step (what the probe measured)
+    double factor;      // its time to target / (step_s x all-reduce's steps): extra steps, unmodelled waits
+    double eval_s = 0;  // its evaluations' seconds per step (EvaluationSeconds)
+    double to_target() const { return (step_s + eval_s) * factor; }
   };
+
+  // Seconds per step the job waits for evaluations: every eval_every_steps steps and at each
+  // epoch's end the workers score the test set, and the others wait for the slowest (bmuf and
+  // adpsgd too: the next exchange meets it). A forward pass costs about a third of a training
+  // step (the backward pass twice the forward), so a worker scores a sample in about c / (3 b).
+  // Where the workers hold one model (allreduce, dgc) each scores a world-th of the set
+  // (Algorithm::EvaluationPeers); elsewhere each scores all of it. With an evaluation every
+  // 10 steps on 5,000 samples, that was most of the time to target under CPU quotas.
+  double EvaluationSeconds(double cmax, bool split) const {
+    const JobConfig& c = *env_.config;
+    const double per_step = (c.eval_every_steps > 0 ? 1.0 / double(c.eval_every_steps) : 0.0) +
+                            1.0 / double(std::max<int64_t>(1, env_.steps_per_epoch));
+    const double scored = double(env_.test_samples) / (split ? double(comm_->size()) : 1.0);
+    return per_step * scored * cmax / (3.0 * double(std::max<int64_t>(1, c.batch_size)));
+  }
 
   // What the figures so far say, agreed by every worker.
   struct Verdict {
@@ -315,11 +336,12 @@ class Auto : public Algorithm {
     // dgc (momentum or SGD only: it corrects momentum itself) where it costs dgc_ratio x.
     // adpsgd always: on equal workers too its half-sized exchange without a barrier can beat
     // all-reduce once the exchange is a third of compute (bench algorithms, scenario (a)).
-    std::vector<Candidate> candidates = {{"allreduce", balance ? est_balanced : est_allreduce, 1.0}};
-    if (exchange > bmuf_ratio_ * compute) candidates.push_back({"bmuf", est_bmuf, bmuf_factor_});
-    candidates.push_back({"adpsgd", est_adpsgd, adpsgd_factor_});
+    const double eval_split = EvaluationSeconds(cmax, true), eval_whole = EvaluationSeconds(cmax, false);
+    std::vector<Candidate> candidates = {{"allreduce", balance ? est_balanced : est_allreduce, 1.0, eval_split}};
+    if (exchange > bmuf_ratio_ * compute) candidates.push_back({"bmuf", est_bmuf, bmuf_factor_, eval_whole});
+    candidates.push_back({"adpsgd", est_adpsgd, adpsgd_factor_, eval_whole});
     if (DgcRunsUnder(env_.config->optimizer) && exchange > dgc_ratio_ * cmax)
-      candidates.push_back({"dgc", est_dgc, dgc_factor_});
+      candidates.push_back({"dgc", est_dgc, dgc_factor_, eval_split});
     const Candidate* best = &candidates[0];
     for (auto& c : candidates)
       if (c.to_target() < best->to_target()) best = &c;
@@ -361,6 +383,8 @@ class Auto : public Algorithm {
                  {"est_adpsgd_s", est_adpsgd},
                  {"est_diloco_s", est_diloco},
                  {"est_dgc_s", est_dgc},
+                 {"eval_split_s", eval_split},
+                 {"eval_whole_s", eval_whole},
                  {"bmuf_factor", bmuf_factor_},
                  {"adpsgd_factor", adpsgd_factor_},
                  {"dgc_factor", dgc_factor_}};

@@ -462,6 +462,7 @@ class Trainer {
     env_.rejoin = opts_.rejoin && (opts_.resume || SurvivesLostWorkers(cfg_));
     // Balanced batches give no worker fewer samples than batch norm needs (balance.h).
     env_.min_share = MinBalancedShare(model_->MinStatisticsValues(), cfg_.batch_size);
+    env_.test_samples = test_->total_samples();
     algo_ = MakeAlgorithm(cfg_.algorithm, env_);
     buffers_ = std::make_unique<HostBuffers>(*model_, *backend_);
     // Averaging the buffers meets every worker, and the live ones may be fewer.

@@ -106,11 +106,13 @@ TEST(CollectiveTraining, EncryptedGossipAndRingTrain) {
 // cheaper (and when balancing is off; on equal workers too); slow links -> dgc; an exchange that dwarfs compute ->
 // diloco; the auto event carries the figures it weighed.
 TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
-  auto decide = [](const std::string& name, const std::string& workers, const std::string& keys = "") {
+  auto decide = [](const std::string& name, const std::string& workers, const std::string& keys = "",
+                   const std::string& train = "") {
     std::string dir = FreshDir(name);
     std::string job =
         FmnistJob(name, dir + "/out", 4, "mlp", 6000, 1, "[algorithm]\nname = \"auto\"\n" + keys + "\n" + kMomentum);
     job.replace(job.find("workers = 4"), 11, "workers = " + workers);
+    job.replace(job.find("log_every_steps = 20"), 20, "log_every_steps = 20\n" + train);
     JobRun r = RunJob(dir, job, 300);
     EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
     EXPECT_GE(JsonNumber(r.done_line, "test_accuracy").value_or(0), 0.70) << r.done_line;
@@ -122,7 +124,7 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
     // Why it chose: the figures it weighed, as plain fields.
     for (const char* k : {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share",
                           "est_allreduce_s", "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "est_diloco_s",
-                          "est_dgc_s", "bmuf_factor", "adpsgd_factor", "dgc_factor"})
+                          "est_dgc_s", "eval_split_s", "eval_whole_s", "bmuf_factor", "adpsgd_factor", "dgc_factor"})
       EXPECT_TRUE(!events.empty() && JsonNumber(events[0], k).has_value()) << k;
     if (!events.empty()) printf("%s: %s\n", name.c_str(), events[0].c_str());  // what it weighed, in the test log
     return picks.empty() ? std::string("none") : *picks.begin();
@@ -137,6 +139,12 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
       decide("auto_uneven_adpsgd", "[{slowdown = 4.0}, {}, {}, {}]", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.8\n"),
       "adpsgd");
   EXPECT_EQ(decide("auto_uneven_unbalanced", "[{slowdown = 4.0}, {}, {}, {}]", "balance = false\n"), "adpsgd");
+  // The same job evaluating every 2 steps: adpsgd's workers each score the whole test set and
+  // wait for the slowest (about 35 ms a step here), allreduce's split it (a quarter of that),
+  // and allreduce wins by more than 2x.
+  EXPECT_EQ(
+      decide("auto_evaluating_often", "[{slowdown = 4.0}, {}, {}, {}]", "balance = false\n", "eval_every_steps = 2\n"),
+      "allreduce");
   // Equal workers weigh adpsgd too: at a factor that makes it the cheaper, it is chosen.
   EXPECT_EQ(decide("auto_equal_adpsgd", "4", "bmuf_ratio = 1000.0\nadpsgd_factor = 0.5\n"), "adpsgd");
   // At 80 Mbit/s the mlp's exchange costs about 200x its compute here (0.14 s against 0.7 ms):
