@@ -85,8 +85,8 @@ constexpr double kDgcBytesRatio = 250.0;
 constexpr int64_t kFirstWeighedStep = 3;
 // The fewest compute intervals a choice may settle on (the probe's own bound aside), so that
 // one slow step left out leaves three. It also waits for `probe_settle_s` of measured steps on
-// some worker (1 s: ten periods of a CPU quota, whose throttled steps a few steps can miss; on
-// slow links, where dense probe steps are dear, that is a few steps).
+// some worker (by default 1 s where a worker runs under a CPU quota: ten of its periods, whose
+// throttled steps a few steps can miss; none elsewhere, as on slow links dense steps are dear).
 constexpr int64_t kMinSettledIntervals = 4;
 
 // The mean of a worker's probe intervals without the slowest of them (from three on). One slow
@@ -111,7 +111,12 @@ class Auto : public Algorithm {
     const ConfigSection& a = env.config->algorithm_opts;
     probe_steps_ = a.GetInt("probe_steps", 20, 2, 1 << 20);
     probe_settle_steps_ = a.GetInt("probe_settle_steps", 3, 1, 1 << 20);
-    probe_settle_s_ = a.GetDouble("probe_settle_s", 1.0, 0, 1e6);
+    // A worker under a CPU quota runs in bursts (its quota, then the rest of the period
+    // throttled), which a few short steps can miss: the probe then spans ten periods. Steady
+    // workers need no such wait, and on slow links it cost 3-4 dense steps.
+    bool quota = false;
+    for (const WorkerSpec& w : env.config->workers) quota = quota || w.cpu_quota > 0;
+    probe_settle_s_ = a.GetDouble("probe_settle_s", quota ? 1.0 : 0.0, 0, 1e6);
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
     bmuf_ratio_ = a.GetDouble("bmuf_ratio", 1.0, 0, 1e6);
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);

@@ -92,12 +92,21 @@ TEST(AutoHandOver, TheProbeEndsOnceTheChoiceHasSettled) {
   RunRanks(Job("auto", "probe_steps = 50\nprobe_settle_steps = 6\nprobe_settle_s = 0\n" + forced), 9, &names);
   EXPECT_EQ(names[6], "auto");  // weighed after steps 3-8: chosen after step 8
   EXPECT_EQ(names[7], "auto:allreduce");
-  // The same choice every step, but 7 steps of about 2 ms are far from the second of measured
-  // steps that settling also waits for (probe_settle_s): the probe runs to probe_steps.
+  // Where a worker runs under a CPU quota, the same choice every step is not enough: 7 steps
+  // of about 2 ms are far from the second of measured steps that settling then waits for
+  // (probe_settle_s, ten periods of the quota): the probe runs to probe_steps. Without a quota
+  // the default is 0 (settled after step 5, above), and a job may still ask for the wait.
+  for (const std::string& wait : {std::string(), std::string("probe_settle_s = 1.0\n")}) {
+    JobConfig cfg = Job("auto", "probe_steps = 8\n" + wait + forced);
+    if (wait.empty()) cfg.workers[1].cpu_quota = 0.5;
+    names.clear();
+    RunRanks(cfg, 9, &names);
+    EXPECT_EQ(names[6], "auto") << wait;
+    EXPECT_EQ(names[7], "auto:allreduce") << wait;
+  }
   names.clear();
   RunRanks(Job("auto", "probe_steps = 8\n" + forced), 9, &names);
-  EXPECT_EQ(names[6], "auto");
-  EXPECT_EQ(names[7], "auto:allreduce");
+  EXPECT_EQ(names[4], "auto:allreduce");
 }
 
 // One slow step (a moment of load beside the job) is not the worker's speed: the probe leaves
