@@ -9,7 +9,9 @@
 #include <gflags/gflags.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -48,6 +50,23 @@ DEFINE_string(test, "/usr/share/datasets/fashion-mnist/t10k", "test set prefix")
 
 namespace shoal {
 namespace {
+
+// A number given on the command line: a shoal::Error naming `what` and the text where it is
+// none (std::stod's own error says only "stod", and it reads "0.1x" as 0.1).
+double NumberArg(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  SHOAL_CHECK(!text.empty() && end == text.c_str() + text.size() && errno == 0 && std::isfinite(v),
+              what + ": expected a number, got \"" + text + "\"");
+  return v;
+}
+
+int64_t BatchArg(const std::string& text, const std::string& what) {
+  const auto v = ParseIntList<int64_t>(text, what);
+  SHOAL_CHECK(v.size() == 1 && v[0] > 0, what + ": expected a batch size, got \"" + text + "\"");
+  return v[0];
+}
 
 std::vector<std::string> Split(const std::string& s, char sep = ',') {
   std::vector<std::string> out;
@@ -103,7 +122,7 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
     const std::string who = key.substr(0, dot), what = key.substr(dot + 1);
     if (who != "*" && who != name) continue;
     if (what == "smoothout")
-      r.smoothout = std::stod(value);
+      r.smoothout = NumberArg(value, "--set " + key);
     else if (what == "batch_control")
       control = value == "1";
     else if (what == "stages")
@@ -119,11 +138,11 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
     else if (what == "schedule")
       s.Set(what, value);
     else
-      s.Set(what, std::stod(value));
+      s.Set(what, NumberArg(value, "--set " + key));
   }
   // The lr at the batch is lr x (batch / 256)^power; the schedule scales linearly from
   // base_batch_size, so it gets lr x (batch / 256)^(power - 1).
-  const double power = scaling == "linear" ? 1.0 : scaling == "sqrt" ? 0.5 : std::stod(scaling);
+  const double power = scaling == "linear" ? 1.0 : scaling == "sqrt" ? 0.5 : NumberArg(scaling, "--set scaling");
   SHOAL_CHECK(power >= 0 && power <= 1, "--set: scaling is linear, sqrt or a power in [0, 1], got " + scaling);
   s.Set("lr", s.GetDouble("lr", 0, 0, 1e6) * std::pow(double(batch) / 256.0, power - 1.0));
   r.stages = {{0, batch}};
@@ -267,12 +286,12 @@ int Main() {
   std::vector<std::pair<std::string, int64_t>> cells;
   if (FLAGS_cells.empty()) {
     for (auto& o : opts)
-      for (auto& bs : batches) cells.push_back({o, std::stoll(bs)});
+      for (auto& bs : batches) cells.push_back({o, BatchArg(bs, "--batches")});
   } else {
     for (auto& c : Split(FLAGS_cells)) {
       const size_t u = c.rfind('_');
       SHOAL_CHECK(u != std::string::npos, "--cells: expected OPTIMIZER_BATCH, got \"" + c + "\"");
-      cells.push_back({c.substr(0, u), std::stoll(c.substr(u + 1))});
+      cells.push_back({c.substr(0, u), BatchArg(c.substr(u + 1), "--cells " + c)});
     }
   }
   // Cells already in the record, by recipe.
@@ -325,7 +344,7 @@ int Main() {
   for (auto& o : opts) {
     printf("| %s |", o.c_str());
     for (auto& bs : batches) {
-      auto it = result.find({o, std::stoll(bs)});
+      auto it = result.find({o, BatchArg(bs, "--batches")});
       auto base = result.find({o, 256});
       if (it == result.end()) {
         printf(" - |");
