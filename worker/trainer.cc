@@ -367,21 +367,18 @@ class Trainer {
   EvalResult ScoreTestSet() {
     const int64_t per_sample = test_->dataset().labels_per_sample();
     Communicator* peers = world_ > 1 ? algo_->EvaluationPeers() : nullptr;
-    if (!peers) {
-      const EvalCounts all = CountTestSet(*model_, *backend_, *test_);
-      EvalResult r = Rate(all, per_sample);
-      r.scored = int64_t(all.seen);
-      return r;
-    }
-    if (!test_share_) test_share_ = std::make_unique<DataLoader>(test_set_, test_share_options_);
-    const EvalCounts mine = CountTestSet(*model_, *backend_, *test_share_);
-    std::vector<EvalCounts> all(size_t(peers->size()));
-    peers->AllGather(&mine, sizeof mine, all.data());
-    EvalCounts sum;
-    for (const EvalCounts& c : all) {
-      sum.correct += c.correct;
-      sum.seen += c.seen;
-      sum.loss_sum += c.loss_sum;
+    if (peers && !test_share_) test_share_ = std::make_unique<DataLoader>(test_set_, test_share_options_);
+    const EvalCounts mine = CountTestSet(*model_, *backend_, peers ? *test_share_ : *test_);
+    EvalCounts sum = mine;
+    if (peers) {
+      std::vector<EvalCounts> all(size_t(peers->size()));
+      peers->AllGather(&mine, sizeof mine, all.data());
+      sum = EvalCounts();
+      for (const EvalCounts& c : all) {
+        sum.correct += c.correct;
+        sum.seen += c.seen;
+        sum.loss_sum += c.loss_sum;
+      }
     }
     EvalResult r = Rate(sum, per_sample);
     r.scored = int64_t(mine.seen);

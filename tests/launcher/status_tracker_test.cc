@@ -90,7 +90,6 @@ TEST(StatusTracker, AMachineWideSlowdownNamesNoOneInASynchronousJob) {
   // window alone it looked 1.5x slower twice in a row and was named (a loaded CI machine did).
   StatusTracker t(Job(2));
   double wall = 0, own0 = 0, own1 = 0;
-  std::vector<std::string> lines0, lines1;
   for (int64_t step = 1; step <= 200; ++step) {
     const double k = step > 40 && step <= 70 ? double(1 << ((step - 31) / 10)) : 1.0;
     wall += 0.070 * k, own0 += 0.060 * k, own1 += 0.010 * k;

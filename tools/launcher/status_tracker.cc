@@ -178,12 +178,12 @@ void StatusTracker::JudgeRound() {
   for (auto& [r, w] : workers_)
     if (w.unjudged) {
       w.unjudged = false;
-      Judge(r, w.window_start);
+      Judge(r);
     }
 }
 
 // Compares `rank`'s last window with the other live workers' last windows.
-void StatusTracker::Judge(int rank, int64_t window_start) {
+void StatusTracker::Judge(int rank) {
   Worker& w = At(rank);
   std::vector<double> own, wall;
   // Workers that finished still show how fast a step goes (an asynchronous job's fast
@@ -201,7 +201,7 @@ void StatusTracker::Judge(int rank, int64_t window_start) {
   int& streak = slow ? w.slow_windows : w.fast_windows;
   (slow ? w.fast_windows : w.slow_windows) = 0;
   if (++streak == 1) {
-    w.streak_step = window_start;
+    w.streak_step = w.window_start;
     w.streak_wall = w.base_wall;
   }
   if (streak < 2 || slow == w.straggler) return;

@@ -105,7 +105,7 @@ class StatusTracker {
   void OnTrain(int rank, const std::string& line);
   void OnEval(int rank, const std::string& line);
   void JudgeRound();
-  void Judge(int rank, int64_t step);
+  void Judge(int rank);  // its window from window_start
   void FlushEval(int64_t step);
   // " skipped_steps N" (the most any worker skipped) when some worker skipped a step, else "".
   std::string SkippedNote() const;
