@@ -55,6 +55,9 @@ TEST(StatusTracker, NamesTheSlowWorkerOnlyAndClearsItWhenItCatchesUp) {
   EXPECT_TRUE(changes[0].straggler);
   EXPECT_NEAR(changes[0].slower, 4.0, 0.01);
   EXPECT_EQ(changes[0].since_step, 10);  // the first judged slow window began there
+  // Judged when rank 2's window closed, after rank 1's own base had moved on: the wall time is
+  // still its window's start (step 10 at 40 ms a step).
+  EXPECT_NEAR(changes[0].since_wall_s, 0.405, 1e-9);
   EXPECT_EQ(changes[0].host, "127.0.0.1");
   std::string json = t.Json(5, "running", 0);
   EXPECT_NE(json.find("\"rank\":1,\"host\":\"127.0.0.1\",\"device\":\"cpu\",\"batch_size\":16"), std::string::npos);

@@ -151,6 +151,7 @@ void StatusTracker::OnTrain(int rank, const std::string& line) {
       w.measured = true;
       w.unjudged = true;
       w.window_start = w.base_step;
+      w.window_start_wall = w.base_wall;
       JudgeRound();
     }
   }
@@ -202,7 +203,7 @@ void StatusTracker::Judge(int rank) {
   (slow ? w.fast_windows : w.slow_windows) = 0;
   if (++streak == 1) {
     w.streak_step = w.window_start;
-    w.streak_wall = w.base_wall;
+    w.streak_wall = w.window_start_wall;
   }
   if (streak < 2 || slow == w.straggler) return;
   w.straggler = slow;

@@ -91,8 +91,9 @@ class StatusTracker {
     // The last window, per step (seconds); own = compute + wait (outside the exchange).
     bool measured = false;
     double compute = 0, exchange = 0, wait = 0, own = 0, wall = 0;
-    bool unjudged = false;  // the last window waits for the others' (JudgeRound)
-    int64_t window_start = 0;
+    bool unjudged = false;     // the last window waits for the others' (JudgeRound)
+    int64_t window_start = 0;  // the last window's first step and wall_s (base_* move on before a round)
+    double window_start_wall = 0;
     double slower = 0;
     int slow_windows = 0, fast_windows = 0;
     int64_t streak_step = 0;
