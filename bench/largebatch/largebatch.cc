@@ -36,6 +36,9 @@ DEFINE_string(cells, "", "optimizer_batch cells to run, in this order (default: 
 DEFINE_int32(epochs, 30, "epochs per run");
 DEFINE_int32(micro, 256, "micro-batch (one simulated worker's batch)");
 DEFINE_int32(threads, 0, "CPU threads (0: all)");
+DEFINE_string(seeds, "42",
+              "seeds of the initial weights, the data order and SmoothOut's noise: each cell runs once a seed, and the "
+              "table gives the mean (and the standard deviation over seeds, where more than one)");
 DEFINE_double(label_smoothing, 0.1, "label smoothing of the loss");
 DEFINE_string(set, "",
               "recipe overrides, OPT.KEY=VALUE,... (OPT: an optimizer or *; KEY: an [optimizer] key, or smoothout, "
@@ -160,9 +163,11 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
 
 // Everything that decides a cell's result, as one line: a recorded cell counts only while
 // the bench would still run it the same way.
-std::string RecipeText(const std::string& opt_name, int64_t batch, const Recipe& r) {
+std::string RecipeText(const std::string& opt_name, int64_t batch, const Recipe& r, int64_t seed) {
   std::ostringstream t;
   t.precision(12);
+  // Seed 42 unnamed: the records made before --seeds existed were all seed 42.
+  if (seed != 42) t << "seed=" << seed << " ";
   t << "model=" << FLAGS_model << " epochs=" << FLAGS_epochs << " micro=" << FLAGS_micro
     << " label_smoothing=" << FLAGS_label_smoothing << " optimizer=" << opt_name << " batch=" << batch
     << " smoothout=" << r.smoothout << " stages=";
@@ -196,17 +201,17 @@ struct Cell {
 };
 
 // One optimizer at one (final) global batch, from the same initial weights and data order.
-Cell Run(const std::string& opt_name, int64_t B, const Recipe& recipe, Backend& be, std::shared_ptr<Dataset> train,
-         DataLoader& test) {
+Cell Run(const std::string& opt_name, int64_t B, const Recipe& recipe, int64_t seed, Backend& be,
+         std::shared_ptr<Dataset> train, DataLoader& test) {
   ModelOptions mo;
   mo.input_shape = train->sample_shape();
   mo.num_classes = train->num_classes();
   mo.label_smoothing = float(FLAGS_label_smoothing);
   auto model = MakeModel(FLAGS_model, be, mo);
-  model->InitParameters(42);
+  model->InitParameters(uint64_t(seed));
   DataLoaderOptions lo;
   lo.batch_size = FLAGS_micro;
-  lo.seed = 42;
+  lo.seed = uint64_t(seed);
   DataLoader loader(train, lo);
   for (auto& st : recipe.stages)
     SHOAL_CHECK(st.global_batch % FLAGS_micro == 0, "batch " + std::to_string(st.global_batch) +
@@ -216,7 +221,7 @@ Cell Run(const std::string& opt_name, int64_t B, const Recipe& recipe, Backend& 
   const int64_t total = batches.FirstStepOfEpoch(FLAGS_epochs);
   auto opt = MakeOptimizer(opt_name, recipe.opt);
   const LrSchedule sched = LrSchedule::FromConfig(recipe.opt, batches, total);
-  SmoothOut smoothout(recipe.smoothout, 42);
+  SmoothOut smoothout(recipe.smoothout, uint64_t(seed));
   std::vector<OptimizerState> states(model->parameters().size());
   auto t0 = std::chrono::steady_clock::now();
   int64_t step = 0;
@@ -257,9 +262,9 @@ Cell Run(const std::string& opt_name, int64_t B, const Recipe& recipe, Backend& 
   for (auto& st : recipe.stages)
     stages += (stages.empty() ? "" : ",") + std::to_string(st.epoch) + ":" + std::to_string(st.global_batch);
   printf(
-      "%-9s batch %5lld: %4lld steps, stages %s, peak lr %.4g, warm-up %lld steps, smoothout %g, test accuracy "
-      "%.4f (%.0f s)\n",
-      opt_name.c_str(), (long long)B, (long long)step, stages.c_str(), sched.peak_lr(),
+      "%-9s batch %5lld seed %lld: %4lld steps, stages %s, peak lr %.4g, warm-up %lld steps, smoothout %g, test "
+      "accuracy %.4f (%.0f s)\n",
+      opt_name.c_str(), (long long)B, (long long)seed, (long long)step, stages.c_str(), sched.peak_lr(),
       (long long)sched.options().warmup_steps, recipe.smoothout, cell.accuracy, secs);
   fflush(stdout);
   return cell;
@@ -307,35 +312,56 @@ int Main() {
       recorded[*recipe] = Cell{*accuracy, int64_t(*steps)};
     }
   }
-  std::map<std::pair<std::string, int64_t>, Cell> result;
+  std::vector<int64_t> seeds;
+  for (auto& t : Split(FLAGS_seeds)) seeds.push_back(BatchArg(t, "--seeds"));
+  SHOAL_CHECK(!seeds.empty(), "--seeds: expected at least one seed");
+  std::map<std::pair<std::string, int64_t>, std::vector<Cell>> result;  // a cell's runs, one a seed
   for (auto& [o, B] : cells) {
     const Recipe recipe = RecipeFor(o, B, set);
-    const std::string text = RecipeText(o, B, recipe);
-    auto it = recorded.find(text);
-    if (FLAGS_list) {
-      printf("%s_%lld: %s%s\n", o.c_str(), (long long)B, text.c_str(), it == recorded.end() ? "" : " (recorded)");
-      continue;
-    }
-    if (it != recorded.end()) {
-      printf("%-9s batch %5lld: recorded in %s, test accuracy %.4f\n", o.c_str(), (long long)B, FLAGS_record.c_str(),
-             it->second.accuracy);
-      result[{o, B}] = it->second;
-      continue;
-    }
-    const Cell cell = Run(o, B, recipe, *be, train, test_loader);
-    result[{o, B}] = cell;
-    if (!FLAGS_record.empty()) {
-      std::ofstream out(FLAGS_record, std::ios::app);
-      // Compact, as metrics.jsonl: JsonField reads "key":value.
-      out << "{\"cell\":\"" << o << "_" << B << "\",\"recipe\":\"" << text << "\",\"test_accuracy\":" << cell.accuracy
-          << ",\"steps\":" << cell.steps << "}\n";
-      SHOAL_CHECK(out.good(), "--record: could not append to " + FLAGS_record);
+    for (int64_t seed : seeds) {
+      const std::string text = RecipeText(o, B, recipe, seed);
+      auto it = recorded.find(text);
+      if (FLAGS_list) {
+        printf("%s_%lld: %s%s\n", o.c_str(), (long long)B, text.c_str(), it == recorded.end() ? "" : " (recorded)");
+        continue;
+      }
+      if (it != recorded.end()) {
+        printf("%-9s batch %5lld seed %lld: recorded in %s, test accuracy %.4f\n", o.c_str(), (long long)B,
+               (long long)seed, FLAGS_record.c_str(), it->second.accuracy);
+        result[{o, B}].push_back(it->second);
+        continue;
+      }
+      const Cell cell = Run(o, B, recipe, seed, *be, train, test_loader);
+      result[{o, B}].push_back(cell);
+      if (!FLAGS_record.empty()) {
+        std::ofstream out(FLAGS_record, std::ios::app);
+        // Compact, as metrics.jsonl: JsonField reads "key":value.
+        out << "{\"cell\":\"" << o << "_" << B << "\",\"recipe\":\"" << text << "\",\"test_accuracy\":" << cell.accuracy
+            << ",\"steps\":" << cell.steps << "}\n";
+        SHOAL_CHECK(out.good(), "--record: could not append to " + FLAGS_record);
+      }
     }
   }
   if (FLAGS_list) return 0;
 
-  // The table: rows optimizers, columns batches, each cell accuracy (steps), and the ratio
-  // of each cell's accuracy to its optimizer's batch-256 accuracy where both ran.
+  // Per cell over its seeds: the mean accuracy, the sample standard deviation (0 for one seed) and the steps
+  // (the same for every seed: they follow from the batches alone).
+  struct Summary {
+    double mean = 0, sd = 0;
+    int64_t steps = 0;
+  };
+  std::map<std::pair<std::string, int64_t>, Summary> summary;
+  for (auto& [key, runs] : result) {
+    Summary& m = summary[key];
+    for (auto& c : runs) m.mean += c.accuracy / double(runs.size());
+    for (auto& c : runs) m.sd += (c.accuracy - m.mean) * (c.accuracy - m.mean);
+    m.sd = runs.size() > 1 ? std::sqrt(m.sd / double(runs.size() - 1)) : 0;
+    m.steps = runs.front().steps;
+  }
+  const bool several = seeds.size() > 1;
+  // The table: rows optimizers, columns batches, each cell accuracy (steps), and the difference
+  // from its optimizer's batch-256 accuracy where both ran.
+  if (several) printf("\nmean test accuracy over seeds %s (+- the standard deviation over seeds)", FLAGS_seeds.c_str());
   printf("\n| optimizer |");
   for (auto& bs : batches) printf(" batch %s |", bs.c_str());
   printf("\n|---|");
@@ -344,25 +370,28 @@ int Main() {
   for (auto& o : opts) {
     printf("| %s |", o.c_str());
     for (auto& bs : batches) {
-      auto it = result.find({o, BatchArg(bs, "--batches")});
-      auto base = result.find({o, 256});
-      if (it == result.end()) {
+      auto it = summary.find({o, BatchArg(bs, "--batches")});
+      auto base = summary.find({o, 256});
+      if (it == summary.end()) {
         printf(" - |");
-      } else if (base != result.end() && it != base) {
-        printf(" %.4f (%lld steps, %+.2f pt vs 256) |", it->second.accuracy, (long long)it->second.steps,
-               100 * (it->second.accuracy - base->second.accuracy));
-      } else {
-        printf(" %.4f (%lld steps) |", it->second.accuracy, (long long)it->second.steps);
+        continue;
       }
+      printf(" %.4f", it->second.mean);
+      if (several) printf(" +- %.4f", it->second.sd);
+      printf(" (%lld steps", (long long)it->second.steps);
+      if (base != summary.end() && it != base) printf(", %+.2f pt vs 256", 100 * (it->second.mean - base->second.mean));
+      printf(") |");
     }
     printf("\n");
   }
-  printf("{\"bench\": \"largebatch\", \"model\": \"%s\", \"epochs\": %d, \"results\": {", FLAGS_model.c_str(),
-         FLAGS_epochs);
+  printf("{\"bench\": \"largebatch\", \"model\": \"%s\", \"epochs\": %d, \"seeds\": [%s], \"results\": {",
+         FLAGS_model.c_str(), FLAGS_epochs, FLAGS_seeds.c_str());
   bool first = true;
-  for (auto& [key, c] : result) {
-    printf("%s\"%s_%lld\": {\"test_accuracy\": %.4f, \"steps\": %lld}", first ? "" : ", ", key.first.c_str(),
-           (long long)key.second, c.accuracy, (long long)c.steps);
+  for (auto& [key, m] : summary) {
+    printf("%s\"%s_%lld\": {\"test_accuracy\": %.4f, ", first ? "" : ", ", key.first.c_str(), (long long)key.second,
+           m.mean);
+    if (several) printf("\"test_accuracy_sd\": %.4f, ", m.sd);
+    printf("\"steps\": %lld}", (long long)m.steps);
     first = false;
   }
   printf("}}\n");
