@@ -37,6 +37,7 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/collectives/fusion.h"
 #include "algorithms/compressors/dgc_compressor.h"
+#include "common/cpu_cgroup.h"
 
 namespace shoal {
 namespace {
@@ -83,6 +84,9 @@ constexpr double kDgcBytesRatio = 250.0;
 // The first probe step whose figures are weighed: two compute intervals (the first step has
 // none before it).
 constexpr int64_t kFirstWeighedStep = 3;
+// Each worker's figures at the end of a weighed step's all-reduce: the mean compute and exchange
+// seconds of its probe steps, the seconds it has measured, and its own CPU quota in cores.
+constexpr int kFigures = 4;
 // The fewest compute intervals a choice may settle on (the probe's own bound aside), so that
 // one slow step left out leaves three. It also waits for `probe_settle_s` of measured steps on
 // some worker (by default 1 s where a worker runs under a CPU quota: ten of its periods, whose
@@ -113,10 +117,18 @@ class Auto : public Algorithm {
     probe_settle_steps_ = a.GetInt("probe_settle_steps", 3, 1, 1 << 20);
     // A worker under a CPU quota runs in bursts (its quota, then the rest of the period
     // throttled), which a few short steps can miss: the probe then spans ten periods. Steady
-    // workers need no such wait, and on slow links it cost 3-4 dense steps.
+    // workers need no such wait, and on slow links it cost 3-4 dense steps. The quota is the job
+    // file's, or one set outside Shoal (a container's, Slurm's), which only the worker itself can
+    // read: each sends its own with its figures, and the default waits where any has one.
     bool quota = false;
     for (const WorkerSpec& w : env.config->workers) quota = quota || w.cpu_quota > 0;
-    probe_settle_s_ = a.GetDouble("probe_settle_s", quota ? 1.0 : 0.0, 0, 1e6);
+    // A limit of every core the process may run on throttles nothing.
+    const double own = quota ? 0.0 : OwnCpuQuota();
+    own_cpu_quota_ = own < double(AllowedCores()) ? own : 0.0;
+    if (a.Has("probe_settle_s") || quota)
+      probe_settle_s_ = a.GetDouble("probe_settle_s", 1.0, 0, 1e6);
+    else
+      probe_settle_s_ = -1;  // decided from the gathered quotas
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
     bmuf_ratio_ = a.GetDouble("bmuf_ratio", 1.0, 0, 1e6);
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);
@@ -152,12 +164,13 @@ class Auto : public Algorithm {
     const bool weigh = probed_ + 1 >= std::min<int64_t>(kFirstWeighedStep, probe_steps_);
     const int W = comm_->size();
     if (weigh) {
-      fused.resize(grads + size_t(3 * W), 0.0f);
-      const float mine[3] = {float(MeanWithoutSlowest(compute_s_)), float(MeanWithoutSlowest(comm_s_)), Measured()};
-      std::copy(mine, mine + 3, fused.begin() + std::ptrdiff_t(grads + size_t(3 * env_.rank)));
+      fused.resize(grads + size_t(kFigures * W), 0.0f);
+      const float mine[kFigures] = {float(MeanWithoutSlowest(compute_s_)), float(MeanWithoutSlowest(comm_s_)),
+                                    Measured(), float(own_cpu_quota_)};
+      std::copy(mine, mine + kFigures, fused.begin() + std::ptrdiff_t(grads + size_t(kFigures * env_.rank)));
     }
     fusion_.Run(*comm_, DType::kF32);
-    std::vector<double> all;  // [compute, comm, measured] of every worker
+    std::vector<double> all;  // [compute, comm, measured, cpu quota] of every worker
     for (size_t i = grads; i < fused.size(); ++i) all.push_back(double(fused[i]) * W);  // the mean's W-th undone
     fused.resize(grads);
     fusion_.UnpackInto(params);
@@ -170,8 +183,9 @@ class Auto : public Algorithm {
       const std::string key = v.choice + (v.balance ? "+balance" : "");
       settled_ = key == last_key_ ? settled_ + 1 : 1;
       last_key_ = key;
+      const double settle_s = probe_settle_s_ >= 0 ? probe_settle_s_ : v.any_cpu_quota ? 1.0 : 0.0;
       const bool settled = settled_ >= probe_settle_steps_ && int64_t(compute_s_.size()) >= kMinSettledIntervals &&
-                           v.probe_s >= probe_settle_s_;
+                           v.probe_s >= settle_s;
       if (settled || probed_ >= probe_steps_) return HandOver(v, params);
     }
     last_step_end_ = Clock::now();
@@ -289,7 +303,8 @@ class Auto : public Algorithm {
     std::string choice, reason;
     bool balance = false;
     double compute_min = 0, compute_max = 0, exchange = 0;
-    double probe_s = 0;  // the longest a worker has measured (its steps' compute and exchange)
+    double probe_s = 0;          // the longest a worker has measured (its steps' compute and exchange)
+    bool any_cpu_quota = false;  // some worker reads a CPU limit set outside the job file
     std::vector<std::pair<const char*, double>> figures;  // what it weighed, for the auto event
   };
 
@@ -301,17 +316,18 @@ class Auto : public Algorithm {
     return float(measured);
   }
 
-  // `all`: [compute, comm, measured] of every worker, the same on every worker, which so
-  // decides the same.
+  // `all`: kFigures of every worker, the same on every worker, which so decides the same.
   Verdict Weigh(const std::vector<double>& all) {
     const int W = comm_->size();
     double cmax = 0, cmin = 1e300, comm = 0, inv_sum = 0, probe_s = 0;
+    bool any_quota = false;
     for (int r = 0; r < W; ++r) {
-      const double c = all[size_t(3 * r)];
+      const double c = all[size_t(kFigures * r)];
       cmax = std::max(cmax, c);
       cmin = std::min(cmin, c);
-      comm = std::max(comm, all[size_t(3 * r + 1)]);
-      probe_s = std::max(probe_s, all[size_t(3 * r + 2)]);
+      comm = std::max(comm, all[size_t(kFigures * r + 1)]);
+      probe_s = std::max(probe_s, all[size_t(kFigures * r + 2)]);
+      any_quota = any_quota || all[size_t(kFigures * r + 3)] > 0;
       inv_sum += c > 0 ? 1.0 / c : 0;
     }
     // Exchange time beyond what waiting for the slowest explains.
@@ -377,6 +393,7 @@ class Auto : public Algorithm {
     v.choice = choice;
     v.reason = reason;
     v.compute_min = cmin, v.compute_max = cmax, v.exchange = exchange, v.probe_s = probe_s;
+    v.any_cpu_quota = any_quota;
     v.figures = {{"compute_min_s", cmin},
                  {"compute_max_s", cmax},
                  {"compute_balanced_s", hmean},
@@ -422,8 +439,9 @@ class Auto : public Algorithm {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Algorithm> chosen_;
   int64_t probe_steps_ = 20, probe_settle_steps_ = 3, probed_ = 0;
-  double probe_settle_s_ = 1.0;
-  std::string last_key_;  // the last weighed choice (with "+balance") and how many steps in a row gave it
+  double probe_settle_s_ = 1.0;  // below 0: 1 s if some worker reads a CPU quota of its own, else 0
+  double own_cpu_quota_ = 0;     // cores (OwnCpuQuota), 0 where the job file gives quotas
+  std::string last_key_;         // the last weighed choice (with "+balance") and how many steps in a row gave it
   int64_t settled_ = 0;
   double uneven_ratio_, bmuf_ratio_, dgc_ratio_, diloco_ratio_;
   bool may_balance_ = true, balanced_ = false;

@@ -2,13 +2,17 @@
 // none (on slow links a new ring's rendezvous and CurveZMQ handshakes cost seconds), runs as that algorithm alone
 // would, and the bytes are counted once.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
 #include "algorithms/algorithm.h"
 #include "common/config.h"
+#include "common/cpu_cgroup.h"
+#include "tools/launcher/cpu_quota.h"
 #include "tests/algorithms/fake_communicator.h"
 
 namespace shoal {
@@ -72,10 +76,10 @@ TEST(AutoHandOver, TheChosenAlgorithmRunsOnAutosCommunicator) {
   EXPECT_EQ(plain.groups, std::vector<std::string>{"allreduce"});
   EXPECT_EQ(chose.weights, plain.weights);
   // The same all-reduces, those of steps 3 and 4 with every rank's (compute, exchange, seconds
-  // measured) at their end (3 x 3 floats: 3 more in each of the ring's chunks, 2 x 2 chunks
-  // sent), and the chosen algorithm's weights-hash check at its Init (each rank sends 2 of 3
-  // entries): counted once.
-  EXPECT_EQ(chose.bytes, plain.bytes + 2 * (2 * 24) + 2 * 8);
+  // measured, CPU quota) at their end (3 x 4 floats: 4 more in each of the ring's chunks, 2 x 2
+  // chunks sent), and the chosen algorithm's weights-hash check at its Init (each rank sends 2 of
+  // 3 entries): counted once.
+  EXPECT_EQ(chose.bytes, plain.bytes + 2 * (2 * 32) + 2 * 8);
 }
 
 // From the third probe step every step weighs the figures so far; probe_settle_steps steps in
@@ -107,6 +111,40 @@ TEST(AutoHandOver, TheProbeEndsOnceTheChoiceHasSettled) {
   names.clear();
   RunRanks(Job("auto", "probe_steps = 8\n" + forced), 9, &names);
   EXPECT_EQ(names[4], "auto:allreduce");
+}
+
+// Writes this process's pid into a cgroup's procs file (the whole process moves, every thread).
+bool JoinGroup(const std::string& procs_file) {
+  FILE* f = fopen(procs_file.c_str(), "w");
+  const bool ok = f && fputs(std::to_string(getpid()).c_str(), f) >= 0;
+  return (f && fclose(f) == 0) && ok;
+}
+
+// A quota set outside the job file (a container's, Slurm's: here a real cgroup the test process joins, as root)
+// is read by the worker itself and waits as a job file's does; a quota of every core throttles nothing and does
+// not.
+TEST(AutoHandOver, AQuotaFromOutsideTheJobWaitsToo) {
+  const std::string forced =
+      "probe_steps = 8\nuneven_ratio = 1e6\nbmuf_ratio = 1e6\ndgc_ratio = 1e6\ndiloco_ratio = 1e6\n"
+      "adpsgd_factor = 100.0\n";
+  const double cores = double(AllowedCores());
+  for (double quota : {cores - 0.5, cores}) {
+    const CpuHierarchy h = FindCpuHierarchy(ReadKernelText("/proc/mounts"));
+    const std::string home = OwnCgroupPath(ReadKernelText("/proc/self/cgroup"), h.version);
+    ASSERT_FALSE(home.empty()) << "no cpu controller to make a group in";
+    CpuQuotaGroups groups({quota});
+    ASSERT_TRUE(JoinGroup(groups.ProcsFile(0))) << groups.ProcsFile(0);
+    ASSERT_DOUBLE_EQ(OwnCpuQuota(), quota);
+    std::vector<std::string> names;
+    RunRanks(Job("auto", forced), 9, &names);
+    ASSERT_TRUE(JoinGroup(h.path + home + "/cgroup.procs")) << "could not go back to " << home;
+    if (quota < cores) {
+      EXPECT_EQ(names[6], "auto") << quota;  // probe_steps, not settled after step 5
+      EXPECT_EQ(names[7], "auto:allreduce") << quota;
+    } else {
+      EXPECT_EQ(names[4], "auto:allreduce") << quota;
+    }
+  }
 }
 
 // One slow step (a moment of load beside the job) is not the worker's speed: the probe leaves

@@ -8,29 +8,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "common/error.h"
 
 namespace shoal {
 namespace {
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-bool HasWord(const std::string& text, const std::string& word, char sep) {
-  std::istringstream in(text);
-  std::string w;
-  while (std::getline(in, w, sep))
-    if (w == word || w == word + "\n") return true;
-  return false;
-}
 
 // Throws naming the file and the system's reason: a quota that was not set must not pass
 // for one that was.
@@ -64,7 +47,7 @@ void SweepStaleGroups(const std::string& hierarchy) {
     std::string name = e->d_name;
     if (name.rfind("shoal-", 0) != 0 || name.size() == 6 || name.find_first_not_of("0123456789", 6) != name.npos)
       continue;
-    std::string comm = ReadText("/proc/" + name.substr(6) + "/comm");
+    std::string comm = ReadKernelText("/proc/" + name.substr(6) + "/comm");
     if (comm != "shoal-launch\n") stale.push_back(hierarchy + "/" + name);
   }
   closedir(d);
@@ -81,25 +64,11 @@ void SweepStaleGroups(const std::string& hierarchy) {
 
 }  // namespace
 
-CpuHierarchy FindCpuHierarchy(const std::string& mounts_text) {
-  CpuHierarchy v1;
-  std::istringstream in(mounts_text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream f(line);
-    std::string dev, path, type, opts;
-    if (!(f >> dev >> path >> type >> opts)) continue;
-    if (type == "cgroup2" && HasWord(ReadText(path + "/cgroup.controllers"), "cpu", ' ')) return {path, 2};
-    if (type == "cgroup" && v1.version == 0 && HasWord(opts, "cpu", ',')) v1 = {path, 1};
-  }
-  return v1;
-}
-
 CpuQuotaGroups::CpuQuotaGroups(const std::vector<double>& quotas) : workers_(quotas.size()) {
   bool any = false;
   for (double q : quotas) any = any || q > 0;
   if (!any) return;
-  hierarchy_ = FindCpuHierarchy(ReadText("/proc/mounts"));
+  hierarchy_ = FindCpuHierarchy(ReadKernelText("/proc/mounts"));
   if (hierarchy_.version == 0)
     throw Error(
         "[cluster] workers cpu_quota: this machine mounts no cgroup cpu controller (neither a cgroup2 hierarchy whose "

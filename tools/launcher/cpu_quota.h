@@ -10,16 +10,9 @@
 #include <string>
 #include <vector>
 
-namespace shoal {
+#include "common/cpu_cgroup.h"
 
-// Where the cpu controller is mounted, from /proc/mounts' text: {path, 2} for a cgroup2 mount
-// whose cgroup.controllers file lists cpu, else {path, 1} for a cgroup v1 mount with the cpu
-// option; {"", 0} when neither is there.
-struct CpuHierarchy {
-  std::string path;
-  int version = 0;
-};
-CpuHierarchy FindCpuHierarchy(const std::string& mounts_text);
+namespace shoal {
 
 class CpuQuotaGroups {
  public:
