@@ -179,6 +179,7 @@ std::string RecipeText(const std::string& opt_name, int64_t batch, const Recipe&
   return t.str();
 }
 
+// Accuracy of the model on every sample `test` gives, in evaluation mode.
 double Evaluate(Model& m, Backend& be, DataLoader& test) {
   test.StartEpoch(0);
   Batch b;
@@ -198,11 +199,15 @@ double Evaluate(Model& m, Backend& be, DataLoader& test) {
 struct Cell {
   double accuracy = 0;
   int64_t steps = 0;
+  // On the whole training set, after the last step: beside the test figure, it tells a cell that did not fit its
+  // training data (too few steps) from one that fit it and generalizes worse. -1: not measured (the cells
+  // recorded before 2026-11-27).
+  double train_accuracy = -1;
 };
 
 // One optimizer at one (final) global batch, from the same initial weights and data order.
 Cell Run(const std::string& opt_name, int64_t B, const Recipe& recipe, int64_t seed, Backend& be,
-         std::shared_ptr<Dataset> train, DataLoader& test) {
+         std::shared_ptr<Dataset> train, DataLoader& test, DataLoader& train_whole) {
   ModelOptions mo;
   mo.input_shape = train->sample_shape();
   mo.num_classes = train->num_classes();
@@ -256,16 +261,16 @@ Cell Run(const std::string& opt_name, int64_t B, const Recipe& recipe, int64_t s
       ++step;
     }
   }
-  Cell cell{Evaluate(*model, be, test), step};
+  Cell cell{Evaluate(*model, be, test), step, Evaluate(*model, be, train_whole)};
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string stages;
   for (auto& st : recipe.stages)
     stages += (stages.empty() ? "" : ",") + std::to_string(st.epoch) + ":" + std::to_string(st.global_batch);
   printf(
       "%-9s batch %5lld seed %lld: %4lld steps, stages %s, peak lr %.4g, warm-up %lld steps, smoothout %g, test "
-      "accuracy %.4f (%.0f s)\n",
+      "accuracy %.4f, training-set accuracy %.4f (%.0f s)\n",
       opt_name.c_str(), (long long)B, (long long)seed, (long long)step, stages.c_str(), sched.peak_lr(),
-      (long long)sched.options().warmup_steps, recipe.smoothout, cell.accuracy, secs);
+      (long long)sched.options().warmup_steps, recipe.smoothout, cell.accuracy, cell.train_accuracy, secs);
   fflush(stdout);
   return cell;
 }
@@ -280,6 +285,7 @@ int Main() {
   to.shuffle = false;
   to.drop_last = false;
   DataLoader test_loader(test, to);
+  DataLoader train_whole(train, to);
   std::map<std::string, std::string> set;
   for (auto& kv : Split(FLAGS_set)) {
     const size_t eq = kv.find('='), dot = kv.find('.');
@@ -309,7 +315,8 @@ int Main() {
       auto accuracy = JsonNumber(line, "test_accuracy"), steps = JsonNumber(line, "steps");
       SHOAL_CHECK(recipe && accuracy && steps, FLAGS_record + ":" + std::to_string(n) +
                                                    ": expected a cell's \"recipe\", \"test_accuracy\" and \"steps\"");
-      recorded[*recipe] = Cell{*accuracy, int64_t(*steps)};
+      const auto train_accuracy = JsonNumber(line, "train_accuracy");
+      recorded[*recipe] = Cell{*accuracy, int64_t(*steps), train_accuracy ? *train_accuracy : -1};
     }
   }
   std::vector<int64_t> seeds;
@@ -331,13 +338,13 @@ int Main() {
         result[{o, B}].push_back(it->second);
         continue;
       }
-      const Cell cell = Run(o, B, recipe, seed, *be, train, test_loader);
+      const Cell cell = Run(o, B, recipe, seed, *be, train, test_loader, train_whole);
       result[{o, B}].push_back(cell);
       if (!FLAGS_record.empty()) {
         std::ofstream out(FLAGS_record, std::ios::app);
         // Compact, as metrics.jsonl: JsonField reads "key":value.
         out << "{\"cell\":\"" << o << "_" << B << "\",\"recipe\":\"" << text << "\",\"test_accuracy\":" << cell.accuracy
-            << ",\"steps\":" << cell.steps << "}\n";
+            << ",\"steps\":" << cell.steps << ",\"train_accuracy\":" << cell.train_accuracy << "}\n";
         SHOAL_CHECK(out.good(), "--record: could not append to " + FLAGS_record);
       }
     }
@@ -349,6 +356,7 @@ int Main() {
   struct Summary {
     double mean = 0, sd = 0;
     int64_t steps = 0;
+    double train_mean = -1;  // over the seeds that measured it; -1: none did
   };
   std::map<std::pair<std::string, int64_t>, Summary> summary;
   for (auto& [key, runs] : result) {
@@ -357,6 +365,11 @@ int Main() {
     for (auto& c : runs) m.sd += (c.accuracy - m.mean) * (c.accuracy - m.mean);
     m.sd = runs.size() > 1 ? std::sqrt(m.sd / double(runs.size() - 1)) : 0;
     m.steps = runs.front().steps;
+    int measured = 0;
+    double train_sum = 0;
+    for (auto& c : runs)
+      if (c.train_accuracy >= 0) train_sum += c.train_accuracy, ++measured;
+    if (measured > 0) m.train_mean = train_sum / measured;
   }
   const bool several = seeds.size() > 1;
   // The table: rows optimizers, columns batches, each cell accuracy (steps), and the difference
@@ -391,6 +404,7 @@ int Main() {
     printf("%s\"%s_%lld\": {\"test_accuracy\": %.4f, ", first ? "" : ", ", key.first.c_str(), (long long)key.second,
            m.mean);
     if (several) printf("\"test_accuracy_sd\": %.4f, ", m.sd);
+    if (m.train_mean >= 0) printf("\"train_accuracy\": %.4f, ", m.train_mean);
     printf("\"steps\": %lld}", (long long)m.steps);
     first = false;
   }
