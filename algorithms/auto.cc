@@ -320,14 +320,14 @@ class Auto : public Algorithm {
   Verdict Weigh(const std::vector<double>& all) {
     const int W = comm_->size();
     double cmax = 0, cmin = 1e300, comm = 0, inv_sum = 0, probe_s = 0;
-    bool any_quota = false;
+    int quotas = 0;  // workers that read a CPU limit of their own
     for (int r = 0; r < W; ++r) {
       const double c = all[size_t(kFigures * r)];
       cmax = std::max(cmax, c);
       cmin = std::min(cmin, c);
       comm = std::max(comm, all[size_t(kFigures * r + 1)]);
       probe_s = std::max(probe_s, all[size_t(kFigures * r + 2)]);
-      any_quota = any_quota || all[size_t(kFigures * r + 3)] > 0;
+      quotas += all[size_t(kFigures * r + 3)] > 0 ? 1 : 0;
       inv_sum += c > 0 ? 1.0 / c : 0;
     }
     // Exchange time beyond what waiting for the slowest explains.
@@ -393,7 +393,7 @@ class Auto : public Algorithm {
     v.choice = choice;
     v.reason = reason;
     v.compute_min = cmin, v.compute_max = cmax, v.exchange = exchange, v.probe_s = probe_s;
-    v.any_cpu_quota = any_quota;
+    v.any_cpu_quota = quotas > 0;
     v.figures = {{"compute_min_s", cmin},
                  {"compute_max_s", cmax},
                  {"compute_balanced_s", hmean},
@@ -407,6 +407,7 @@ class Auto : public Algorithm {
                  {"est_dgc_s", est_dgc},
                  {"eval_split_s", eval_split},
                  {"eval_whole_s", eval_whole},
+                 {"own_cpu_quota_workers", double(quotas)},
                  {"bmuf_factor", bmuf_factor_},
                  {"adpsgd_factor", adpsgd_factor_},
                  {"dgc_factor", dgc_factor_}};
