@@ -104,7 +104,10 @@ Recipe RecipeFor(const std::string& name, int64_t batch, const std::map<std::str
   s.Set("momentum", 0.9);
   s.Set("weight_decay", 5e-4);
   s.Set("schedule", std::string("poly"));
-  s.Set("warmup_epochs", batch <= 256 ? 1.0 : batch <= 4096 ? 3.0 : batch <= 8192 ? 5.0 : 8.0);
+  // LARS at 8K warms up as the 16K cells do, 8 of 30 epochs (NNL: 25 of 90): over seeds 43-45 it ended 0.35
+  // points above 5 epochs (0.9104 against 0.9069). STiLL needs no more: its LAMB share steadies the first steps.
+  const bool long_warmup = batch > 8192 || (name == "lars" && batch == 8192);
+  s.Set("warmup_epochs", batch <= 256 ? 1.0 : batch <= 4096 ? 3.0 : long_warmup ? 8.0 : 5.0);
   if (name == "momentum") s.Set("lr", 0.05);
   if (name == "lars" || name == "still") {
     s.Set("lr", 2.0);
