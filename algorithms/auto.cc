@@ -117,18 +117,15 @@ class Auto : public Algorithm {
     probe_settle_steps_ = a.GetInt("probe_settle_steps", 3, 1, 1 << 20);
     // A worker under a CPU quota runs in bursts (its quota, then the rest of the period
     // throttled), which a few short steps can miss: the probe then spans ten periods. Steady
-    // workers need no such wait, and on slow links it cost 3-4 dense steps. The quota is the job
-    // file's, or one set outside Shoal (a container's, Slurm's), which only the worker itself can
-    // read: each sends its own with its figures, and the default waits where any has one.
-    bool quota = false;
-    for (const WorkerSpec& w : env.config->workers) quota = quota || w.cpu_quota > 0;
+    // workers need no such wait, and on slow links it cost 3-4 dense steps. A worker's quota is
+    // the job file's for it, else one set outside Shoal (a container's, Slurm's) that only it can
+    // read; each sends its own with its figures, and by default the probe waits where any has one.
+    const std::vector<WorkerSpec>& workers = env.config->workers;
+    const double file_quota = size_t(env.rank) < workers.size() ? workers[size_t(env.rank)].cpu_quota : 0.0;
+    const double own = file_quota > 0 ? 0.0 : OwnCpuQuota();
     // A limit of every core the process may run on throttles nothing.
-    const double own = quota ? 0.0 : OwnCpuQuota();
-    own_cpu_quota_ = own < double(AllowedCores()) ? own : 0.0;
-    if (a.Has("probe_settle_s") || quota)
-      probe_settle_s_ = a.GetDouble("probe_settle_s", 1.0, 0, 1e6);
-    else
-      probe_settle_s_ = -1;  // decided from the gathered quotas
+    cpu_quota_ = file_quota > 0 ? file_quota : own < double(AllowedCores()) ? own : 0.0;
+    probe_settle_s_ = a.Has("probe_settle_s") ? a.GetDouble("probe_settle_s", 1.0, 0, 1e6) : -1;
     uneven_ratio_ = a.GetDouble("uneven_ratio", 1.5, 1, 1e6);
     bmuf_ratio_ = a.GetDouble("bmuf_ratio", 1.0, 0, 1e6);
     dgc_ratio_ = a.GetDouble("dgc_ratio", 4.0, 0, 1e6);
@@ -166,7 +163,7 @@ class Auto : public Algorithm {
     if (weigh) {
       fused.resize(grads + size_t(kFigures * W), 0.0f);
       const float mine[kFigures] = {float(MeanWithoutSlowest(compute_s_)), float(MeanWithoutSlowest(comm_s_)),
-                                    Measured(), float(own_cpu_quota_)};
+                                    Measured(), float(cpu_quota_)};
       std::copy(mine, mine + kFigures, fused.begin() + std::ptrdiff_t(grads + size_t(kFigures * env_.rank)));
     }
     fusion_.Run(*comm_, DType::kF32);
@@ -304,7 +301,7 @@ class Auto : public Algorithm {
     bool balance = false;
     double compute_min = 0, compute_max = 0, exchange = 0;
     double probe_s = 0;          // the longest a worker has measured (its steps' compute and exchange)
-    bool any_cpu_quota = false;  // some worker reads a CPU limit set outside the job file
+    bool any_cpu_quota = false;  // some worker runs under a CPU quota
     std::vector<std::pair<const char*, double>> figures;  // what it weighed, for the auto event
   };
 
@@ -320,7 +317,7 @@ class Auto : public Algorithm {
   Verdict Weigh(const std::vector<double>& all) {
     const int W = comm_->size();
     double cmax = 0, cmin = 1e300, comm = 0, inv_sum = 0, probe_s = 0;
-    int quotas = 0;  // workers that read a CPU limit of their own
+    int quotas = 0;  // workers under a CPU quota
     for (int r = 0; r < W; ++r) {
       const double c = all[size_t(kFigures * r)];
       cmax = std::max(cmax, c);
@@ -407,7 +404,7 @@ class Auto : public Algorithm {
                  {"est_dgc_s", est_dgc},
                  {"eval_split_s", eval_split},
                  {"eval_whole_s", eval_whole},
-                 {"own_cpu_quota_workers", double(quotas)},
+                 {"cpu_quota_workers", double(quotas)},
                  {"bmuf_factor", bmuf_factor_},
                  {"adpsgd_factor", adpsgd_factor_},
                  {"dgc_factor", dgc_factor_}};
@@ -440,8 +437,8 @@ class Auto : public Algorithm {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Algorithm> chosen_;
   int64_t probe_steps_ = 20, probe_settle_steps_ = 3, probed_ = 0;
-  double probe_settle_s_ = 1.0;  // below 0: 1 s if some worker reads a CPU quota of its own, else 0
-  double own_cpu_quota_ = 0;     // cores (OwnCpuQuota), 0 where the job file gives quotas
+  double probe_settle_s_ = 1.0;  // below 0: 1 s if some worker runs under a CPU quota, else 0
+  double cpu_quota_ = 0;         // this worker's, in cores (the job file's, else OwnCpuQuota); 0: none
   std::string last_key_;         // the last weighed choice (with "+balance") and how many steps in a row gave it
   int64_t settled_ = 0;
   double uneven_ratio_, bmuf_ratio_, dgc_ratio_, diloco_ratio_;

@@ -125,7 +125,7 @@ TEST(CollectiveTraining, AutoPicksFromWhatItMeasures) {
     for (const char* k :
          {"compute_min_s", "compute_max_s", "compute_balanced_s", "exchange_s", "slowest_share", "est_allreduce_s",
           "est_balanced_allreduce_s", "est_bmuf_s", "est_adpsgd_s", "est_diloco_s", "est_dgc_s", "eval_split_s",
-          "eval_whole_s", "bmuf_factor", "adpsgd_factor", "dgc_factor", "own_cpu_quota_workers"})
+          "eval_whole_s", "bmuf_factor", "adpsgd_factor", "dgc_factor", "cpu_quota_workers"})
       EXPECT_TRUE(!events.empty() && JsonNumber(events[0], k).has_value()) << k;
     if (!events.empty()) printf("%s: %s\n", name.c_str(), events[0].c_str());  // what it weighed, in the test log
     return picks.empty() ? std::string("none") : *picks.begin();
