@@ -65,9 +65,10 @@ double NumberArg(const std::string& text, const std::string& what) {
   return v;
 }
 
-int64_t BatchArg(const std::string& text, const std::string& what) {
+// A batch size or a seed: one integer above 0.
+int64_t PositiveArg(const std::string& text, const std::string& what) {
   const auto v = ParseIntList<int64_t>(text, what);
-  SHOAL_CHECK(v.size() == 1 && v[0] > 0, what + ": expected a batch size, got \"" + text + "\"");
+  SHOAL_CHECK(v.size() == 1 && v[0] > 0, what + ": expected a whole number above 0, got \"" + text + "\"");
   return v[0];
 }
 
@@ -300,12 +301,12 @@ int Main() {
   std::vector<std::pair<std::string, int64_t>> cells;
   if (FLAGS_cells.empty()) {
     for (auto& o : opts)
-      for (auto& bs : batches) cells.push_back({o, BatchArg(bs, "--batches")});
+      for (auto& bs : batches) cells.push_back({o, PositiveArg(bs, "--batches")});
   } else {
     for (auto& c : Split(FLAGS_cells)) {
       const size_t u = c.rfind('_');
       SHOAL_CHECK(u != std::string::npos, "--cells: expected OPTIMIZER_BATCH, got \"" + c + "\"");
-      cells.push_back({c.substr(0, u), BatchArg(c.substr(u + 1), "--cells " + c)});
+      cells.push_back({c.substr(0, u), PositiveArg(c.substr(u + 1), "--cells " + c)});
     }
   }
   // Cells already in the record, by recipe.
@@ -323,7 +324,11 @@ int Main() {
     }
   }
   std::vector<int64_t> seeds;
-  for (auto& t : Split(FLAGS_seeds)) seeds.push_back(BatchArg(t, "--seeds"));
+  std::string seed_list;  // as JSON numbers
+  for (auto& t : Split(FLAGS_seeds)) {
+    seeds.push_back(PositiveArg(t, "--seeds"));
+    seed_list += (seed_list.empty() ? "" : ",") + std::to_string(seeds.back());
+  }
   SHOAL_CHECK(!seeds.empty(), "--seeds: expected at least one seed");
   std::map<std::pair<std::string, int64_t>, std::vector<Cell>> result;  // a cell's runs, one a seed
   for (auto& [o, B] : cells) {
@@ -377,7 +382,7 @@ int Main() {
   const bool several = seeds.size() > 1;
   // The table: rows optimizers, columns batches, each cell accuracy (steps), and the difference
   // from its optimizer's batch-256 accuracy where both ran.
-  if (several) printf("\nmean test accuracy over seeds %s (+- the standard deviation over seeds)", FLAGS_seeds.c_str());
+  if (several) printf("\nmean test accuracy over seeds %s (+- the standard deviation over seeds)", seed_list.c_str());
   printf("\n| optimizer |");
   for (auto& bs : batches) printf(" batch %s |", bs.c_str());
   printf("\n|---|");
@@ -386,7 +391,7 @@ int Main() {
   for (auto& o : opts) {
     printf("| %s |", o.c_str());
     for (auto& bs : batches) {
-      auto it = summary.find({o, BatchArg(bs, "--batches")});
+      auto it = summary.find({o, PositiveArg(bs, "--batches")});
       auto base = summary.find({o, 256});
       if (it == summary.end()) {
         printf(" - |");
@@ -401,7 +406,7 @@ int Main() {
     printf("\n");
   }
   printf("{\"bench\": \"largebatch\", \"model\": \"%s\", \"epochs\": %d, \"seeds\": [%s], \"results\": {",
-         FLAGS_model.c_str(), FLAGS_epochs, FLAGS_seeds.c_str());
+         FLAGS_model.c_str(), FLAGS_epochs, seed_list.c_str());
   bool first = true;
   for (auto& [key, m] : summary) {
     printf("%s\"%s_%lld\": {\"test_accuracy\": %.4f, ", first ? "" : ", ", key.first.c_str(), (long long)key.second,
